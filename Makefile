@@ -1,0 +1,36 @@
+# The two commands a newcomer needs (README.md): `make demo` and `make test`.
+PRESET ?= release
+BUILD_DIR := build/$(PRESET)
+
+.PHONY: deps configure build test test-tsan test-asan demo bench clean
+
+deps:
+	bash scripts/install-deps.sh
+
+configure: deps
+	cmake --preset $(PRESET)
+
+build: configure
+	cmake --build --preset $(PRESET)
+
+# The whole test suite.
+test: build
+	ctest --preset $(PRESET)
+
+# Tests labelled `concurrency`, under ThreadSanitizer.
+test-tsan: deps
+	cmake --preset tsan
+	cmake --build --preset tsan
+	ctest --preset tsan
+
+# The whole suite under AddressSanitizer + UndefinedBehaviorSanitizer.
+test-asan: deps
+	cmake --preset asan
+	cmake --build --preset asan
+	ctest --preset asan
+
+demo: build
+	bash scripts/demo.sh $(BUILD_DIR)
+
+clean:
+	rm -rf build
