@@ -1,0 +1,208 @@
+#!/usr/bin/env python3
+"""Independent reference forward pass for Folio's end-to-end model tests.
+
+Reads a GGUF file with its own parser (no code shared with Folio's C++ reader), dequantizes the
+weights with numpy, and computes the Llama-family forward pass in float64 with PyTorch
+(Debian's python3-torch). Writes the logits of every position of every prompt as JSON, which
+tests/model/ compares against the engine's logits.
+
+Usage:
+  llama_reference.py MODEL.gguf PROMPTS.json OUT.json
+PROMPTS.json: {"prompts": [[token ids...], ...]}
+"""
+import json
+import struct
+import sys
+
+import numpy as np
+import torch
+
+GGUF_MAGIC = b"GGUF"
+# GGUF metadata value types.
+(T_UINT8, T_INT8, T_UINT16, T_INT16, T_UINT32, T_INT32, T_FLOAT32, T_BOOL, T_STRING, T_ARRAY,
+ T_UINT64, T_INT64, T_FLOAT64) = range(13)
+SCALAR_FORMATS = {T_UINT8: "<B", T_INT8: "<b", T_UINT16: "<H", T_INT16: "<h", T_UINT32: "<I",
+                  T_INT32: "<i", T_FLOAT32: "<f", T_BOOL: "<?", T_UINT64: "<Q", T_INT64: "<q",
+                  T_FLOAT64: "<d"}
+# ggml tensor types this script understands: id -> (block elements, block bytes).
+GGML_F32, GGML_F16, GGML_Q4_0, GGML_Q8_0, GGML_BF16 = 0, 1, 2, 8, 30
+BLOCKS = {GGML_F32: (1, 4), GGML_F16: (1, 2), GGML_BF16: (1, 2), GGML_Q8_0: (32, 34),
+          GGML_Q4_0: (32, 18)}
+
+
+class Reader:
+    def __init__(self, data):
+        self.data = data
+        self.offset = 0
+
+    def take(self, fmt):
+        value = struct.unpack_from(fmt, self.data, self.offset)
+        self.offset += struct.calcsize(fmt)
+        return value[0]
+
+    def string(self):
+        length = self.take("<Q")
+        value = self.data[self.offset:self.offset + length].decode("utf-8", errors="replace")
+        self.offset += length
+        return value
+
+    def value(self, value_type):
+        if value_type == T_STRING:
+            return self.string()
+        if value_type == T_ARRAY:
+            item_type = self.take("<I")
+            count = self.take("<Q")
+            return [self.value(item_type) for _ in range(count)]
+        return self.take(SCALAR_FORMATS[value_type])
+
+
+def read_gguf(path):
+    with open(path, "rb") as handle:
+        data = handle.read()
+    reader = Reader(data)
+    if data[:4] != GGUF_MAGIC:
+        raise ValueError(f"{path}: not a GGUF file")
+    reader.offset = 4
+    version = reader.take("<I")
+    if version not in (2, 3):
+        raise ValueError(f"{path}: GGUF version {version} not supported")
+    tensor_count = reader.take("<Q")
+    metadata_count = reader.take("<Q")
+    metadata = {}
+    for _ in range(metadata_count):
+        key = reader.string()
+        metadata[key] = reader.value(reader.take("<I"))
+    infos = []
+    for _ in range(tensor_count):
+        name = reader.string()
+        dims = [reader.take("<Q") for _ in range(reader.take("<I"))]
+        ggml_type = reader.take("<I")
+        offset = reader.take("<Q")
+        infos.append((name, dims, ggml_type, offset))
+    alignment = metadata.get("general.alignment", 32)
+    data_start = (reader.offset + alignment - 1) // alignment * alignment
+    tensors = {}
+    for name, dims, ggml_type, offset in infos:
+        tensors[name] = dequantize(data, data_start + offset, dims, ggml_type, name)
+    return metadata, tensors
+
+
+def dequantize(data, start, dims, ggml_type, name):
+    """Returns float64 array of shape reversed(dims) (ggml's ne0 is the fastest dimension)."""
+    if ggml_type not in BLOCKS:
+        raise ValueError(f"tensor {name}: ggml type {ggml_type} not supported")
+    count = int(np.prod(dims))
+    block_elements, block_bytes = BLOCKS[ggml_type]
+    size = count // block_elements * block_bytes
+    raw = np.frombuffer(data, dtype=np.uint8, count=size, offset=start)
+    if ggml_type == GGML_F32:
+        values = raw.view(np.float32).astype(np.float64)
+    elif ggml_type == GGML_F16:
+        values = raw.view(np.float16).astype(np.float64)
+    elif ggml_type == GGML_BF16:
+        values = (raw.view(np.uint16).astype(np.uint32) << 16).view(np.float32).astype(np.float64)
+    elif ggml_type == GGML_Q8_0:
+        blocks = raw.reshape(-1, 34)
+        scale = blocks[:, :2].copy().view(np.float16).astype(np.float64)
+        quants = blocks[:, 2:].copy().view(np.int8).astype(np.float64)
+        values = (quants * scale).reshape(-1)
+    else:  # GGML_Q4_0
+        blocks = raw.reshape(-1, 18)
+        scale = blocks[:, :2].copy().view(np.float16).astype(np.float64)
+        packed = blocks[:, 2:]
+        low = (packed & 0x0F).astype(np.float64) - 8
+        high = (packed >> 4).astype(np.float64) - 8
+        values = (np.concatenate([low, high], axis=1) * scale).reshape(-1)
+    return values.reshape(list(reversed(dims)))
+
+
+def rope(x, positions, theta, neox, scale_factor):
+    """x: [tokens, heads, head_dim]. Normal style rotates pairs (2i, 2i+1); NeoX (i, i+d/2)."""
+    head_dim = x.shape[-1]
+    half = head_dim // 2
+    inverse_frequency = theta ** (-torch.arange(0, half, dtype=torch.float64) * 2 / head_dim)
+    angles = (positions.to(torch.float64) / scale_factor)[:, None] * inverse_frequency[None, :]
+    cos = torch.cos(angles)[:, None, :]
+    sin = torch.sin(angles)[:, None, :]
+    if neox:
+        first, second = x[..., :half], x[..., half:]
+        return torch.cat([first * cos - second * sin, first * sin + second * cos], dim=-1)
+    first, second = x[..., 0::2], x[..., 1::2]
+    out = torch.empty_like(x)
+    out[..., 0::2] = first * cos - second * sin
+    out[..., 1::2] = first * sin + second * cos
+    return out
+
+
+def rms_norm(x, weight, eps):
+    return x / torch.sqrt((x * x).mean(dim=-1, keepdim=True) + eps) * weight
+
+
+def forward(metadata, tensors, tokens):
+    arch = metadata["general.architecture"]
+    key = lambda name: metadata[f"{arch}.{name}"]
+    layers = key("block_count")
+    heads = key("attention.head_count")
+    kv_heads = metadata.get(f"{arch}.attention.head_count_kv", heads)
+    eps = key("attention.layer_norm_rms_epsilon")
+    theta = metadata.get(f"{arch}.rope.freq_base", 10000.0)
+    scale_factor = metadata.get(f"{arch}.rope.scaling.factor", 1.0)
+    neox = arch in ("qwen2",)
+    weight = lambda name: torch.from_numpy(tensors[name])
+    optional = lambda name: torch.from_numpy(tensors[name]) if name in tensors else None
+
+    ids = torch.tensor(tokens, dtype=torch.long)
+    positions = torch.arange(len(tokens))
+    x = weight("token_embd.weight")[ids]
+    hidden = x.shape[-1]
+    head_dim = hidden // heads
+    mask = torch.full((len(tokens), len(tokens)), float("-inf"), dtype=torch.float64).triu(1)
+    for layer in range(layers):
+        prefix = f"blk.{layer}."
+        h = rms_norm(x, weight(prefix + "attn_norm.weight"), eps)
+        projections = []
+        for name in ("attn_q", "attn_k", "attn_v"):
+            y = h @ weight(prefix + name + ".weight").T
+            bias = optional(prefix + name + ".bias")
+            projections.append(y if bias is None else y + bias)
+        q = projections[0].view(len(tokens), heads, head_dim)
+        k = projections[1].view(len(tokens), kv_heads, head_dim)
+        v = projections[2].view(len(tokens), kv_heads, head_dim)
+        q = rope(q, positions, theta, neox, scale_factor)
+        k = rope(k, positions, theta, neox, scale_factor)
+        group = heads // kv_heads
+        k = k.repeat_interleave(group, dim=1)
+        v = v.repeat_interleave(group, dim=1)
+        scores = torch.einsum("qhd,khd->hqk", q, k) / (head_dim ** 0.5) + mask
+        attention = torch.einsum("hqk,khd->qhd", torch.softmax(scores, dim=-1), v)
+        x = x + attention.reshape(len(tokens), hidden) @ weight(prefix + "attn_output.weight").T
+        h = rms_norm(x, weight(prefix + "ffn_norm.weight"), eps)
+        gate = h @ weight(prefix + "ffn_gate.weight").T
+        up = h @ weight(prefix + "ffn_up.weight").T
+        x = x + (torch.nn.functional.silu(gate) * up) @ weight(prefix + "ffn_down.weight").T
+    x = rms_norm(x, weight("output_norm.weight"), eps)
+    output = optional("output.weight")
+    if output is None:
+        output = weight("token_embd.weight")
+    return x @ output.T
+
+
+def main():
+    if len(sys.argv) != 4:
+        sys.exit(__doc__)
+    model_path, prompts_path, out_path = sys.argv[1:]
+    metadata, tensors = read_gguf(model_path)
+    with open(prompts_path) as handle:
+        prompts = json.load(handle)["prompts"]
+    results = []
+    with torch.no_grad():
+        for tokens in prompts:
+            logits = forward(metadata, tensors, tokens)
+            results.append({"tokens": tokens,
+                            "logits": [[float(f"{v:.7g}") for v in row] for row in logits.tolist()]})
+    with open(out_path, "w") as handle:
+        json.dump({"model": model_path.split("/")[-1], "results": results}, handle)
+
+
+if __name__ == "__main__":
+    main()
