@@ -123,6 +123,12 @@ TEST_F(BuilderTest, RopeRejectsBadHeadsPositionsAndRotaryDim) {
   rope.rotary_dim = 16;
   rope.theta = -1.0f;
   expect_rejected(builder_.rope(hidden_, positions_, rope, "r").status(), "theta");
+  rope.theta = 500000.0f;
+  rope.scaling = {RopeScalingKind::kLlama3, 8.0f, 4.0f, 1.0f, 8192};
+  expect_rejected(builder_.rope(hidden_, positions_, rope, "r").status(), "llama3 RoPE scaling");
+  rope.scaling.high_frequency_factor = 4.0f;
+  rope.scaling.low_frequency_factor = 1.0f;
+  EXPECT_TRUE(builder_.rope(hidden_, positions_, rope, "r").ok());
 }
 
 TEST_F(BuilderTest, AttentionRejectsCachesAndHeadsThatDoNotFit) {

@@ -61,8 +61,7 @@ Result<std::vector<TensorId>> GraphBuilder::emit(OpKind kind, std::string name,
   }
   op.annotations.cost = estimate_cost(graph_, op);
   std::vector<TensorId> outputs = op.outputs;
-  FOLIO_ASSIGN_OR_RETURN(OpId id, graph_.add_op(std::move(op)));
-  static_cast<void>(id);
+  FOLIO_RETURN_IF_ERROR(graph_.add_op(std::move(op)).status());
   return outputs;
 }
 

@@ -113,8 +113,9 @@ Result<Specs> infer_rms_norm(const SignatureChecker& check) {
                        dtype_name(weight.dtype), dtype_name(x.dtype));
   }
   FOLIO_RETURN_IF_ERROR(check.has_dim(weight, 0, x.shape[1], "weight", "the input's columns"));
-  if (!(attributes.epsilon > 0.0f))
+  if (!(attributes.epsilon > 0.0f)) {
     return check.error("epsilon {} is not positive", attributes.epsilon);
+  }
   return Specs{{x.dtype, x.shape}};
 }
 
@@ -183,6 +184,17 @@ Result<Specs> infer_rope(const SignatureChecker& check) {
   if (!(attributes.theta > 0.0f) || !(attributes.scaling.factor > 0.0f)) {
     return check.error("theta {} and scaling factor {} must be positive", attributes.theta,
                        attributes.scaling.factor);
+  }
+  const RopeScaling& scaling = attributes.scaling;
+  if (scaling.kind == RopeScalingKind::kLlama3 &&
+      !(scaling.low_frequency_factor > 0.0f &&
+        scaling.high_frequency_factor > scaling.low_frequency_factor &&
+        scaling.original_context_length > 0)) {
+    return check.error(
+        "llama3 RoPE scaling needs 0 < low_frequency_factor ({}) < "
+        "high_frequency_factor ({}) and a positive original context length ({})",
+        scaling.low_frequency_factor, scaling.high_frequency_factor,
+        scaling.original_context_length);
   }
   return Specs{{x.dtype, x.shape}};
 }

@@ -125,6 +125,45 @@ Status check_state_order(const Graph& graph, const std::vector<int32_t>& positio
   return Status();
 }
 
+// Edges between ops: producer -> consumer, and the KV-cache state edges (a write waits for
+// every access since the previous write; a read waits for the previous write).
+struct DependencyGraph {
+  std::vector<std::vector<int32_t>> successors;  // by op id
+  std::vector<int32_t> num_waiting;              // unfinished predecessors, by op id
+
+  void add_edge(OpId from, OpId to) {
+    successors[static_cast<size_t>(from.value())].push_back(to.value());
+    ++num_waiting[static_cast<size_t>(to.value())];
+  }
+};
+
+DependencyGraph find_dependencies(const Graph& graph, const std::vector<OpId>& producers) {
+  const auto num_ops = static_cast<size_t>(graph.num_ops());
+  DependencyGraph dependencies{std::vector<std::vector<int32_t>>(num_ops),
+                               std::vector<int32_t>(num_ops, 0)};
+  for (const Op& op : graph.ops()) {
+    for (TensorId input : op.inputs) {
+      const OpId producer = producers[static_cast<size_t>(input.value())];
+      if (producer.is_valid()) dependencies.add_edge(producer, op.id);
+    }
+  }
+  for (const std::vector<StateAccess>& accesses : state_accesses(graph)) {
+    OpId last_write;
+    std::vector<OpId> since_write;
+    for (const StateAccess& access : accesses) {
+      if (access.writes) {
+        for (OpId earlier : since_write) dependencies.add_edge(earlier, access.op);
+        last_write = access.op;
+        since_write = {access.op};
+      } else {
+        if (last_write.is_valid()) dependencies.add_edge(last_write, access.op);
+        since_write.push_back(access.op);
+      }
+    }
+  }
+  return dependencies;
+}
+
 }  // namespace
 
 std::vector<OpId> program_order(const Graph& graph) {
@@ -173,34 +212,8 @@ Status verify(const Graph& graph) {
 Result<std::vector<OpId>> topological_order(const Graph& graph) {
   FOLIO_ASSIGN_OR_RETURN(std::vector<OpId> producers, find_producers(graph));
   const auto num_ops = static_cast<size_t>(graph.num_ops());
-  std::vector<std::vector<int32_t>> successors(num_ops);
-  std::vector<int32_t> num_waiting(num_ops, 0);
-  auto add_edge = [&](OpId from, OpId to) {
-    successors[static_cast<size_t>(from.value())].push_back(to.value());
-    ++num_waiting[static_cast<size_t>(to.value())];
-  };
-  for (const Op& op : graph.ops()) {
-    for (TensorId input : op.inputs) {
-      const OpId producer = producers[static_cast<size_t>(input.value())];
-      if (producer.is_valid()) add_edge(producer, op.id);
-    }
-  }
-  // State edges: a write waits for every access since the previous write; a read waits for the
-  // previous write.
-  for (const std::vector<StateAccess>& accesses : state_accesses(graph)) {
-    OpId last_write;
-    std::vector<OpId> since_write;
-    for (const StateAccess& access : accesses) {
-      if (access.writes) {
-        for (OpId earlier : since_write) add_edge(earlier, access.op);
-        last_write = access.op;
-        since_write = {access.op};
-      } else {
-        if (last_write.is_valid()) add_edge(last_write, access.op);
-        since_write.push_back(access.op);
-      }
-    }
-  }
+  DependencyGraph dependencies = find_dependencies(graph, producers);
+  std::vector<int32_t>& num_waiting = dependencies.num_waiting;
   std::priority_queue<int32_t, std::vector<int32_t>, std::greater<>> ready;
   for (size_t index = 0; index < num_ops; ++index) {
     if (num_waiting[index] == 0) ready.push(static_cast<int32_t>(index));
@@ -211,15 +224,16 @@ Result<std::vector<OpId>> topological_order(const Graph& graph) {
     const int32_t next = ready.top();
     ready.pop();
     order.emplace_back(next);
-    for (int32_t successor : successors[static_cast<size_t>(next)]) {
+    for (int32_t successor : dependencies.successors[static_cast<size_t>(next)]) {
       if (--num_waiting[static_cast<size_t>(successor)] == 0) ready.push(successor);
     }
   }
   if (order.size() == num_ops) return order;
   std::string blocked;
   for (size_t index = 0; index < num_ops && blocked.size() < 200; ++index) {
-    if (num_waiting[index] > 0)
+    if (num_waiting[index] > 0) {
       blocked += fmt::format(" '{}'", graph.op(OpId(static_cast<int32_t>(index))).name);
+    }
   }
   return invalid_argument("the graph has a dependency cycle; {} ops never become ready:{}",
                           num_ops - order.size(), blocked);
