@@ -1,0 +1,160 @@
+#include "folio/ir/builder.h"
+
+#include <utility>
+
+#include "folio/ir/cost.h"
+#include "folio/ir/op_signature.h"
+#include "folio/ir/verify.h"
+
+namespace folio::ir {
+
+Result<TensorId> GraphBuilder::external(std::string name, DType dtype, Shape shape,
+                                        Residency residency) {
+  return graph_.add_tensor(std::move(name), dtype, shape, residency);
+}
+
+Result<TensorId> GraphBuilder::input(std::string name, DType dtype, Shape shape) {
+  return external(std::move(name), dtype, shape, Residency::kInput);
+}
+Result<TensorId> GraphBuilder::weight(std::string name, DType dtype, Shape shape) {
+  return external(std::move(name), dtype, shape, Residency::kWeight);
+}
+Result<TensorId> GraphBuilder::kv_cache(std::string name, DType dtype, Shape shape) {
+  return external(std::move(name), dtype, shape, Residency::kKvCache);
+}
+
+Result<std::vector<TensorId>> GraphBuilder::emit(OpKind kind, std::string name,
+                                                 std::vector<TensorId> inputs,
+                                                 std::vector<TensorId> updates,
+                                                 OpAttributes attributes) {
+  Op op;
+  op.kind = kind;
+  op.name = std::move(name);
+  op.layer = layer_;
+  op.inputs = std::move(inputs);
+  op.updates = std::move(updates);
+  op.attributes = std::move(attributes);
+  op.annotations.phase = graph_.phase();
+  op.annotations.modality = Modality::kText;
+  for (const std::vector<TensorId>* list : {&op.inputs, &op.updates}) {
+    for (TensorId id : *list) {
+      if (!graph_.contains(id)) {
+        return invalid_argument("{} '{}': operand {} is not a tensor of this graph ({} tensors)",
+                                op_kind_name(kind), op.name, id.value(), graph_.num_tensors());
+      }
+    }
+  }
+  FOLIO_ASSIGN_OR_RETURN(std::vector<OutputSpec> specs, infer_outputs(graph_, op));
+  if (specs.size() > 1) {
+    return internal_error("{} '{}' has {} outputs; the builder names only one", op_kind_name(kind),
+                          op.name, specs.size());
+  }
+  // Check the name before adding anything, so a failure leaves the graph unchanged.
+  if (!specs.empty() && graph_.find_tensor(op.name).has_value()) {
+    return already_exists("{} '{}': the graph already has a tensor named '{}'", op_kind_name(kind),
+                          op.name, op.name);
+  }
+  for (const OutputSpec& spec : specs) {
+    FOLIO_ASSIGN_OR_RETURN(TensorId output, graph_.add_tensor(op.name, spec.dtype, spec.shape,
+                                                              Residency::kActivation));
+    op.outputs.push_back(output);
+  }
+  op.annotations.cost = estimate_cost(graph_, op);
+  std::vector<TensorId> outputs = op.outputs;
+  FOLIO_RETURN_IF_ERROR(graph_.add_op(std::move(op)).status());
+  return outputs;
+}
+
+Result<TensorId> GraphBuilder::emit_one(OpKind kind, std::string name, std::vector<TensorId> inputs,
+                                        OpAttributes attributes) {
+  FOLIO_ASSIGN_OR_RETURN(std::vector<TensorId> outputs,
+                         emit(kind, std::move(name), std::move(inputs), {}, std::move(attributes)));
+  return outputs.at(0);
+}
+
+Result<TensorId> GraphBuilder::embedding(TensorId token_ids, TensorId table, std::string name,
+                                         DType output_dtype) {
+  return emit_one(OpKind::kEmbedding, std::move(name), {token_ids, table},
+                  EmbeddingAttributes{output_dtype});
+}
+
+Result<TensorId> GraphBuilder::rms_norm(TensorId x, TensorId weight, float epsilon,
+                                        std::string name) {
+  return emit_one(OpKind::kRmsNorm, std::move(name), {x, weight}, RmsNormAttributes{epsilon});
+}
+
+Result<TensorId> GraphBuilder::matmul(TensorId x, TensorId weight, std::string name) {
+  return emit_one(OpKind::kMatMul, std::move(name), {x, weight});
+}
+
+Result<TensorId> GraphBuilder::matmul(TensorId x, TensorId weight, TensorId bias,
+                                      std::string name) {
+  return emit_one(OpKind::kMatMul, std::move(name), {x, weight, bias});
+}
+
+Result<TensorId> GraphBuilder::add(TensorId a, TensorId b, std::string name) {
+  return emit_one(OpKind::kAdd, std::move(name), {a, b});
+}
+
+Result<TensorId> GraphBuilder::mul(TensorId a, TensorId b, std::string name) {
+  return emit_one(OpKind::kMul, std::move(name), {a, b});
+}
+
+Result<TensorId> GraphBuilder::silu(TensorId x, std::string name) {
+  return emit_one(OpKind::kSilu, std::move(name), {x});
+}
+
+Result<TensorId> GraphBuilder::swiglu(TensorId gate, TensorId up, std::string name) {
+  return emit_one(OpKind::kSwiGlu, std::move(name), {gate, up});
+}
+
+Result<TensorId> GraphBuilder::rope(TensorId x, TensorId positions,
+                                    const RopeAttributes& attributes, std::string name) {
+  return emit_one(OpKind::kRope, std::move(name), {x, positions}, attributes);
+}
+
+Status GraphBuilder::kv_cache_write(TensorId key, TensorId value, TensorId slot_mapping,
+                                    TensorId key_cache, TensorId value_cache, std::string name) {
+  return emit(OpKind::kKvCacheWrite, std::move(name), {key, value, slot_mapping},
+              {key_cache, value_cache}, NoAttributes{})
+      .status();
+}
+
+Result<TensorId> GraphBuilder::paged_attention(TensorId query, TensorId key_cache,
+                                               TensorId value_cache,
+                                               const AttentionMetadata& metadata,
+                                               const AttentionAttributes& attributes,
+                                               std::string name) {
+  return emit_one(OpKind::kPagedAttention, std::move(name),
+                  {query, key_cache, value_cache, metadata.seq_lens, metadata.query_start_loc,
+                   metadata.block_tables},
+                  attributes);
+}
+
+Result<TensorId> GraphBuilder::gather_rows(TensorId x, TensorId indices, std::string name) {
+  return emit_one(OpKind::kGatherRows, std::move(name), {x, indices});
+}
+
+Status GraphBuilder::mark_output(TensorId tensor) {
+  if (!graph_.contains(tensor)) {
+    return invalid_argument("mark_output: {} is not a tensor of this graph", tensor.value());
+  }
+  const TensorInfo& info = graph_.tensor(tensor);
+  if (info.residency != Residency::kActivation) {
+    return invalid_argument(
+        "mark_output: '{}' is a {} tensor; only an activation an op produces "
+        "can become a step output",
+        info.name, residency_name(info.residency));
+  }
+  return graph_.set_residency(tensor, Residency::kOutput);
+}
+
+Result<Graph> GraphBuilder::finish() {
+  FOLIO_RETURN_IF_ERROR(verify(graph_));
+  Graph finished = std::move(graph_);
+  graph_ = Graph(finished.phase());
+  layer_ = -1;
+  return finished;
+}
+
+}  // namespace folio::ir

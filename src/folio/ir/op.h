@@ -1,0 +1,177 @@
+// Op: one node of the IR graph: a kind, the tensors it reads (inputs), the activations or
+// outputs it produces (outputs, each produced by exactly this op), the external state it writes
+// in place (updates: KV cache tensors only), kind-specific attributes and the annotations of
+// seed 002 §2.3 (phase, modality, cost hints).
+//
+// The operand list of each kind is fixed and positional; the constants below name the
+// positions so kernels and the executor never guess. T is the step's padded token count (the
+// bucket), S the number of sequence slots of the step, "float" one of f32, f16, bf16, and every
+// 2-D activation is row-major [rows, columns]. Shapes and dtypes are checked by
+// op_signature.h; FLOPs and bytes are estimated by cost.h.
+//
+//   kind            inputs                                              -> output
+//   embedding       token_ids i32 [T], table any [vocab, hidden]        -> float [T, hidden]
+//   rms_norm        x float [T, H], weight f32|x.dtype [H]              -> x.dtype [T, H]
+//   matmul          x float [T, K], weight any [N, K], (bias f32|x.dtype [N]) -> x.dtype [T, N]
+//                   y = x * weight^T + bias; the weight is stored as N rows of K (GGUF layout)
+//   add, mul        a float [..], b same dtype and shape                 -> a.dtype, a.shape
+//   silu            x float [..]                                         -> x.dtype, x.shape
+//   swiglu          gate float [T, F], up same dtype and shape           -> silu(gate) * up
+//   rope            x float [T, heads * head_dim], positions i32 [T]     -> x.dtype [T, ...]
+//   kv_cache_write  key float [T, kv_heads * head_dim], value (same), slot_mapping i32 [T];
+//                   updates key_cache, value_cache float [blocks, block_size, kv_heads,
+//                   head_dim]: token t goes to slot s = slot_mapping[t], i.e. block
+//                   s / block_size, row s % block_size. No outputs.
+//   paged_attention query float [T, heads * head_dim], key_cache, value_cache, seq_lens i32 [S]
+//                   (KV tokens of each sequence after this step's write), query_start_loc i32
+//                   [S + 1] (first query row of each sequence; the last entry is the number of
+//                   real tokens), block_tables i32 [S, max_blocks]  -> query.dtype [T, heads *
+//                   head_dim]; causal: query row i of a sequence sees its KV tokens
+//                   0 .. seq_len - rows_of_sequence + i.
+//   gather_rows     x float [T, H], indices i32 [R]                      -> x.dtype [R, H]
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <variant>
+#include <vector>
+
+#include "folio/base/strong_id.h"
+#include "folio/ir/annotations.h"
+#include "folio/tensor/dtype.h"
+
+namespace folio::ir {
+
+struct TensorIdTag {};
+struct OpIdTag {};
+// Index of a tensor in its graph (dense, from 0).
+using TensorId = StrongId<TensorIdTag, int32_t>;
+// Index of an op in its graph (dense, from 0); also its position in program order.
+using OpId = StrongId<OpIdTag, int32_t>;
+
+enum class OpKind : uint8_t {
+  kEmbedding,
+  kRmsNorm,
+  kMatMul,
+  kAdd,
+  kMul,
+  kSilu,
+  kSwiGlu,
+  kRope,
+  kKvCacheWrite,
+  kPagedAttention,
+  kGatherRows,
+};
+inline constexpr int kNumOpKinds = static_cast<int>(OpKind::kGatherRows) + 1;
+
+std::string_view op_kind_name(OpKind kind);
+
+// Operand positions.
+namespace embedding_input {
+inline constexpr int kTokenIds = 0, kTable = 1;
+}
+namespace rms_norm_input {
+inline constexpr int kX = 0, kWeight = 1;
+}
+namespace matmul_input {
+inline constexpr int kX = 0, kWeight = 1, kBias = 2;
+}
+namespace rope_input {
+inline constexpr int kX = 0, kPositions = 1;
+}
+namespace kv_cache_write_input {
+inline constexpr int kKey = 0, kValue = 1, kSlotMapping = 2;
+}
+namespace kv_cache_write_update {
+inline constexpr int kKeyCache = 0, kValueCache = 1;
+}
+namespace attention_input {
+inline constexpr int kQuery = 0, kKeyCache = 1, kValueCache = 2, kSeqLens = 3, kQueryStartLoc = 4,
+                     kBlockTables = 5;
+}
+namespace gather_rows_input {
+inline constexpr int kX = 0, kIndices = 1;
+}
+
+struct NoAttributes {
+  friend bool operator==(const NoAttributes&, const NoAttributes&) = default;
+};
+
+struct EmbeddingAttributes {
+  DType output_dtype = DType::kF32;  // float; rows of the table are dequantized into it
+  friend bool operator==(const EmbeddingAttributes&, const EmbeddingAttributes&) = default;
+};
+
+struct RmsNormAttributes {
+  float epsilon = 1e-5f;  // > 0: y = x / sqrt(mean(x^2) + epsilon) * weight
+  friend bool operator==(const RmsNormAttributes&, const RmsNormAttributes&) = default;
+};
+
+// Which elements of a head RoPE rotates together.
+enum class RopeStyle : uint8_t {
+  kNormal,  // adjacent pairs (x[2i], x[2i+1]): Llama as stored in GGUF
+  kNeox,    // halves (x[i], x[i + rotary_dim / 2]): Qwen2, GPT-NeoX
+};
+
+enum class RopeScalingKind : uint8_t {
+  kNone,
+  kLinear,  // positions divided by `factor`
+  kLlama3,  // Llama 3.1 frequency-dependent scaling
+};
+
+struct RopeScaling {
+  RopeScalingKind kind = RopeScalingKind::kNone;
+  float factor = 1.0f;
+  float low_frequency_factor = 1.0f;       // kLlama3 only
+  float high_frequency_factor = 4.0f;      // kLlama3 only
+  int64_t original_context_length = 8192;  // kLlama3 only
+  friend bool operator==(const RopeScaling&, const RopeScaling&) = default;
+};
+
+struct RopeAttributes {
+  int64_t num_heads = 0;
+  int64_t head_dim = 0;
+  int64_t rotary_dim = 0;  // even, <= head_dim: the leading dimensions of each head rotated
+  float theta = 10000.0f;  // frequency base
+  RopeStyle style = RopeStyle::kNormal;
+  RopeScaling scaling;
+  friend bool operator==(const RopeAttributes&, const RopeAttributes&) = default;
+};
+
+struct AttentionAttributes {
+  int64_t num_heads = 0;
+  int64_t num_kv_heads = 0;  // divides num_heads (grouped-query attention)
+  int64_t head_dim = 0;
+  float scale = 0.0f;  // softmax scale, > 0 (usually 1 / sqrt(head_dim))
+  friend bool operator==(const AttentionAttributes&, const AttentionAttributes&) = default;
+};
+
+using OpAttributes = std::variant<NoAttributes, EmbeddingAttributes, RmsNormAttributes,
+                                  RopeAttributes, AttentionAttributes>;
+
+struct OpAnnotations {
+  Phase phase = Phase::kPrefill;
+  Modality modality = Modality::kText;
+  CostHints cost;
+};
+
+struct Op {
+  OpId id;  // assigned by Graph::add_op
+  OpKind kind = OpKind::kAdd;
+  std::string name;    // for dumps and errors, e.g. "blk.3.attn_q"
+  int32_t layer = -1;  // transformer layer index, -1 outside the layers
+  std::vector<TensorId> inputs;
+  std::vector<TensorId> outputs;
+  std::vector<TensorId> updates;  // external state written in place (KV cache)
+  OpAttributes attributes;
+  OpAnnotations annotations;
+};
+
+// The op kinds that run eagerly between graph pieces in piecewise mode (split.h): their launch
+// shape depends on per-sequence lengths, not only on T, so a captured launch cannot be replayed.
+constexpr bool is_attention(OpKind kind) {
+  return kind == OpKind::kPagedAttention;
+}
+
+}  // namespace folio::ir

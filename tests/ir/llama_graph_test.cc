@@ -1,0 +1,93 @@
+// The Llama-shaped step graph end to end: structure, annotations, variants (Qwen2 bias, NeoX
+// RoPE, quantized weights, decode buckets), and the readable dump.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "folio/ir/buffer_plan.h"
+#include "folio/ir/cost.h"
+#include "folio/ir/dump.h"
+#include "folio/ir/lifetime.h"
+#include "folio/ir/split.h"
+#include "folio/ir/verify.h"
+#include "llama_like_test_graph.h"
+
+namespace folio::ir {
+namespace {
+
+using ::testing::HasSubstr;
+
+TEST(LlamaGraphTest, HasTheExpectedOpsPerLayer) {
+  testing::LlamaLikeConfig config;
+  config.num_layers = 3;
+  const Graph graph = testing::build_llama_like_test_graph(config).value();
+  ASSERT_TRUE(verify(graph).ok());
+  // embedding; per layer attn_norm, q, k, v, 2 rope, kv write, attention, output, add, ffn_norm,
+  // gate, up, swiglu, down, add; final norm, gather, LM head.
+  EXPECT_EQ(graph.num_ops(), 1 + 16 * 3 + 3);
+  const CostTotals totals = total_cost(graph);
+  EXPECT_EQ(totals.num_ops(OpKind::kRope), 2 * 3);
+  EXPECT_EQ(totals.num_ops(OpKind::kKvCacheWrite), 3);
+  EXPECT_EQ(totals.num_ops(OpKind::kRmsNorm), 2 * 3 + 1);
+  EXPECT_EQ(totals.num_ops(OpKind::kAdd), 2 * 3);
+  for (const Op& op : graph.ops()) {
+    EXPECT_EQ(op.annotations.phase, Phase::kPrefill);
+    EXPECT_EQ(op.annotations.modality, Modality::kText);
+    const bool in_layer = op.name.starts_with("blk.");
+    EXPECT_EQ(op.layer >= 0, in_layer) << op.name;
+    if (in_layer) {
+      EXPECT_TRUE(op.name.starts_with(fmt::format("blk.{}.", op.layer))) << op.name;
+    }
+  }
+  const TensorInfo& logits = graph.tensor(graph.find_tensor("logits").value());
+  EXPECT_EQ(logits.residency, Residency::kOutput);
+  EXPECT_EQ(logits.shape, (Shape{config.num_logit_rows, config.vocab}));
+  EXPECT_EQ(graph.tensor(graph.find_tensor("blk.2.k_cache").value()).residency,
+            Residency::kKvCache);
+}
+
+TEST(LlamaGraphTest, VariantsBuildAndVerify) {
+  testing::LlamaLikeConfig qwen;
+  qwen.qkv_bias = true;
+  qwen.rope_style = RopeStyle::kNeox;
+  qwen.weight_dtype = DType::kQ8_0;
+  qwen.kv_dtype = DType::kF16;
+  Result<Graph> graph = testing::build_llama_like_test_graph(qwen);
+  ASSERT_TRUE(graph.ok()) << graph.status().to_string();
+  EXPECT_TRUE(graph->find_tensor("blk.1.attn_v.bias").has_value());
+  EXPECT_EQ(std::get<RopeAttributes>(graph->op(OpId(5)).attributes).style, RopeStyle::kNeox);
+
+  testing::LlamaLikeConfig decode;
+  decode.phase = Phase::kDecode;
+  decode.num_tokens = decode.num_sequences = decode.num_logit_rows = 8;
+  ASSERT_TRUE(testing::build_llama_like_test_graph(decode).ok());
+
+  // A hidden size the quantized block cannot hold is an error, not a crash.
+  testing::LlamaLikeConfig bad = qwen;
+  bad.hidden = 48;
+  bad.head_dim = 12;
+  const Status status = testing::build_llama_like_test_graph(bad).status();
+  EXPECT_EQ(status.code(), StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(status.message()), HasSubstr("multiple of 32"));
+}
+
+TEST(LlamaGraphTest, DumpsReadableText) {
+  const Graph graph = testing::build_llama_like_test_graph().value();
+  const std::string text = dump_graph(graph);
+  EXPECT_THAT(text, HasSubstr("graph phase=prefill"));
+  EXPECT_THAT(text, HasSubstr("token_embd.weight f32 [96, 64] weight"));
+  EXPECT_THAT(text, HasSubstr("paged_attention 'blk.1.attention' layer=1"));
+  EXPECT_THAT(text, HasSubstr("updates (%"));
+  EXPECT_THAT(text, HasSubstr("{heads=4 kv_heads=2 head_dim=16 scale=0.25}"));
+  EXPECT_THAT(text, HasSubstr("matmul x15: flops="));
+
+  const std::vector<OpId> order = program_order(graph);
+  const PiecewiseSplit split = split_at_attention(graph, order);
+  EXPECT_THAT(dump_split(graph, split),
+              HasSubstr("1 eager positions [8, 9) ops=1 'blk.0.attention'"));
+  const BufferPlan plan = plan_buffers(analyze_lifetimes(graph, order)).value();
+  EXPECT_THAT(dump_buffer_plan(graph, plan),
+              HasSubstr(fmt::format("arena: peak {} bytes", plan.peak_bytes)));
+}
+
+}  // namespace
+}  // namespace folio::ir
