@@ -528,8 +528,8 @@ std::vector<double> linear_buckets(double start, double width, int count) {
 std::string format_value(double value) {
   if (std::isnan(value)) return "NaN";
   if (std::isinf(value)) return value > 0 ? "+Inf" : "-Inf";
-  // Below 2^53 every integer is exact, so print it plainly ("1048576", not "1.048576e+06").
-  if (value == std::trunc(value) && std::fabs(value) < 0x1p53) return fmt::format("{:.0f}", value);
+  // fmt's default is the shortest text that reads back to the same double, in fixed notation
+  // while the exponent is below 16: every integer up to 2^53 (exact in a double) prints plainly.
   return fmt::format("{}", value);
 }
 

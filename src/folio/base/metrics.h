@@ -184,9 +184,9 @@ std::vector<double> exponential_buckets(double start, double factor, int count);
 // `count` bounds start, start+width, start+2*width, ...  Requires: width > 0, count >= 1.
 std::vector<double> linear_buckets(double start, double width, int count);
 
-// Formats a sample value as the exposition format expects: "+Inf", "-Inf", "NaN", integers
-// below 2^53 in magnitude without exponent or fraction ("1048576"), anything else as the
-// shortest text that reads back to the same double ("0.25", "1e-09").
+// Formats a sample value as the exposition format expects: "+Inf", "-Inf", "NaN", otherwise
+// the shortest text that reads back to the same double ("0.25", "1e-09"), without exponent or
+// fraction for integers below 10^16 in magnitude ("1048576"), so every exact integer count does.
 std::string format_value(double value);
 
 }  // namespace folio::metrics
