@@ -39,6 +39,9 @@ function(folio_add_test name)
   if(NOT ARG_TIMEOUT)
     set(ARG_TIMEOUT 300)
   endif()
+  if("concurrency" IN_LIST ARG_LABELS)
+    set_property(GLOBAL APPEND PROPERTY FOLIO_CONCURRENCY_TESTS ${name})
+  endif()
   gtest_discover_tests(${name}
     PROPERTIES LABELS "${ARG_LABELS}" TIMEOUT ${ARG_TIMEOUT}
     DISCOVERY_TIMEOUT 60)
