@@ -77,6 +77,8 @@ int64_t PagePool::evict_for_watermark(uint32_t pages) {
   };
   if (used_after() <= options_.high_watermark * num_pages_) return 0;
   if (in_own_eviction_listener()) return 0;
+  // A request that even evicting everything evictable could not fit fails without evicting.
+  if (free_pages_.load(std::memory_order_relaxed) + evictable_pages() < pages) return 0;
   // Another thread evicting already brings the pool down; do not queue behind it.
   std::unique_lock lock(eviction_mutex_, std::try_to_lock);
   if (!lock.owns_lock()) return 0;

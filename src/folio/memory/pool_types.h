@@ -99,8 +99,9 @@ struct PagePoolOptions {
   FitPolicy fit_policy = FitPolicy::kBestFit;
   // Eviction with hysteresis (seed 001 §7.3): when an allocation would take the pages outside
   // the free index above high_watermark * num_pages, unpinned allocations are evicted until
-  // that is back at or below low_watermark * num_pages. 0 < low <= high <= 1; high = 1 turns
-  // proactive eviction off (allocations that cannot be met still evict).
+  // that is back at or below low_watermark * num_pages. 0 < low <= high <= 1. With high = 1
+  // eviction starts only when a request does not fit, and still goes down to the low watermark;
+  // with low = high = 1 it evicts just enough for the request.
   double high_watermark = 0.90;
   double low_watermark = 0.80;
   // Single free pages each thread keeps (seed 001 §12: 16); 0 turns thread caches off.
