@@ -295,7 +295,9 @@ Result<PagePool::Reservation> PagePool::reserve(uint32_t pages, bool refill_thre
 
 uint32_t PagePool::refill_and_pop(ThreadCache& cache) {
   const uint32_t batch = std::max<uint32_t>(1, cache.capacity() / 2);
-  evict_for_watermark(batch);
+  // Evict for the page asked for, not the whole batch: the rest of the batch is whatever is
+  // free, and stays free (in this cache) until asked for.
+  evict_for_watermark(1);
   std::vector<uint32_t>& pages = t_page_batch;
   pages.clear();
   {
