@@ -57,6 +57,8 @@
 
 namespace folio::memory {
 
+class PoolMetrics;
+
 // Everything that defines the pool's state, for tests that check an operation changed nothing
 // (rollback). Fields are the meaningful ones only: allocation fields at allocation heads.
 struct PoolDebugState {
@@ -193,6 +195,7 @@ class PagePool final : private ThreadCacheHome {
   uint32_t evict_until_taken(uint32_t pages, int64_t* evicted);
   int64_t evictable_pages() const;
   bool in_own_eviction_listener() const;
+  void note_pin_contention();
 
   device::VirtualMemory& vm_;
   const PagePoolOptions options_;
@@ -229,6 +232,8 @@ class PagePool final : private ThreadCacheHome {
   std::atomic<int64_t> failed_allocations_{0};
   std::atomic<int64_t> thread_cache_drains_{0};
   LatencyHistogram allocation_latency_;
+  // Null unless PagePoolOptions::metrics is set. Declared last: goes first.
+  std::unique_ptr<PoolMetrics> metrics_;
 };
 
 }  // namespace folio::memory

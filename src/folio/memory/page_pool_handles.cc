@@ -8,6 +8,8 @@
 // between.
 #include "folio/memory/page_pool.h"
 
+#include "folio/memory/pool_metrics.h"
+
 namespace folio::memory {
 
 Status PagePool::check_ref(const AllocationRef& ref, std::string_view verb) const {
@@ -30,6 +32,11 @@ Status PagePool::stale_ref(const AllocationRef& ref, PageWord current,
       page_state_name(current.state()), current.generation());
 }
 
+void PagePool::note_pin_contention() {
+  pin_contention_.add(1);
+  if (metrics_ != nullptr) metrics_->count_pin_contention();
+}
+
 Status PagePool::free(const AllocationRef& ref) {
   FOLIO_RETURN_IF_ERROR(check_ref(ref, "free"));
   PageSlot& slot = table_[ref.first_page_];
@@ -49,7 +56,7 @@ Status PagePool::free(const AllocationRef& ref) {
                                         std::memory_order_acquire)) {
       break;
     }
-    pin_contention_.add(1);
+    note_pin_contention();
   }
   // The allocation is ours alone now: no pin, unpin, touch or eviction accepts kReleasing.
   const int content = slot.content.load(std::memory_order_relaxed);
@@ -97,7 +104,7 @@ Status PagePool::pin(const AllocationRef& ref) {
                                         std::memory_order_acq_rel, std::memory_order_acquire)) {
       break;
     }
-    pin_contention_.add(1);
+    note_pin_contention();
   }
   if (before.pins() == 0) {
     pages_unpinned_[content].add(-static_cast<int64_t>(ref.num_pages_));
@@ -135,7 +142,7 @@ Status PagePool::unpin(const AllocationRef& ref) {
                                         std::memory_order_acq_rel, std::memory_order_acquire)) {
       break;
     }
-    pin_contention_.add(1);
+    note_pin_contention();
   }
   if (before.pins() == 1) {
     pages_pinned_[content].add(-static_cast<int64_t>(ref.num_pages_));
