@@ -4,6 +4,7 @@
 // another thread. Fixed seeds; the interleavings differ from run to run.
 #include <gtest/gtest.h>
 
+#include <array>
 #include <atomic>
 #include <cstring>
 #include <mutex>
@@ -26,122 +27,165 @@ uint64_t pattern_of(int thread, uint64_t serial, int64_t page) {
   return (static_cast<uint64_t>(thread) << 48) ^ (serial << 12) ^ static_cast<uint64_t>(page);
 }
 
-// Each thread allocates, fills (while pinned), unpins, re-pins and verifies, and frees its own
-// allocations; it also pins and unpins other threads' allocations through shared refs, and one
-// thread evicts. Whatever the interleaving, a successful pin of one's own allocation must find
-// its bytes intact: the pool may evict it only while unpinned, and then the pin fails.
+// Shared by the threads of the first test: the pool, the listener, and refs published for other
+// threads to pin.
+struct SharedState {
+  testing::TestPool pool;
+  testing::RecordingListener listener;
+  std::mutex mutex;
+  std::vector<AllocationRef> published;  // guarded by mutex
+};
+
+// One thread of the first test. It allocates, fills (while pinned), unpins, re-pins and
+// verifies, and frees its own allocations; it also pins and unpins other threads' allocations
+// through published refs, and thread 0 evicts. Whatever the interleaving, a successful pin of
+// one's own allocation must find its bytes intact: the pool may evict it only while unpinned,
+// and then the pin fails.
+class StressWorker {
+ public:
+  StressWorker(SharedState& shared, int thread)
+      : shared_(shared), pool_(*shared.pool), thread_(thread), random_(1000 + thread) {}
+
+  void run() {
+    for (int step = 0; step < kOperationsPerThread; ++step) {
+      const uint32_t op = random_() % 100;
+      if (op < 25 || own_.empty()) {
+        allocate();
+      } else if (op < 45) {
+        unpin();
+      } else if (op < 65) {
+        pin_and_verify();
+      } else if (op < 80) {
+        free();
+      } else if (op < 95) {
+        use_published();
+      } else if (thread_ == 0) {
+        pool_.advance_step();
+        ASSERT_TRUE(pool_.evict(1 + random_() % 8).ok());
+      }
+      if (::testing::Test::HasFatalFailure()) return;
+    }
+    for (const Own& entry : own_) pool_.free(entry.ref).ignore();
+  }
+
+ private:
+  struct Own {
+    AllocationRef ref;
+    uint64_t serial;
+    bool pinned;
+  };
+
+  std::byte* page_of(const Own& entry, int64_t page) const {
+    return pool_.page_address(PageId(entry.ref.first_page().value() + static_cast<int32_t>(page)));
+  }
+  void fill(const Own& entry) {
+    for (int64_t page = 0; page < entry.ref.num_pages(); ++page) {
+      const uint64_t value = pattern_of(thread_, entry.serial, page);
+      std::memcpy(page_of(entry, page), &value, sizeof value);
+    }
+  }
+  void verify(const Own& entry) {
+    for (int64_t page = 0; page < entry.ref.num_pages(); ++page) {
+      uint64_t value = 0;
+      std::memcpy(&value, page_of(entry, page), sizeof value);
+      ASSERT_EQ(value, pattern_of(thread_, entry.serial, page))
+          << "a pinned allocation's bytes changed under its owner";
+    }
+  }
+
+  void allocate() {
+    const int64_t pages = random_() % 4 == 0 ? 1 + random_() % 12 : 1;
+    const auto content = static_cast<ContentType>(random_() % kNumContentTypes);
+    Result<PageAllocation> allocation =
+        pool_.allocate(testing::request(pages, content, true, &shared_.listener));
+    if (!allocation.ok()) {
+      ASSERT_EQ(allocation.status().code(), StatusCode::kResourceExhausted);
+      return;
+    }
+    Own entry{allocation->release(), ++serial_, true};
+    fill(entry);
+    own_.push_back(entry);
+    if (random_() % 4 == 0) {
+      std::lock_guard lock(shared_.mutex);
+      shared_.published.push_back(entry.ref);
+      if (shared_.published.size() > 64) shared_.published.erase(shared_.published.begin());
+    }
+  }
+
+  // Unpin one's own: evictable from now on.
+  void unpin() {
+    Own& entry = own_[random_() % own_.size()];
+    if (!entry.pinned) return;
+    ASSERT_TRUE(pool_.unpin(entry.ref).ok());
+    entry.pinned = false;
+  }
+
+  // Pin one's own again: either it was evicted meanwhile (the pin fails) or its bytes are intact.
+  void pin_and_verify() {
+    const size_t which = random_() % own_.size();
+    Own& entry = own_[which];
+    if (entry.pinned) {
+      verify(entry);
+    } else if (pool_.pin(entry.ref).ok()) {
+      entry.pinned = true;
+      verify(entry);
+    } else {
+      own_.erase(own_.begin() + static_cast<ptrdiff_t>(which));
+    }
+  }
+
+  // Free one's own, pinned or not; an unpinned one may have been evicted meanwhile.
+  void free() {
+    const size_t which = random_() % own_.size();
+    const Status freed = pool_.free(own_[which].ref);
+    ASSERT_TRUE(freed.ok() || !own_[which].pinned) << freed.to_string();
+    own_.erase(own_.begin() + static_cast<ptrdiff_t>(which));
+  }
+
+  // Someone else's allocation: possibly stale, never breaking anything.
+  void use_published() {
+    AllocationRef ref;
+    {
+      std::lock_guard lock(shared_.mutex);
+      if (!shared_.published.empty()) {
+        ref = shared_.published[random_() % shared_.published.size()];
+      }
+    }
+    if (!ref.is_valid()) return;
+    pool_.touch(ref).ignore();
+    if (pool_.pin(ref).ok()) {
+      std::this_thread::yield();
+      // The owner may have freed it meanwhile (allowed while pinned); then this fails.
+      pool_.unpin(ref).ignore();
+    }
+  }
+
+  SharedState& shared_;
+  PagePool& pool_;
+  const int thread_;
+  std::mt19937 random_;
+  std::vector<Own> own_;
+  uint64_t serial_ = 0;
+};
+
 TEST(PagePoolStressTest, ThreadsAllocatePinUnpinFreeAndEvictConcurrently) {
   PagePoolOptions options = testing::small_options(256);
   options.thread_cache_pages = 8;
   options.high_watermark = 0.9;
   options.low_watermark = 0.8;
-  testing::TestPool pool = testing::make_pool(options);
-  testing::RecordingListener listener;
-  std::mutex shared_mutex;
-  std::vector<AllocationRef> shared;  // guarded by shared_mutex
-  constexpr int kThreads = 4;
-
-  const auto worker = [&](int thread) {
-    std::mt19937 random(1000 + thread);
-    struct Own {
-      AllocationRef ref;
-      uint64_t serial;
-      bool pinned;
-    };
-    std::vector<Own> own;
-    uint64_t serial = 0;
-    const auto fill = [&](const Own& allocation) {
-      for (int64_t page = 0; page < allocation.ref.num_pages(); ++page) {
-        const uint64_t value = pattern_of(thread, allocation.serial, page);
-        std::memcpy(pool->page_address(
-                        PageId(allocation.ref.first_page().value() + static_cast<int32_t>(page))),
-                    &value, sizeof value);
-      }
-    };
-    const auto verify = [&](const Own& allocation) {
-      for (int64_t page = 0; page < allocation.ref.num_pages(); ++page) {
-        uint64_t value = 0;
-        std::memcpy(&value,
-                    pool->page_address(
-                        PageId(allocation.ref.first_page().value() + static_cast<int32_t>(page))),
-                    sizeof value);
-        ASSERT_EQ(value, pattern_of(thread, allocation.serial, page))
-            << "a pinned allocation's bytes changed under its owner";
-      }
-    };
-    for (int step = 0; step < kOperationsPerThread; ++step) {
-      const uint32_t op = random() % 100;
-      if (op < 25 || own.empty()) {
-        const int64_t pages = random() % 4 == 0 ? 1 + random() % 12 : 1;
-        const auto content = static_cast<ContentType>(random() % kNumContentTypes);
-        Result<PageAllocation> allocation =
-            pool->allocate(testing::request(pages, content, true, &listener));
-        if (!allocation.ok()) {
-          ASSERT_EQ(allocation.status().code(), StatusCode::kResourceExhausted);
-          continue;
-        }
-        Own entry{allocation->release(), ++serial, true};
-        fill(entry);
-        own.push_back(entry);
-        if (random() % 4 == 0) {
-          std::lock_guard lock(shared_mutex);
-          shared.push_back(entry.ref);
-          if (shared.size() > 64) shared.erase(shared.begin());
-        }
-      } else if (op < 45) {  // unpin one's own: evictable from now on
-        Own& entry = own[random() % own.size()];
-        if (entry.pinned) {
-          ASSERT_TRUE(pool->unpin(entry.ref).ok());
-          entry.pinned = false;
-        }
-      } else if (op < 65) {  // pin one's own again: either evicted meanwhile or intact
-        const size_t which = random() % own.size();
-        Own& entry = own[which];
-        if (entry.pinned) {
-          verify(entry);
-        } else if (pool->pin(entry.ref).ok()) {
-          entry.pinned = true;
-          verify(entry);
-        } else {
-          own.erase(own.begin() + static_cast<ptrdiff_t>(which));  // evicted
-        }
-      } else if (op < 80) {  // free one's own, pinned or not
-        const size_t which = random() % own.size();
-        const Status freed = pool->free(own[which].ref);
-        // Unpinned allocations may have been evicted meanwhile.
-        ASSERT_TRUE(freed.ok() || !own[which].pinned) << freed.to_string();
-        own.erase(own.begin() + static_cast<ptrdiff_t>(which));
-      } else if (op < 95) {  // someone else's allocation: may be stale, must never break
-        AllocationRef ref;
-        {
-          std::lock_guard lock(shared_mutex);
-          if (!shared.empty()) ref = shared[random() % shared.size()];
-        }
-        if (!ref.is_valid()) continue;
-        pool->touch(ref).ignore();
-        if (pool->pin(ref).ok()) {
-          std::this_thread::yield();
-          // The owner may have freed it meanwhile (allowed while pinned); then this fails.
-          pool->unpin(ref).ignore();
-        }
-      } else if (thread == 0) {
-        pool->advance_step();
-        ASSERT_TRUE(pool->evict(1 + random() % 8).ok());
-      }
-      if (::testing::Test::HasFatalFailure()) return;
-    }
-    for (const Own& entry : own) pool->free(entry.ref).ignore();
-  };
-
+  SharedState shared;
+  shared.pool = testing::make_pool(options);
   std::vector<std::thread> threads;
-  for (int thread = 0; thread < kThreads; ++thread) threads.emplace_back(worker, thread);
+  for (int thread = 0; thread < 4; ++thread) {
+    threads.emplace_back([&shared, thread] { StressWorker(shared, thread).run(); });
+  }
   for (std::thread& thread : threads) thread.join();
 
-  pool->check_invariants();
-  const PoolStats stats = pool->stats();
+  shared.pool->check_invariants();
+  const PoolStats stats = shared.pool->stats();
   EXPECT_EQ(stats.pages_free, 256) << "every page back in the free index after the threads exit";
   EXPECT_GT(stats.evictions, 0) << "the test must have exercised eviction";
-  EXPECT_EQ(stats.evictions, static_cast<int64_t>(listener.count()));
+  EXPECT_EQ(stats.evictions, static_cast<int64_t>(shared.listener.count()));
 }
 
 // Several threads pin and unpin the same few evictable allocations while another keeps evicting
@@ -159,39 +203,27 @@ class PinCounter : public EvictionListener {
   }
 };
 
-TEST(PagePoolStressTest, EvictionNeverTakesAnAllocationUnderALivePin) {
-  PagePoolOptions options = testing::small_options(16);
-  options.high_watermark = 1.0;
-  options.low_watermark = 1.0;
-  testing::TestPool pool = testing::make_pool(options);
-  PinCounter counter;
-  constexpr int kSlots = 8;
-  struct Slot {
-    std::mutex mutex;
-    AllocationRef ref;  // guarded by mutex
-    uint64_t id = 0;    // guarded by mutex
-  };
-  std::vector<Slot> slots(kSlots);
-  std::atomic<uint64_t> next_id{1};
-  // Gives an evicted slot a new allocation; a live one is left alone (pinners may hold it).
-  const auto refill = [&](Slot& slot) {
-    std::lock_guard lock(slot.mutex);
-    if (slot.ref.is_valid() && pool->touch(slot.ref).ok()) return;
-    const uint64_t id = next_id.fetch_add(1);
-    if (id >= PinCounter::kMaxAllocations) return;
-    Result<PageAllocation> allocation =
-        pool->allocate(testing::request(1, ContentType::kKvCache, false, &counter, id));
-    if (!allocation.ok()) return;
-    slot.ref = allocation->release();
-    slot.id = id;
-  };
-  for (Slot& slot : slots) refill(slot);
+// Slots of evictable single-page allocations that pinners pin and an evictor evicts and refills.
+class PinRace {
+ public:
+  static constexpr int kSlots = 8;
 
-  std::atomic<bool> stop{false};
-  const auto pinner = [&](int thread) {
+  PinRace() {
+    PagePoolOptions options = testing::small_options(16);
+    options.high_watermark = 1.0;
+    options.low_watermark = 1.0;
+    pool_ = testing::make_pool(options);
+    for (Slot& slot : slots_) refill(slot);
+  }
+  ~PinRace() {
+    for (Slot& slot : slots_) pool_->free(slot.ref).ignore();
+    pool_->check_invariants();
+  }
+
+  void pin_repeatedly(int thread) {
     std::mt19937 random(2000 + thread);
     for (int step = 0; step < kOperationsPerThread / 4; ++step) {
-      Slot& slot = slots[random() % kSlots];
+      Slot& slot = slots_[random() % kSlots];
       AllocationRef ref;
       uint64_t id = 0;
       {
@@ -199,35 +231,66 @@ TEST(PagePoolStressTest, EvictionNeverTakesAnAllocationUnderALivePin) {
         ref = slot.ref;
         id = slot.id;
       }
-      if (!ref.is_valid() || !pool->pin(ref).ok()) continue;
+      if (!ref.is_valid() || !pool_->pin(ref).ok()) continue;
       // Counted after the pin succeeds and uncounted before the unpin: an eviction can only be
       // legal outside that window. Release pairs with the listener's acquire.
-      counter.pins[id].fetch_add(1, std::memory_order_release);
+      counter_.pins[id].fetch_add(1, std::memory_order_release);
       std::this_thread::yield();
-      counter.pins[id].fetch_sub(1, std::memory_order_release);
-      ASSERT_TRUE(pool->unpin(ref).ok()) << "nothing frees a slot's allocation while it runs";
+      counter_.pins[id].fetch_sub(1, std::memory_order_release);
+      ASSERT_TRUE(pool_->unpin(ref).ok()) << "nothing frees a slot's allocation while it runs";
     }
-  };
-  const auto evictor = [&] {
+  }
+
+  void evict_until(const std::atomic<bool>& stop) {
     std::mt19937 random(3000);
     while (!stop.load()) {
-      pool->advance_step();
-      ASSERT_TRUE(pool->evict(1 + random() % 3).ok());
-      Slot& slot = slots[random() % kSlots];
-      refill(slot);
+      pool_->advance_step();
+      ASSERT_TRUE(pool_->evict(1 + random() % 3).ok());
+      refill(slots_[random() % kSlots]);
     }
+  }
+
+  const PinCounter& counter() const { return counter_; }
+
+ private:
+  struct Slot {
+    std::mutex mutex;
+    AllocationRef ref;  // guarded by mutex
+    uint64_t id = 0;    // guarded by mutex
   };
-  std::thread evicting(evictor);
+
+  // Gives an evicted slot a new allocation; a live one is left alone (pinners may hold it).
+  void refill(Slot& slot) {
+    std::lock_guard lock(slot.mutex);
+    if (slot.ref.is_valid() && pool_->touch(slot.ref).ok()) return;
+    const uint64_t id = next_id_.fetch_add(1);
+    if (id >= PinCounter::kMaxAllocations) return;
+    Result<PageAllocation> allocation =
+        pool_->allocate(testing::request(1, ContentType::kKvCache, false, &counter_, id));
+    if (!allocation.ok()) return;
+    slot.ref = allocation->release();
+    slot.id = id;
+  }
+
+  PinCounter counter_;
+  testing::TestPool pool_;
+  std::array<Slot, kSlots> slots_;
+  std::atomic<uint64_t> next_id_{1};
+};
+
+TEST(PagePoolStressTest, EvictionNeverTakesAnAllocationUnderALivePin) {
+  PinRace race;
+  std::atomic<bool> stop{false};
+  std::thread evictor([&] { race.evict_until(stop); });
   std::vector<std::thread> pinners;
-  for (int thread = 0; thread < 3; ++thread) pinners.emplace_back(pinner, thread);
+  for (int thread = 0; thread < 3; ++thread) {
+    pinners.emplace_back([&race, thread] { race.pin_repeatedly(thread); });
+  }
   for (std::thread& thread : pinners) thread.join();
   stop.store(true);
-  evicting.join();
-
-  EXPECT_EQ(counter.evicted_while_pinned.load(), 0);
-  EXPECT_GT(counter.evictions.load(), 0);
-  for (Slot& slot : slots) pool->free(slot.ref).ignore();
-  pool->check_invariants();
+  evictor.join();
+  EXPECT_EQ(race.counter().evicted_while_pinned.load(), 0);
+  EXPECT_GT(race.counter().evictions.load(), 0);
 }
 
 }  // namespace

@@ -183,6 +183,10 @@ class PagePool final : private ThreadCacheHome {
   // each run (free extent, cached page, allocation) from page 0 up, checking that the runs tile
   // the table.
   void walk_runs(FunctionRef<void(uint32_t first, uint32_t pages, PageWord word)> visit) const;
+  struct RunCensus;
+  // Requires: free_mutex_ and index_mutex_ held. cache_of[page] >= 0 for thread-cached pages.
+  RunCensus take_census(const std::vector<int>& cache_of) const;
+  void check_counters(const RunCensus& census, int64_t cached_in_caches) const;
 
   // page_pool_eviction.cc.
   // Requires: eviction_mutex_ held. Evicts the lowest-scored allocation; returns its pages, or

@@ -39,44 +39,9 @@ Status PoolMetrics::add_gauge_function(const std::string& name, const std::strin
 }
 
 Status PoolMetrics::register_all(const PagePool& pool) {
+  FOLIO_RETURN_IF_ERROR(register_state_gauges(pool));
+  FOLIO_RETURN_IF_ERROR(register_content_series(pool));
   const PagePool* source = &pool;
-  const auto page_bytes = static_cast<double>(pool.page_size());
-  const std::pair<PageState, int64_t PoolStats::*> states[] = {
-      {PageState::kFree, &PoolStats::pages_free},
-      {PageState::kCached, &PoolStats::pages_cached},
-      {PageState::kReserved, &PoolStats::pages_reserved},
-      {PageState::kUnpinned, &PoolStats::pages_unpinned},
-      {PageState::kPinned, &PoolStats::pages_pinned},
-      {PageState::kReleasing, &PoolStats::pages_releasing}};
-  for (const auto& [state, field] : states) {
-    FOLIO_RETURN_IF_ERROR(add_gauge_function(
-        "folio_pool_pages", "Pages of the page pool in each state.",
-        labels("state", std::string(page_state_name(state))),
-        [source, field = field] { return static_cast<double>(source->stats().*field); }));
-  }
-  const std::pair<const char*, int64_t ContentStats::*> per_content[] = {
-      {"folio_pool_bytes_in_use", &ContentStats::pages_in_use},
-      {"folio_pool_bytes_pinned", &ContentStats::pages_pinned},
-      {"folio_pool_bytes_evictable", &ContentStats::pages_evictable}};
-  for (ContentType content : kAllContentTypes) {
-    const std::string content_name(content_type_name(content));
-    for (const auto& [name, field] : per_content) {
-      FOLIO_RETURN_IF_ERROR(add_gauge_function(
-          name, "Bytes of the page pool's committed allocations, by content type.",
-          labels("content", content_name), [source, field = field, content, page_bytes] {
-            return page_bytes *
-                   static_cast<double>(source->stats().per_content[content_index(content)].*field);
-          }));
-    }
-    FOLIO_ASSIGN_OR_RETURN(
-        evictions_[content_index(content)],
-        registry_.counter("folio_pool_evictions_total", "Allocations the page pool evicted.",
-                          labels("content", content_name)));
-    FOLIO_ASSIGN_OR_RETURN(
-        evicted_bytes_[content_index(content)],
-        registry_.counter("folio_pool_evicted_bytes_total", "Bytes the page pool evicted.",
-                          labels("content", content_name)));
-  }
   FOLIO_RETURN_IF_ERROR(add_gauge_function(
       "folio_pool_capacity_bytes", "Bytes of the page pool's budget.", labels(),
       [source] { return static_cast<double>(source->num_pages()) * source->page_size(); }));
@@ -102,6 +67,53 @@ Status PoolMetrics::register_all(const PagePool& pool) {
       allocation_latency_,
       registry_.histogram("folio_pool_allocation_latency_seconds",
                           "Page pool allocation latency (sampled).", bounds, labels()));
+  return Status();
+}
+
+Status PoolMetrics::register_state_gauges(const PagePool& pool) {
+  const PagePool* source = &pool;
+  const std::pair<PageState, int64_t PoolStats::*> states[] = {
+      {PageState::kFree, &PoolStats::pages_free},
+      {PageState::kCached, &PoolStats::pages_cached},
+      {PageState::kReserved, &PoolStats::pages_reserved},
+      {PageState::kUnpinned, &PoolStats::pages_unpinned},
+      {PageState::kPinned, &PoolStats::pages_pinned},
+      {PageState::kReleasing, &PoolStats::pages_releasing}};
+  for (const auto& [state, field] : states) {
+    FOLIO_RETURN_IF_ERROR(add_gauge_function(
+        "folio_pool_pages", "Pages of the page pool in each state.",
+        labels("state", std::string(page_state_name(state))),
+        [source, field = field] { return static_cast<double>(source->stats().*field); }));
+  }
+  return Status();
+}
+
+Status PoolMetrics::register_content_series(const PagePool& pool) {
+  const PagePool* source = &pool;
+  const auto page_bytes = static_cast<double>(pool.page_size());
+  const std::pair<const char*, int64_t ContentStats::*> per_content[] = {
+      {"folio_pool_bytes_in_use", &ContentStats::pages_in_use},
+      {"folio_pool_bytes_pinned", &ContentStats::pages_pinned},
+      {"folio_pool_bytes_evictable", &ContentStats::pages_evictable}};
+  for (ContentType content : kAllContentTypes) {
+    const std::string content_name(content_type_name(content));
+    for (const auto& [name, field] : per_content) {
+      FOLIO_RETURN_IF_ERROR(add_gauge_function(
+          name, "Bytes of the page pool's committed allocations, by content type.",
+          labels("content", content_name), [source, field = field, content, page_bytes] {
+            return page_bytes *
+                   static_cast<double>(source->stats().per_content[content_index(content)].*field);
+          }));
+    }
+    FOLIO_ASSIGN_OR_RETURN(
+        evictions_[content_index(content)],
+        registry_.counter("folio_pool_evictions_total", "Allocations the page pool evicted.",
+                          labels("content", content_name)));
+    FOLIO_ASSIGN_OR_RETURN(
+        evicted_bytes_[content_index(content)],
+        registry_.counter("folio_pool_evicted_bytes_total", "Bytes the page pool evicted.",
+                          labels("content", content_name)));
+  }
   return Status();
 }
 

@@ -54,6 +54,8 @@ class PoolMetrics {
  private:
   PoolMetrics(metrics::Registry& registry, std::string pool_name);
   Status register_all(const PagePool& pool);
+  Status register_state_gauges(const PagePool& pool);
+  Status register_content_series(const PagePool& pool);
   Status add_gauge_function(const std::string& name, const std::string& help,
                             metrics::Labels labels, std::function<double()> read);
   metrics::Labels labels(std::string name = {}, std::string value = {}) const;
