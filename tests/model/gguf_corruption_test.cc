@@ -21,7 +21,7 @@ Status parse_status(const std::vector<uint8_t>& bytes, const GgufLimits& limits 
 
 void expect_corrupt(const RawGguf& raw, std::string_view detail, uint64_t offset) {
   const Status status = parse_status(raw.bytes);
-  EXPECT_EQ(status.code(), StatusCode::kDataLoss) << status;
+  EXPECT_EQ(status.code(), StatusCode::kDataLoss) << status.to_string();
   EXPECT_THAT(status.message(), HasSubstr(std::string(detail)));
   EXPECT_THAT(status.message(), HasSubstr(fmt::format("(at byte offset {})", offset)));
 }
@@ -43,7 +43,7 @@ std::vector<uint8_t> small_model_file() {
 TEST(GgufCorruptionTest, EveryTruncationBeforeTheLastTensorByteIsAnError) {
   const std::vector<uint8_t> full = small_model_file();
   Result<GgufFile> reference = GgufFile::parse(full);
-  ASSERT_TRUE(reference.ok()) << reference.status();
+  ASSERT_TRUE(reference.ok()) << reference.status().to_string();
   const GgufTensorInfo& last = reference->tensors().back();
   const uint64_t needed = reference->data_offset() + last.offset + last.byte_size;
   ASSERT_LT(needed, full.size());  // the writer pads after the last tensor too
@@ -54,7 +54,7 @@ TEST(GgufCorruptionTest, EveryTruncationBeforeTheLastTensorByteIsAnError) {
       EXPECT_EQ(status.code(), StatusCode::kDataLoss) << "prefix of " << length << " bytes";
       EXPECT_THAT(status.message(), AllOf(HasSubstr("bad.gguf"), HasSubstr("byte offset")));
     } else {
-      EXPECT_TRUE(status.ok()) << "prefix of " << length << " bytes: " << status;
+      EXPECT_TRUE(status.ok()) << "prefix of " << length << " bytes: " << status.to_string();
     }
   }
 }
@@ -216,7 +216,7 @@ TEST(GgufCorruptionTest, TensorDataOutsideTheFileOrOverlappingIsNamed) {
   expect_corrupt(overlapping, "tensor 'a': data [32, 96) overlaps tensor 'b' at [0, 64)", 24);
   RawGguf disjoint = overlapping;  // the same tensors placed apart parse fine, in any order
   disjoint.bytes[24 + 8 + 1 + 4 + 8 + 4] = 64;
-  ASSERT_TRUE(GgufFile::parse(disjoint.bytes).ok()) << parse_status(disjoint.bytes);
+  ASSERT_TRUE(GgufFile::parse(disjoint.bytes).ok()) << parse_status(disjoint.bytes).to_string();
 }
 
 }  // namespace

@@ -77,9 +77,9 @@ TEST(GgufFileTest, EveryMetadataTypeRoundTripsInOrder) {
   const auto entries = every_value_type();
   for (const auto& [key, value] : entries) writer.set(key, value);
   Result<std::vector<uint8_t>> bytes = writer.write_to_buffer();
-  ASSERT_TRUE(bytes.ok()) << bytes.status();
+  ASSERT_TRUE(bytes.ok()) << bytes.status().to_string();
   Result<GgufFile> file = GgufFile::parse(*bytes);
-  ASSERT_TRUE(file.ok()) << file.status();
+  ASSERT_TRUE(file.ok()) << file.status().to_string();
   EXPECT_EQ(file->version(), 3u);
   ASSERT_EQ(file->metadata().size(), entries.size());
   for (size_t i = 0; i < entries.size(); ++i) {
@@ -93,7 +93,7 @@ TEST(GgufFileTest, TypedGettersConvertOnlyWhatFits) {
   GgufWriter writer;
   for (const auto& [key, value] : every_value_type()) writer.set(key, value);
   Result<GgufFile> file = GgufFile::parse_owned(*writer.write_to_buffer(), "test.gguf");
-  ASSERT_TRUE(file.ok()) << file.status();
+  ASSERT_TRUE(file.ok()) << file.status().to_string();
   EXPECT_EQ(*file->get<uint32_t>("t.u32"), 4000000000u);
   EXPECT_EQ(*file->get_integer("t.u32"), 4000000000ll);
   EXPECT_EQ(*file->get_integer("t.i8"), -100);
@@ -146,9 +146,9 @@ void expect_tensors_round_trip(uint32_t alignment) {
             .ok());
   }
   Result<std::vector<uint8_t>> bytes = writer.write_to_buffer();
-  ASSERT_TRUE(bytes.ok()) << bytes.status();
+  ASSERT_TRUE(bytes.ok()) << bytes.status().to_string();
   Result<GgufFile> file = GgufFile::parse(*bytes);
-  ASSERT_TRUE(file.ok()) << file.status();
+  ASSERT_TRUE(file.ok()) << file.status().to_string();
   EXPECT_EQ(file->alignment(), alignment);
   EXPECT_EQ(file->data_offset() % alignment, 0u);
   ASSERT_EQ(file->tensors().size(), specs.size());
@@ -158,7 +158,7 @@ void expect_tensors_round_trip(uint32_t alignment) {
     EXPECT_EQ(info.dimensions, specs[i].dimensions);
     EXPECT_EQ(info.offset % alignment, 0u) << info.name;
     Result<GgufTensor> tensor = file->tensor(specs[i].name);
-    ASSERT_TRUE(tensor.ok()) << tensor.status();
+    ASSERT_TRUE(tensor.ok()) << tensor.status().to_string();
     EXPECT_EQ(tensor->dtype, specs[i].dtype);
     EXPECT_EQ(tensor->info, &info);
     ASSERT_EQ(tensor->data.size(), contents[i].size());
@@ -190,7 +190,7 @@ TEST(GgufFileTest, OpenMapsAWrittenFile) {
   ASSERT_TRUE(writer.write_file(path).ok());
   EXPECT_FALSE(std::filesystem::exists(path + ".tmp"));
   Result<GgufFile> file = GgufFile::open(path);
-  ASSERT_TRUE(file.ok()) << file.status();
+  ASSERT_TRUE(file.ok()) << file.status().to_string();
   EXPECT_EQ(file->source(), path);
   EXPECT_EQ(*file->get_string("general.architecture"), "llama");
   GgufFile moved = std::move(*file);  // the mapping moves with the file; spans stay valid
@@ -228,7 +228,7 @@ TEST(GgufFileTest, TensorOfATypeFolioCannotComputeWithIsReadableButNotLoadable) 
   raw.header(3, 1, 0).tensor_info("blk.0.ffn_down.weight", {256, 2}, 12 /* q4_K */, 0);
   raw.pad_to(32).zeros(2 * 144);
   Result<GgufFile> file = GgufFile::parse(raw.bytes);
-  ASSERT_TRUE(file.ok()) << file.status();
+  ASSERT_TRUE(file.ok()) << file.status().to_string();
   const GgufTensorInfo& info = file->tensors()[0];
   EXPECT_EQ(info.type.name, "q4_K");
   EXPECT_EQ(info.byte_size, 288u);

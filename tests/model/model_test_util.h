@@ -4,18 +4,8 @@
 
 #include <cstdint>
 #include <cstring>
-#include <ostream>
 #include <string_view>
 #include <vector>
-
-#include "folio/base/status.h"
-
-namespace folio {
-// Lets test assertions stream a Status (`EXPECT_TRUE(x.ok()) << x.status()`).
-inline std::ostream& operator<<(std::ostream& out, const Status& status) {
-  return out << status.to_string();
-}
-}  // namespace folio
 
 namespace folio::model::testing {
 
