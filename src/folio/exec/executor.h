@@ -113,6 +113,8 @@ class Executor {
   const GraphCache& cache() const { return *cache_; }
   const BucketPolicy& bucket_policy() const { return policy_; }
   const StepLimits& limits() const { return limits_; }
+  // The stream steps run on (its launch counters tell eager launches from replayed kernels).
+  const device::HostStream& stream() const { return stream_; }
   // The shape a step of `num_tokens` tokens runs at (padded unless above the largest bucket).
   StepShape shape_for(int32_t num_tokens, StepPhase phase) const;
 
