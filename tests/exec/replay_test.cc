@@ -3,6 +3,7 @@
 // middle of sequences, and lengths that differ from the ones seen at capture.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstring>
 #include <map>
 
@@ -218,6 +219,51 @@ TEST_F(ReplayTest, MalformedStepIsAnErrorAndChangesNothing) {
   EXPECT_TRUE(run_both(good));
   EXPECT_TRUE(same_kv_caches());
   EXPECT_EQ(graph_->stats().real_tokens, before.real_tokens + good.num_tokens());
+}
+
+TEST_F(ReplayTest, AddressesBoundAtCaptureStayValidAfterLaterCaptures) {
+  StepGenerator generator(testing::GeneratorConfig::for_model(config_, 16), 29);
+  ASSERT_TRUE(run_both(generator.decode(3)));  // captures decode bucket 4
+  const Program* first = graph_->cache().find(BucketKey{4, StepPhase::kDecode});
+  ASSERT_NE(first, nullptr);
+  const ArenaView first_view = first->view();
+  const std::vector<std::byte*> bound(first->addresses().begin(), first->addresses().end());
+  // Later captures, larger (the physical arena grows) and smaller, of both phases.
+  ASSERT_TRUE(run_both(generator.step(2, std::vector<int32_t>{60, 40})));  // prefill, 112
+  ASSERT_TRUE(run_both(generator.decode(16)));
+  ASSERT_TRUE(run_both(generator.decode(2)));
+  ASSERT_TRUE(run_both(generator.step(1, std::vector<int32_t>{5})));
+  ASSERT_GE(graph_->cache().size(), 5u);
+
+  // The first program's bindings are unchanged, and its activations lie in its own view.
+  EXPECT_EQ(bound, std::vector<std::byte*>(first->addresses().begin(), first->addresses().end()));
+  for (const ir::TensorInfo& tensor : first->graph().graph().tensors()) {
+    if (tensor.residency != ir::Residency::kActivation) continue;
+    std::byte* address = bound[static_cast<size_t>(tensor.id.value())];
+    EXPECT_GE(address, first_view.base) << tensor.name;
+    EXPECT_LE(address + tensor.bytes(), first_view.base + first_view.bytes) << tensor.name;
+  }
+  // Views never overlap.
+  std::vector<ArenaView> views = arena_.arena->views();
+  std::sort(views.begin(), views.end(),
+            [](const ArenaView& a, const ArenaView& b) { return a.base < b.base; });
+  for (size_t i = 1; i < views.size(); ++i) {
+    EXPECT_LE(views[i - 1].base + views[i - 1].bytes, views[i].base);
+  }
+  // The first view still maps the shared physical arena: bytes written through it are read
+  // through the largest view at the same offset.
+  const ArenaView largest =
+      *std::max_element(views.begin(), views.end(),
+                        [](const ArenaView& a, const ArenaView& b) { return a.bytes < b.bytes; });
+  ASSERT_GT(largest.bytes, first_view.bytes);
+  const uint64_t marker = 0x0123456789abcdefu;
+  std::memcpy(first_view.base + first_view.bytes - sizeof(marker), &marker, sizeof(marker));
+  EXPECT_EQ(std::memcmp(largest.base + first_view.bytes - sizeof(marker), &marker, sizeof(marker)),
+            0);
+  // And the first program still replays correctly.
+  StepPath path = StepPath::kEager;
+  EXPECT_TRUE(run_both(generator.decode(4), &path));
+  EXPECT_EQ(path, StepPath::kReplayed);
 }
 
 TEST(ExecutorTest, StepsAboveTheLargestBucketRunEagerly) {

@@ -13,6 +13,11 @@ Result<PhysicalRun> PoolArenaMemory::acquire(size_t bytes) {
   // pool must never evict them behind the programs' backs.
   request.pinned = true;
   request.owner = owner_;
+  if (request.num_pages > pool_.num_pages()) {
+    // Larger than the whole budget: no capacity, now or later, but not a malformed request.
+    return resource_exhausted("graph arena needs {} more pages; the page pool '{}' has {} in all",
+                              request.num_pages, pool_.options().name, pool_.num_pages());
+  }
   Result<memory::PageAllocation> allocation = pool_.allocate(request);
   if (!allocation.ok()) {
     return allocation.status().with_context(

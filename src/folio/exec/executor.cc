@@ -89,6 +89,7 @@ Status Executor::initialize() {
     limits_.max_blocks_per_sequence = 1;
   }
   FOLIO_ASSIGN_OR_RETURN(inputs_, PersistentInputs::create(limits_));
+  validation_scratch_.reserve(static_cast<size_t>(limits_.max_tokens));  // steps never allocate
   const std::optional<ir::TensorId> logits = graph->find_tensor(kOutputLogits);
   if (!logits || graph->tensor(*logits).residency != ir::Residency::kOutput) {
     return invalid_argument("the step graph has no output named '{}'", kOutputLogits);
