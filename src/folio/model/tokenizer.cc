@@ -12,6 +12,20 @@ namespace {
 
 constexpr std::string_view kSpaceMarker = "\xe2\x96\x81";  // "▁"
 
+std::string unescape_spaces(std::string_view text) {
+  std::string out;
+  out.reserve(text.size());
+  for (size_t position = 0; position < text.size();) {
+    if (text.compare(position, kSpaceMarker.size(), kSpaceMarker) == 0) {
+      out += ' ';
+      position += kSpaceMarker.size();
+    } else {
+      out += text[position++];
+    }
+  }
+  return out;
+}
+
 void index_special_tokens(Tokenizer::State& state) {
   const Vocabulary& vocabulary = state.vocabulary;
   for (size_t id = 0; id < vocabulary.tokens.size(); ++id) {
@@ -184,18 +198,24 @@ std::optional<TokenId> Tokenizer::eos() const {
 
 Result<std::string> IncrementalDecoder::push(TokenId id) {
   FOLIO_ASSIGN_OR_RETURN(std::string bytes, tokenizer_->token_bytes(id, options_.render_special));
-  if (at_start_ && !bytes.empty()) {
-    at_start_ = false;
-    const Vocabulary& vocabulary = tokenizer_->vocabulary();
-    if (options_.strip_leading_space && vocabulary.model == TokenizerModel::kSentencePiece &&
-        vocabulary.add_space_prefix && bytes[0] == ' ') {
-      bytes.erase(0, 1);
-    }
-  }
   pending_ += bytes;
   const size_t complete = complete_utf8_prefix_length(pending_);
   std::string text = pending_.substr(0, complete);
   pending_.erase(0, complete);
+  const Vocabulary& vocabulary = tokenizer_->vocabulary();
+  if (vocabulary.model == TokenizerModel::kSentencePiece) {
+    // Pieces already spell spaces as spaces; this catches a "▁" spelled by byte tokens (a
+    // vocabulary without a "▁" piece), which SentencePiece decodes as a space too. `text` ends
+    // on a character boundary, so no "▁" is split between two pushes.
+    if (text.find(kSpaceMarker) != std::string::npos) text = unescape_spaces(text);
+  }
+  if (at_start_ && !text.empty()) {
+    at_start_ = false;
+    if (options_.strip_leading_space && vocabulary.model == TokenizerModel::kSentencePiece &&
+        vocabulary.add_space_prefix && text[0] == ' ') {
+      text.erase(0, 1);
+    }
+  }
   return text;
 }
 
