@@ -9,8 +9,6 @@ namespace folio::model {
 
 namespace {
 
-constexpr std::string_view kSpaceMarker = "\xe2\x96\x81";  // "▁"
-
 // A run of the text: one character at first, growing as merges absorb the next symbol.
 // A symbol absorbed into its left neighbour keeps length 0 and leaves the linked list.
 struct Symbol {
@@ -35,6 +33,20 @@ struct BigramOrder {
 };
 
 }  // namespace
+
+std::string unescape_spaces(std::string_view text) {
+  std::string out;
+  out.reserve(text.size());
+  for (size_t position = 0; position < text.size();) {
+    if (text.compare(position, kSentencePieceSpace.size(), kSentencePieceSpace) == 0) {
+      out += ' ';
+      position += kSentencePieceSpace.size();
+    } else {
+      out += text[position++];
+    }
+  }
+  return out;
+}
 
 std::optional<uint8_t> parse_byte_token(std::string_view piece) {
   auto hex = [](char c) -> int {
@@ -67,18 +79,9 @@ Status initialize_sentencepiece(Tokenizer::State& state) {
         break;
       }
       case TokenType::kNormal:
-      case TokenType::kUndefined: {
-        std::string& text = state.decoded[id];
-        for (size_t position = 0; position < piece.size();) {
-          if (piece.compare(position, kSpaceMarker.size(), kSpaceMarker) == 0) {
-            text += ' ';
-            position += kSpaceMarker.size();
-          } else {
-            text += piece[position++];
-          }
-        }
+      case TokenType::kUndefined:
+        state.decoded[id] = unescape_spaces(piece);
         break;
-      }
       case TokenType::kUserDefined:
       case TokenType::kControl:
       case TokenType::kUnknown:

@@ -17,7 +17,6 @@ namespace {
 constexpr std::string_view kTrainingText =
 #include "folio/model/spm_training_text.inc"
     ;
-constexpr std::string_view kSpaceMarker = "\xe2\x96\x81";  // U+2581, SentencePiece's space
 constexpr int64_t kMaxGeneratedVocabularySize = 1'000'000;
 
 // A word of the training text as a sequence of symbol ids, with how often it occurs.
@@ -61,7 +60,7 @@ class PieceLearner {
         ++position;
       }
       if (position > start) {
-        ++word_counts[std::string(kSpaceMarker) +
+        ++word_counts[std::string(kSentencePieceSpace) +
                       std::string(kTrainingText.substr(start, position - start))];
       }
     }
@@ -167,7 +166,7 @@ std::string filler_piece(int64_t index) {
   for (int64_t n = index + 1; n > 0; n = (n - 1) / 26) {
     letters.insert(letters.begin(), static_cast<char>('a' + (n - 1) % 26));
   }
-  return std::string(kSpaceMarker) + letters;
+  return std::string(kSentencePieceSpace) + letters;
 }
 
 }  // namespace

@@ -10,22 +10,6 @@ namespace folio::model {
 
 namespace {
 
-constexpr std::string_view kSpaceMarker = "\xe2\x96\x81";  // "▁"
-
-std::string unescape_spaces(std::string_view text) {
-  std::string out;
-  out.reserve(text.size());
-  for (size_t position = 0; position < text.size();) {
-    if (text.compare(position, kSpaceMarker.size(), kSpaceMarker) == 0) {
-      out += ' ';
-      position += kSpaceMarker.size();
-    } else {
-      out += text[position++];
-    }
-  }
-  return out;
-}
-
 void index_special_tokens(Tokenizer::State& state) {
   const Vocabulary& vocabulary = state.vocabulary;
   for (size_t id = 0; id < vocabulary.tokens.size(); ++id) {
@@ -95,10 +79,10 @@ std::vector<TokenId> Tokenizer::encode(std::string_view text, const EncodeOption
     switch (vocabulary.model) {
       case TokenizerModel::kSentencePiece:
         escaped.clear();
-        if (vocabulary.add_space_prefix && after_special) escaped += kSpaceMarker;
+        if (vocabulary.add_space_prefix && after_special) escaped += kSentencePieceSpace;
         for (char c : fragment) {
           if (c == ' ') {
-            escaped += kSpaceMarker;
+            escaped += kSentencePieceSpace;
           } else {
             escaped += c;
           }
@@ -207,7 +191,7 @@ Result<std::string> IncrementalDecoder::push(TokenId id) {
     // Pieces already spell spaces as spaces; this catches a "▁" spelled by byte tokens (a
     // vocabulary without a "▁" piece), which SentencePiece decodes as a space too. `text` ends
     // on a character boundary, so no "▁" is split between two pushes.
-    if (text.find(kSpaceMarker) != std::string::npos) text = unescape_spaces(text);
+    if (text.find(kSentencePieceSpace) != std::string::npos) text = unescape_spaces(text);
   }
   if (at_start_ && !text.empty()) {
     at_start_ = false;

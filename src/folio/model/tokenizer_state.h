@@ -63,6 +63,9 @@ Status initialize_byte_level_bpe(Tokenizer::State& state);
 void encode_byte_level_bpe(const Tokenizer::State& state, std::string_view text,
                            std::vector<TokenId>& ids);
 
+// Text with every "▁" turned into a space.
+std::string unescape_spaces(std::string_view text);
+
 // "<0x0A>" -> 0x0A; nullopt for any other text.
 std::optional<uint8_t> parse_byte_token(std::string_view piece);
 
