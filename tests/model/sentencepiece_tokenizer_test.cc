@@ -2,13 +2,17 @@
 // ../shared/data is present) and with a tiny vocabulary whose merges are worked out by hand;
 // round trips of every kind of text; special tokens; streaming decode.
 #include <filesystem>
+#include <map>
+#include <unordered_map>
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include "folio/model/deterministic_random.h"
 #include "folio/model/gguf_file.h"
 #include "folio/model/spm_vocabulary_builder.h"
 #include "folio/model/tokenizer.h"
+#include "folio/model/unicode.h"
 #include "model_test_util.h"
 
 namespace folio::model {
@@ -225,6 +229,112 @@ TEST(SentencePieceTokenizerTest, LargerGeneratedVocabulariesCompressEnglishMore)
   }
   // With every learned piece, each word of the training text is one piece.
   EXPECT_LE(previous, 13u);
+}
+
+// An independent, deliberately naive SentencePiece encoder: rescan every adjacent pair after
+// each merge and merge the best (highest score, leftmost). Quadratic, obviously right.
+class NaiveSentencePiece {
+ public:
+  explicit NaiveSentencePiece(const Vocabulary& vocabulary) : vocabulary_(vocabulary) {
+    for (TokenId id = 0; id < vocabulary.size(); ++id) {
+      const std::string& piece = vocabulary.tokens[id];
+      if (vocabulary.types[id] == TokenType::kNormal) pieces_.emplace(piece, id);
+      if (vocabulary.types[id] == TokenType::kByte) {
+        bytes_[static_cast<uint8_t>(std::stoi(piece.substr(3, 2), nullptr, 16))] = id;
+      }
+    }
+  }
+
+  std::vector<TokenId> encode(std::string_view text) const {
+    if (text.empty()) return {};  // no fragment, so no space prefix either
+    const std::string space = "\xe2\x96\x81";
+    std::string escaped = space;
+    for (char c : text) escaped += c == ' ' ? space : std::string(1, c);
+    std::vector<std::string> symbols;
+    for (std::string_view character : split_utf8_characters(escaped)) {
+      symbols.emplace_back(character);
+    }
+    while (true) {
+      size_t best = symbols.size();
+      float best_score = 0;
+      for (size_t i = 0; i + 1 < symbols.size(); ++i) {
+        const auto it = pieces_.find(symbols[i] + symbols[i + 1]);
+        if (it == pieces_.end()) continue;
+        const float score = vocabulary_.scores[it->second];
+        if (best == symbols.size() || score > best_score) {
+          best = i;
+          best_score = score;
+        }
+      }
+      if (best == symbols.size()) break;
+      symbols[best] += symbols[best + 1];
+      symbols.erase(symbols.begin() + best + 1);
+    }
+    std::vector<TokenId> ids;
+    for (const std::string& symbol : symbols) {
+      if (auto it = pieces_.find(symbol); it != pieces_.end()) {
+        ids.push_back(it->second);
+      } else {
+        for (char byte : symbol) ids.push_back(bytes_.at(static_cast<uint8_t>(byte)));
+      }
+    }
+    return ids;
+  }
+
+ private:
+  const Vocabulary& vocabulary_;
+  std::unordered_map<std::string, TokenId> pieces_;
+  std::map<uint8_t, TokenId> bytes_;
+};
+
+std::string random_text(Xoshiro256& random) {
+  static const std::string alphabet[] = {"a",
+                                         "e",
+                                         "t",
+                                         "h",
+                                         "o",
+                                         "n",
+                                         "s",
+                                         "r",
+                                         "i",
+                                         "l",
+                                         " ",
+                                         " ",
+                                         "  ",
+                                         ".",
+                                         ",",
+                                         "T",
+                                         "\n",
+                                         "the",
+                                         " the",
+                                         "ing",
+                                         "\xc3\xa9",
+                                         "\xe6\x88\x91",
+                                         "\xf0\x9f\xa6\x99",
+                                         "\xff",
+                                         "\xe4\xb8",
+                                         "\xe2\x96\x81"};
+  std::string text;
+  const int length = static_cast<int>(random.next() % 40);
+  for (int i = 0; i < length; ++i) text += alphabet[random.next() % std::size(alphabet)];
+  return text;
+}
+
+TEST(SentencePieceTokenizerTest, MatchesANaiveReferenceOnRandomText) {
+  std::vector<Vocabulary> vocabularies = {tiny_vocabulary(), *build_llama_vocabulary(32000)};
+  if (std::filesystem::exists(kLlamaVocabularyPath)) {
+    vocabularies.push_back(*read_vocabulary(*GgufFile::open(kLlamaVocabularyPath)));
+  }
+  Xoshiro256 random(99);
+  for (const Vocabulary& vocabulary : vocabularies) {
+    const Tokenizer tokenizer = *Tokenizer::from_vocabulary(vocabulary);
+    const NaiveSentencePiece naive(vocabulary);
+    for (int trial = 0; trial < 300; ++trial) {
+      const std::string text = random_text(random);
+      ASSERT_EQ(tokenizer.encode(text, {.add_special = false}), naive.encode(text))
+          << vocabulary.size() << " tokens: '" << text << "'";
+    }
+  }
 }
 
 TEST(SentencePieceTokenizerTest, VocabulariesThatCannotSpellAByteAreRejected) {
