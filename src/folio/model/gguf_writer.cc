@@ -154,7 +154,9 @@ Status GgufWriter::add_tensor_bytes(std::string name, DType dtype, std::vector<i
   auto shared = std::make_shared<const std::vector<std::byte>>(std::move(bytes));
   FOLIO_RETURN_IF_ERROR(add_tensor(
       std::move(name), dtype, std::move(dimensions), [shared](std::span<std::byte> destination) {
-        std::memcpy(destination.data(), shared->data(), destination.size());
+        if (!destination.empty()) {
+          std::memcpy(destination.data(), shared->data(), destination.size());
+        }
         return Status();
       }));
   if (tensors_.back().byte_size != shared->size()) {

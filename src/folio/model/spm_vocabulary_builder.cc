@@ -17,7 +17,6 @@ namespace {
 constexpr std::string_view kTrainingText =
 #include "folio/model/spm_training_text.inc"
     ;
-constexpr std::string_view kSpaceMarker = "\xe2\x96\x81";  // U+2581, SentencePiece's space
 constexpr int64_t kMaxGeneratedVocabularySize = 1'000'000;
 
 // A word of the training text as a sequence of symbol ids, with how often it occurs.
@@ -32,15 +31,13 @@ uint64_t pair_key(int32_t left, int32_t right) {
 
 // Byte-pair learning over the words of the training text. `pieces` receives every distinct
 // character (most frequent first, ties by byte order) and then every new string each merge
-// makes, in order, until `max_pieces` pieces exist or nothing is left to merge.
+// makes, in order, until every word is a single symbol.
 class PieceLearner {
  public:
-  std::vector<std::string> learn(size_t max_pieces) {
+  std::vector<std::string> learn() {
     split_words();
-    while (pieces_.size() < max_pieces) {
-      if (!merge_best_pair()) break;
+    while (merge_best_pair()) {
     }
-    if (pieces_.size() > max_pieces) pieces_.resize(max_pieces);
     return std::move(pieces_);
   }
 
@@ -63,7 +60,7 @@ class PieceLearner {
         ++position;
       }
       if (position > start) {
-        ++word_counts[std::string(kSpaceMarker) +
+        ++word_counts[std::string(kSentencePieceSpace) +
                       std::string(kTrainingText.substr(start, position - start))];
       }
     }
@@ -94,7 +91,8 @@ class PieceLearner {
 
   // The most frequent adjacent pair; ties go to the smaller (left, right) strings.
   bool merge_best_pair() {
-    std::unordered_map<uint64_t, int64_t> pair_counts;
+    std::unordered_map<uint64_t, int64_t>& pair_counts = pair_counts_;
+    pair_counts.clear();  // keeps its buckets between merges
     for (const Word& word : words_) {
       for (size_t i = 0; i + 1 < word.symbols.size(); ++i) {
         pair_counts[pair_key(word.symbols[i], word.symbols[i + 1])] += word.count;
@@ -116,6 +114,7 @@ class PieceLearner {
     const int32_t merged_id = symbol_id(merged);
     if (is_new) pieces_.push_back(merged);
     for (Word& word : words_) {
+      if (!contains_pair(word, left, right)) continue;
       std::vector<int32_t> rewritten;
       rewritten.reserve(word.symbols.size());
       for (size_t i = 0; i < word.symbols.size(); ++i) {
@@ -132,6 +131,13 @@ class PieceLearner {
     return true;
   }
 
+  static bool contains_pair(const Word& word, int32_t left, int32_t right) {
+    for (size_t i = 0; i + 1 < word.symbols.size(); ++i) {
+      if (word.symbols[i] == left && word.symbols[i + 1] == right) return true;
+    }
+    return false;
+  }
+
   bool pair_less(uint64_t a, uint64_t b) const {
     const auto a_left = static_cast<int32_t>(a >> 32), b_left = static_cast<int32_t>(b >> 32);
     const auto a_right = static_cast<int32_t>(a & 0xffffffffu);
@@ -144,7 +150,15 @@ class PieceLearner {
   std::unordered_map<std::string, int32_t> symbol_ids_;
   std::vector<Word> words_;
   std::vector<std::string> pieces_;
+  std::unordered_map<uint64_t, int64_t> pair_counts_;
 };
+
+// Every piece the embedded text yields, learned once per process (the text never changes; a
+// smaller vocabulary takes a prefix).
+const std::vector<std::string>& all_learned_pieces() {
+  static const std::vector<std::string> pieces = PieceLearner().learn();
+  return pieces;
+}
 
 // "▁" followed by the index-th string of the bijective base-26 sequence a..z, aa..zz, aaa...
 std::string filler_piece(int64_t index) {
@@ -152,13 +166,13 @@ std::string filler_piece(int64_t index) {
   for (int64_t n = index + 1; n > 0; n = (n - 1) / 26) {
     letters.insert(letters.begin(), static_cast<char>('a' + (n - 1) % 26));
   }
-  return std::string(kSpaceMarker) + letters;
+  return std::string(kSentencePieceSpace) + letters;
 }
 
 }  // namespace
 
 int64_t learned_piece_count() {
-  return static_cast<int64_t>(PieceLearner().learn(kMaxGeneratedVocabularySize).size());
+  return static_cast<int64_t>(all_learned_pieces().size());
 }
 
 Result<Vocabulary> build_llama_vocabulary(int64_t vocabulary_size) {
@@ -189,7 +203,9 @@ Result<Vocabulary> build_llama_vocabulary(int64_t vocabulary_size) {
     add(fmt::format("<0x{:02X}>", byte), 0.0f, TokenType::kByte);
 
   const auto piece_budget = static_cast<size_t>(vocabulary_size - kMinGeneratedVocabularySize);
-  std::vector<std::string> pieces = PieceLearner().learn(piece_budget);
+  const std::vector<std::string>& learned = all_learned_pieces();
+  std::vector<std::string> pieces(learned.begin(),
+                                  learned.begin() + std::min(learned.size(), piece_budget));
   std::set<std::string, std::less<>> taken(pieces.begin(), pieces.end());
   for (int64_t filler = 0; pieces.size() < piece_budget; ++filler) {
     std::string piece = filler_piece(filler);

@@ -10,8 +10,6 @@ namespace folio::model {
 
 namespace {
 
-constexpr std::string_view kSpaceMarker = "\xe2\x96\x81";  // "▁"
-
 void index_special_tokens(Tokenizer::State& state) {
   const Vocabulary& vocabulary = state.vocabulary;
   for (size_t id = 0; id < vocabulary.tokens.size(); ++id) {
@@ -81,10 +79,10 @@ std::vector<TokenId> Tokenizer::encode(std::string_view text, const EncodeOption
     switch (vocabulary.model) {
       case TokenizerModel::kSentencePiece:
         escaped.clear();
-        if (vocabulary.add_space_prefix && after_special) escaped += kSpaceMarker;
+        if (vocabulary.add_space_prefix && after_special) escaped += kSentencePieceSpace;
         for (char c : fragment) {
           if (c == ' ') {
-            escaped += kSpaceMarker;
+            escaped += kSentencePieceSpace;
           } else {
             escaped += c;
           }
@@ -184,18 +182,24 @@ std::optional<TokenId> Tokenizer::eos() const {
 
 Result<std::string> IncrementalDecoder::push(TokenId id) {
   FOLIO_ASSIGN_OR_RETURN(std::string bytes, tokenizer_->token_bytes(id, options_.render_special));
-  if (at_start_ && !bytes.empty()) {
-    at_start_ = false;
-    const Vocabulary& vocabulary = tokenizer_->vocabulary();
-    if (options_.strip_leading_space && vocabulary.model == TokenizerModel::kSentencePiece &&
-        vocabulary.add_space_prefix && bytes[0] == ' ') {
-      bytes.erase(0, 1);
-    }
-  }
   pending_ += bytes;
   const size_t complete = complete_utf8_prefix_length(pending_);
   std::string text = pending_.substr(0, complete);
   pending_.erase(0, complete);
+  const Vocabulary& vocabulary = tokenizer_->vocabulary();
+  if (vocabulary.model == TokenizerModel::kSentencePiece) {
+    // Pieces already spell spaces as spaces; this catches a "▁" spelled by byte tokens (a
+    // vocabulary without a "▁" piece), which SentencePiece decodes as a space too. `text` ends
+    // on a character boundary, so no "▁" is split between two pushes.
+    if (text.find(kSentencePieceSpace) != std::string::npos) text = unescape_spaces(text);
+  }
+  if (at_start_ && !text.empty()) {
+    at_start_ = false;
+    if (options_.strip_leading_space && vocabulary.model == TokenizerModel::kSentencePiece &&
+        vocabulary.add_space_prefix && text[0] == ' ') {
+      text.erase(0, 1);
+    }
+  }
   return text;
 }
 

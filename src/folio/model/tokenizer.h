@@ -20,12 +20,12 @@
 // token by accident (llama.cpp would, for vocabularies that spell such tokens with mergeable
 // text; for real vocabularies the two agree).
 //
-// Decoding: a normal SentencePiece piece with "▁" as spaces; a normal byte-level piece mapped
-// back to bytes; a byte token its byte; a user-defined token its text; control and unknown
-// tokens their text only when render_special is set; unused tokens nothing. decode strips the
-// space SentencePiece's prefix added. A token's bytes may end inside a UTF-8 character (byte
-// tokens, byte-level pieces): token_bytes exposes that, and IncrementalDecoder holds such bytes
-// back until the character completes, for streaming.
+// Decoding: a normal byte-level piece mapped back to bytes; a byte token its byte; a
+// user-defined token its text; control and unknown tokens their text only when render_special
+// is set; unused tokens nothing; SentencePiece output has every "▁" turned into a space (also
+// one spelled by byte tokens), and decode strips the space SentencePiece's prefix added. A token's
+// bytes may end inside a UTF-8 character (byte tokens, byte-level pieces): token_bytes exposes
+// that, and IncrementalDecoder holds such bytes back until the character completes, for streaming.
 //
 // decode(encode(text)) == text for any bytes when parse_special is false, except that a
 // SentencePiece vocabulary decodes a literal "▁" in the input as a space.
@@ -116,7 +116,7 @@ class IncrementalDecoder {
   const Tokenizer* tokenizer_;
   DecodeOptions options_;
   std::string pending_;
-  bool at_start_ = true;  // no byte emitted or held yet: a leading space may still be stripped
+  bool at_start_ = true;  // nothing emitted yet: a leading space may still be stripped
 };
 
 }  // namespace folio::model

@@ -7,6 +7,7 @@
 #include <string>
 #include <string_view>
 #include <unordered_map>
+#include <unordered_set>
 #include <utility>
 #include <vector>
 
@@ -37,6 +38,9 @@ struct Tokenizer::State {
   std::vector<std::string> decoded;  // each token's bytes, special tokens' as rendered text
   // Special tokens by their text's first byte, longest text first.
   std::array<std::vector<SpecialToken>, 256> specials_by_first_byte;
+  // SentencePiece: every pair of characters adjacent inside some normal piece, as
+  // (first << 32 | second) with code points, or 0x110000 + byte for an invalid byte.
+  std::unordered_set<uint64_t> piece_character_pairs;
   // Byte-level BPE: rank of each merge (left, right), lower merges first.
   std::unordered_map<std::pair<std::string_view, std::string_view>, int32_t, PiecePairHash>
       merge_ranks;
@@ -62,6 +66,9 @@ Status initialize_byte_level_bpe(Tokenizer::State& state);
 // Encodes one fragment: pre-tokenizes it, then merges within each word.
 void encode_byte_level_bpe(const Tokenizer::State& state, std::string_view text,
                            std::vector<TokenId>& ids);
+
+// Text with every "▁" turned into a space.
+std::string unescape_spaces(std::string_view text);
 
 // "<0x0A>" -> 0x0A; nullopt for any other text.
 std::optional<uint8_t> parse_byte_token(std::string_view piece);

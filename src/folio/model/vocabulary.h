@@ -30,6 +30,9 @@ class GgufWriter;
 
 using TokenId = int32_t;
 
+// U+2581 LOWER ONE EIGHTH BLOCK: how SentencePiece pieces spell a space.
+inline constexpr std::string_view kSentencePieceSpace = "\xe2\x96\x81";
+
 // llama.cpp's token types (tokenizer.ggml.token_type).
 enum class TokenType : int32_t {
   kUndefined = 0,  // decoded like kNormal
