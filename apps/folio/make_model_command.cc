@@ -64,7 +64,8 @@ Result<model::LlamaShape> shape_from(const MakeModelOptions& options) {
   }
   shape.architecture = *architecture;
   std::optional<DType> dtype = dtype_from_name(options.dtype);
-  if (!dtype) return invalid_argument("unknown dtype '{}': use f32, f16, bf16, q8_0 or q4_0", options.dtype);
+  if (!dtype)
+    return invalid_argument("unknown dtype '{}': use f32, f16, bf16, q8_0 or q4_0", options.dtype);
   shape.weight_dtype = *dtype;
   shape.tie_embeddings = options.tie_embeddings;
   auto override_with = [](int64_t value, int64_t& field) {
