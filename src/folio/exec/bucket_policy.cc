@@ -1,5 +1,6 @@
 #include "folio/exec/bucket_policy.h"
 
+#include <algorithm>
 #include <charconv>
 
 namespace folio::exec {
@@ -28,6 +29,15 @@ BucketPolicy::BucketPolicy(std::vector<int32_t> ladder) : ladder_(std::move(ladd
     while (ladder_[bucket] < count) ++bucket;
     padded_by_count_[static_cast<size_t>(count)] = ladder_[bucket];
   }
+}
+
+int32_t BucketPolicy::max_padding() const {
+  // The worst count is one above the previous bucket (or 1 for the first).
+  int32_t padding = ladder_.front() - 1;
+  for (size_t i = 1; i < ladder_.size(); ++i) {
+    padding = std::max(padding, ladder_[i] - ladder_[i - 1] - 1);
+  }
+  return padding;
 }
 
 Result<BucketPolicy> BucketPolicy::create(std::vector<int32_t> ladder) {

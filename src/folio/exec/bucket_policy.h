@@ -52,6 +52,8 @@ class BucketPolicy {
   }
 
   int32_t largest() const { return ladder_.back(); }
+  // The most padding tokens any count gets (padded_size(n) - n, maximized over n).
+  int32_t max_padding() const;
   const std::vector<int32_t>& ladder() const { return ladder_; }
 
  private:

@@ -1,0 +1,253 @@
+#include "folio/exec/executor.h"
+
+#include <algorithm>
+#include <chrono>
+#include <limits>
+
+#include "folio/base/log.h"
+#include "folio/exec/eager_runner.h"
+
+namespace folio::exec {
+namespace {
+
+constexpr size_t kMaxEagerGraphs = 16;
+
+// The vocabulary size the step's token ids are checked against: rows of the embedding table.
+int64_t vocab_of(const ir::Graph& graph) {
+  for (const ir::Op& op : graph.ops()) {
+    if (op.kind == ir::OpKind::kEmbedding) {
+      return graph.tensor(op.inputs[static_cast<size_t>(ir::embedding_input::kTable)]).shape[0];
+    }
+  }
+  return std::numeric_limits<int32_t>::max();
+}
+
+Status check_options(const ExecutorOptions& options, const BucketPolicy& policy,
+                     const KvCacheBinding& kv_cache) {
+  if (options.max_sequences <= 0) {
+    return invalid_argument("executor '{}': max_sequences must be positive", options.name);
+  }
+  if (options.max_num_tokens != 0 && options.max_num_tokens < policy.largest()) {
+    return invalid_argument("executor '{}': max_num_tokens {} is below the largest bucket {}",
+                            options.name, options.max_num_tokens, policy.largest());
+  }
+  const int64_t dummy_slots = int64_t{options.num_dummy_blocks} * kv_cache.layout.block_size;
+  if (policy.max_padding() > dummy_slots) {
+    return invalid_argument(
+        "executor '{}': the bucket ladder pads up to {} tokens but the {} padding blocks hold "
+        "{} slots; reserve more padding blocks or use a finer ladder",
+        options.name, policy.max_padding(), options.num_dummy_blocks, dummy_slots);
+  }
+  return Status();
+}
+
+}  // namespace
+
+Executor::Executor(GraphFactory factory, const ExecutorResources& resources,
+                   ExecutorOptions options, BucketPolicy policy)
+    : factory_(std::move(factory)),
+      pool_(resources.pool),
+      arena_(resources.arena),
+      weights_(resources.weights),
+      kv_cache_(resources.kv_cache),
+      options_(std::move(options)),
+      policy_(std::move(policy)),
+      stream_(resources.pool) {}
+
+Result<std::unique_ptr<Executor>> Executor::create(GraphFactory factory,
+                                                   const ExecutorResources& resources,
+                                                   ExecutorOptions options) {
+  FOLIO_ASSIGN_OR_RETURN(BucketPolicy policy, BucketPolicy::create(options.bucket_ladder));
+  FOLIO_RETURN_IF_ERROR(check_options(options, policy, resources.kv_cache));
+  FOLIO_RETURN_IF_ERROR(resources.kv_cache.layout.validate());
+  std::unique_ptr<Executor> executor(
+      new Executor(std::move(factory), resources, std::move(options), std::move(policy)));
+  FOLIO_RETURN_IF_ERROR(executor->initialize());
+  return executor;
+}
+
+Status Executor::initialize() {
+  limits_.max_tokens = options_.max_num_tokens == 0 ? policy_.largest() : options_.max_num_tokens;
+  limits_.max_sequences = options_.max_sequences;
+  limits_.max_logit_rows =
+      options_.max_logit_rows == 0 ? options_.max_sequences : options_.max_logit_rows;
+  limits_.max_blocks_per_sequence = 0;  // from the graph below
+  limits_.num_kv_blocks = kv_cache_.num_blocks;
+  limits_.block_size = kv_cache_.layout.block_size;
+  limits_.first_dummy_block = options_.first_dummy_block;
+  limits_.num_dummy_blocks = options_.num_dummy_blocks;
+
+  // The largest bucket's graph sizes what must be known before the first capture.
+  const StepShape largest = shape_for(policy_.largest(), StepPhase::kDecode);
+  Result<ir::Graph> graph = factory_(largest);
+  if (!graph.ok()) return graph.status().with_context("building the largest bucket's graph");
+  vocab_ = vocab_of(*graph);
+  limits_.vocab_size = vocab_;
+  if (const std::optional<ir::TensorId> tables = graph->find_tensor(kInputBlockTables)) {
+    limits_.max_blocks_per_sequence = static_cast<int32_t>(graph->tensor(*tables).shape[1]);
+  } else {
+    limits_.max_blocks_per_sequence = 1;
+  }
+  FOLIO_ASSIGN_OR_RETURN(inputs_, PersistentInputs::create(limits_));
+  validation_scratch_.reserve(static_cast<size_t>(limits_.max_tokens));  // steps never allocate
+  const std::optional<ir::TensorId> logits = graph->find_tensor(kOutputLogits);
+  if (!logits || graph->tensor(*logits).residency != ir::Residency::kOutput) {
+    return invalid_argument("the step graph has no output named '{}'", kOutputLogits);
+  }
+  const PrepareContext context{weights_, kv_cache_, *inputs_, pool_.num_threads()};
+  FOLIO_ASSIGN_OR_RETURN(std::unique_ptr<PreparedGraph> prepared,
+                         PreparedGraph::prepare(std::move(graph).value(), context));
+  FOLIO_RETURN_IF_ERROR(output_addresses(prepared->graph(), persistent_outputs_, true).status());
+  FOLIO_ASSIGN_OR_RETURN(cache_, GraphCache::create(options_.metrics, options_.name));
+  arena_.attach();
+  attached_ = true;
+  return Status();
+}
+
+Executor::~Executor() {
+  cache_.reset();  // programs first: they hold views of the arena
+  if (attached_) arena_.detach();
+}
+
+StepShape Executor::shape_for(int32_t num_tokens, StepPhase phase) const {
+  const int32_t tokens = policy_.padded_size(num_tokens).value_or(num_tokens);
+  const int32_t max_logit_rows =
+      options_.max_logit_rows == 0 ? options_.max_sequences : options_.max_logit_rows;
+  return StepShape{tokens, std::min(tokens, options_.max_sequences),
+                   std::min(tokens, max_logit_rows), phase};
+}
+
+Result<std::unique_ptr<PreparedGraph>> Executor::prepare(const StepShape& shape) {
+  Result<ir::Graph> graph = factory_(shape);
+  if (!graph.ok()) {
+    return graph.status().with_context(fmt::format("building the step graph for {} tokens ({})",
+                                                   shape.num_tokens, step_phase_name(shape.phase)));
+  }
+  const PrepareContext context{weights_, kv_cache_, *inputs_, pool_.num_threads()};
+  return PreparedGraph::prepare(std::move(graph).value(), context);
+}
+
+Result<std::vector<std::byte*>> Executor::output_addresses(
+    const ir::Graph& graph, std::unordered_map<std::string, HostBuffer>& buffers, bool grow) {
+  std::vector<std::byte*> addresses(static_cast<size_t>(graph.num_tensors()), nullptr);
+  for (const ir::TensorInfo& tensor : graph.tensors()) {
+    if (tensor.residency != ir::Residency::kOutput) continue;
+    HostBuffer& buffer = buffers[tensor.name];
+    const auto bytes = static_cast<size_t>(tensor.bytes());
+    if (buffer.size() < bytes) {
+      if (!grow) {
+        return invalid_argument(
+            "output '{}' needs {} bytes but its persistent buffer, sized for the largest bucket, "
+            "has {}",
+            tensor.name, bytes, buffer.size());
+      }
+      buffer = HostBuffer(bytes);
+    }
+    addresses[static_cast<size_t>(tensor.id.value())] = buffer.data();
+  }
+  return addresses;
+}
+
+Result<const Program*> Executor::capture(const StepShape& shape) {
+  FOLIO_ASSIGN_OR_RETURN(std::unique_ptr<PreparedGraph> prepared, prepare(shape));
+  FOLIO_ASSIGN_OR_RETURN(const std::vector<std::byte*> outputs,
+                         output_addresses(prepared->graph(), persistent_outputs_, false));
+  CaptureOptions capture_options;
+  capture_options.kind =
+      shape.phase == StepPhase::kDecode ? ProgramKind::kFullGraph : ProgramKind::kPiecewise;
+  capture_options.capture_lengths_by_value_for_testing =
+      options_.capture_lengths_by_value_for_testing;
+  FOLIO_ASSIGN_OR_RETURN(
+      std::unique_ptr<Program> program,
+      capture_program(std::move(prepared), arena_, outputs, stream_, capture_options));
+  cache_->record_capture(program->capture_seconds());
+  return cache_->insert(BucketKey{shape.num_tokens, shape.phase}, std::move(program));
+}
+
+Status Executor::run_eagerly(const StepShape& shape, StepOutput& output) {
+  auto found = eager_graphs_.find(shape);
+  if (found == eager_graphs_.end()) {
+    if (eager_graphs_.size() >= kMaxEagerGraphs) eager_graphs_.clear();
+    FOLIO_ASSIGN_OR_RETURN(std::unique_ptr<PreparedGraph> prepared, prepare(shape));
+    found = eager_graphs_.emplace(shape, std::move(prepared)).first;
+  }
+  const PreparedGraph& graph = *found->second;
+  FOLIO_ASSIGN_OR_RETURN(const std::vector<std::byte*> outputs,
+                         output_addresses(graph.graph(), eager_outputs_, true));
+  FOLIO_RETURN_IF_ERROR(run_eager(graph, outputs, stream_));
+  FOLIO_ASSIGN_OR_RETURN(output.logits, logits_of(eager_outputs_, output.num_rows));
+  return Status();
+}
+
+Result<std::span<const float>> Executor::logits_of(
+    const std::unordered_map<std::string, HostBuffer>& buffers, int32_t rows) {
+  const auto found = buffers.find(std::string(kOutputLogits));
+  FOLIO_CHECK(found != buffers.end(), "no logits buffer");
+  return std::span<const float>(found->second.as<const float>(),
+                                static_cast<size_t>(int64_t{rows} * vocab_));
+}
+
+Result<StepOutput> Executor::execute(const StepInputs& step) {
+  FOLIO_RETURN_IF_ERROR(validate_step(step, limits_, validation_scratch_));
+  const int32_t tokens = step.num_tokens();
+  const bool above_ladder = tokens > policy_.largest();
+  StepOutput output;
+  output.shape = shape_for(tokens, step.phase());
+  output.num_rows = step.num_logit_rows();
+  output.vocab = vocab_;
+  inputs_->write(step, output.shape);
+  cache_->record_tokens(tokens, output.shape.num_tokens - tokens);
+  if (above_ladder || options_.mode == ExecutionMode::kEager) {
+    if (above_ladder) cache_->record_eager_fallback();
+    output.path = above_ladder ? StepPath::kEagerFallback : StepPath::kEager;
+    FOLIO_RETURN_IF_ERROR(run_eagerly(output.shape, output));
+    return output;
+  }
+  const BucketKey key{output.shape.num_tokens, output.shape.phase};
+  const Program* program = cache_->find(key);
+  output.path = StepPath::kReplayed;
+  if (program != nullptr) {
+    cache_->record_hit();
+  } else {
+    cache_->record_miss();
+    Result<const Program*> captured = capture(output.shape);
+    if (!captured.ok() && captured.status().code() == StatusCode::kResourceExhausted) {
+      // No memory for the arena right now: this step runs eagerly, a later one retries.
+      log::debug("executor '{}': {}; running eagerly", options_.name,
+                 captured.status().to_string());
+      cache_->record_capture_failure();
+      output.path = StepPath::kEagerFallback;
+      FOLIO_RETURN_IF_ERROR(run_eagerly(output.shape, output));
+      return output;
+    }
+    FOLIO_ASSIGN_OR_RETURN(program, std::move(captured));
+    output.path = StepPath::kCapturedAndReplayed;
+  }
+  {
+    const ArenaReplayLock lock = arena_.lock_for_replay();
+    program->replay(stream_, lock);
+  }
+  FOLIO_ASSIGN_OR_RETURN(output.logits, logits_of(persistent_outputs_, output.num_rows));
+  return output;
+}
+
+Result<int32_t> Executor::precapture(std::span<const StepPhase> phases,
+                                     double time_budget_seconds) {
+  const auto start = std::chrono::steady_clock::now();
+  int32_t captured = 0;
+  std::vector<int32_t> sizes = policy_.ladder();
+  std::reverse(sizes.begin(), sizes.end());  // largest first: the arena reaches its size at once
+  for (int32_t size : sizes) {
+    for (StepPhase phase : phases) {
+      const double elapsed =
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      if (elapsed >= time_budget_seconds) return captured;
+      if (cache_->find(BucketKey{size, phase}) != nullptr) continue;
+      FOLIO_RETURN_IF_ERROR(capture(shape_for(size, phase)).status());
+      ++captured;
+    }
+  }
+  return captured;
+}
+
+}  // namespace folio::exec

@@ -1,0 +1,124 @@
+// MultiShapeArena: the activation memory of captured programs (seed 000 §4.2.2). Every capture
+// gets a fresh virtual view (a reserved address range of its own) onto one shared physical
+// arena, so each program keeps stable addresses of its own while all of them share physical
+// memory: physical bytes are the largest view (rounded up to the source's granule), virtual
+// bytes grow by one view per capture, and a new capture never remaps or moves an existing view.
+//
+// Sharing physical memory is safe only because programs never run at the same time and never
+// read what an earlier replay left in the arena (nothing persistent lives there). The first is
+// enforced here, not assumed: replaying requires an ArenaReplayLock, which only
+// lock_for_replay() makes, and the lock serializes replays of every program on this arena (two
+// executors sharing an arena, two threads, one at a time).
+//
+// kPrivatePerView is the baseline the design improves on: each view gets physical memory of
+// its own, so physical bytes are the sum of the views (what a per-capture memory pool costs).
+//
+// Lifetime: views live until the arena is destroyed (captured programs hold their addresses).
+// Users (executors) attach() and detach(); destroying an arena with users attached aborts.
+//
+// Thread-safety: every method may be called from any thread. state_mutex_ guards the views and
+// the source; replay_mutex_ is the replay lock. create_view never takes replay_mutex_: a new
+// view maps memory that existing programs may be using, but writes nothing to it.
+#pragma once
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <vector>
+
+#include "folio/base/result.h"
+#include "folio/exec/arena_memory.h"
+
+namespace folio::exec {
+
+enum class ArenaSharing : uint8_t {
+  kShared,          // every view maps the same physical memory from offset 0
+  kPrivatePerView,  // baseline: every view has physical memory of its own
+};
+
+// One capture's view: [base, base + bytes), valid for the arena's lifetime.
+struct ArenaView {
+  std::byte* base = nullptr;
+  size_t bytes = 0;
+  int32_t index = -1;
+};
+
+class MultiShapeArena;
+
+// Proof that the holder has the arena's replay lock. Movable, not copyable.
+class ArenaReplayLock {
+ public:
+  const MultiShapeArena* arena() const { return arena_; }
+
+ private:
+  friend class MultiShapeArena;
+  ArenaReplayLock(std::unique_lock<std::mutex> lock, const MultiShapeArena* arena)
+      : lock_(std::move(lock)), arena_(arena) {}
+
+  std::unique_lock<std::mutex> lock_;
+  const MultiShapeArena* arena_;
+};
+
+struct ArenaStats {
+  int32_t num_views = 0;
+  size_t physical_bytes = 0;  // acquired from the source (the arena's own count)
+  size_t virtual_bytes = 0;   // sum of the views
+  size_t largest_view_bytes = 0;
+  int64_t replays = 0;
+};
+
+class MultiShapeArena {
+ public:
+  static std::unique_ptr<MultiShapeArena> create(std::unique_ptr<ArenaMemorySource> source,
+                                                 ArenaSharing sharing = ArenaSharing::kShared);
+  // Releases every view, then the memory. Requires: no user attached.
+  ~MultiShapeArena();
+  MultiShapeArena(const MultiShapeArena&) = delete;
+  MultiShapeArena& operator=(const MultiShapeArena&) = delete;
+
+  // A fresh view of `bytes` (rounded up to the granule; 0 gives an empty view with a null
+  // base). In kShared mode the physical arena first grows to the view's size. Errors: the
+  // source's (kResourceExhausted when its memory is short) or the VirtualMemory's; a failure
+  // leaves every existing view untouched, and memory already acquired is kept for later views.
+  Result<ArenaView> create_view(size_t bytes);
+
+  // Blocks until no other replay on this arena is in flight.
+  ArenaReplayLock lock_for_replay() const;
+
+  ArenaStats stats() const;
+  ArenaSharing sharing() const { return sharing_; }
+  size_t granule() const { return source_->granule(); }
+  // The source's own measurement of the physical bytes held (see arena_memory.h).
+  Result<size_t> measured_physical_bytes() const;
+  std::vector<ArenaView> views() const;
+
+  // Writes pseudo-random bytes through every view (for tests: nothing may depend on what a
+  // previous replay left). Takes the replay lock.
+  void scribble(uint64_t seed);
+
+  void attach();
+  void detach();
+
+ private:
+  MultiShapeArena(std::unique_ptr<ArenaMemorySource> source, ArenaSharing sharing);
+  // Requires: state_mutex_. The runs a new view of `bytes` maps, in order.
+  Result<std::vector<PhysicalRun>> runs_for_view(size_t bytes);
+  // Requires: state_mutex_. Reserves a range and maps `runs` into it, covering `bytes`.
+  Result<ArenaView> map_view(const std::vector<PhysicalRun>& runs, size_t bytes);
+
+  const ArenaSharing sharing_;
+  mutable std::mutex state_mutex_;
+  std::unique_ptr<ArenaMemorySource> source_;  // guarded by state_mutex_
+  std::vector<PhysicalRun> shared_runs_;       // kShared: the physical arena, in view order
+  std::vector<device::AddressRange> ranges_;   // one per non-empty view
+  std::vector<ArenaView> views_;               // guarded by state_mutex_
+  size_t physical_bytes_ = 0;                  // guarded by state_mutex_
+  int32_t users_ = 0;                          // guarded by state_mutex_
+  mutable std::mutex replay_mutex_;
+  // Replay locks handed out. Relaxed: a statistic, publishing nothing.
+  mutable std::atomic<int64_t> replays_{0};
+};
+
+}  // namespace folio::exec

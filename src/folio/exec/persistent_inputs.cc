@@ -1,0 +1,133 @@
+#include "folio/exec/persistent_inputs.h"
+
+#include <algorithm>
+#include <cstring>
+
+namespace folio::exec {
+namespace {
+
+size_t i32_bytes(int64_t count) {
+  return static_cast<size_t>(count) * sizeof(int32_t);
+}
+
+void copy_prefix(const HostBuffer& buffer, std::span<const int32_t> values) {
+  std::memcpy(buffer.data(), values.data(), values.size_bytes());
+}
+
+}  // namespace
+
+PersistentInputs::PersistentInputs(const StepLimits& limits)
+    : limits_(limits),
+      token_ids_(i32_bytes(limits.max_tokens)),
+      positions_(i32_bytes(limits.max_tokens)),
+      slot_mapping_(i32_bytes(limits.max_tokens)),
+      context_lengths_(i32_bytes(limits.max_sequences)),
+      query_start_(i32_bytes(int64_t{limits.max_sequences} + 1)),
+      block_tables_(i32_bytes(int64_t{limits.max_sequences} * limits.max_blocks_per_sequence)),
+      logit_indices_(i32_bytes(limits.max_logit_rows)),
+      num_sequences_(sizeof(int32_t)),
+      num_logit_rows_(sizeof(int32_t)) {}
+
+Result<std::unique_ptr<PersistentInputs>> PersistentInputs::create(const StepLimits& limits) {
+  if (limits.max_tokens <= 0 || limits.max_sequences <= 0 || limits.max_logit_rows <= 0 ||
+      limits.max_blocks_per_sequence <= 0 || limits.block_size <= 0) {
+    return invalid_argument(
+        "persistent inputs need positive limits: max_tokens {}, max_sequences {}, "
+        "max_logit_rows {}, max_blocks_per_sequence {}, block_size {}",
+        limits.max_tokens, limits.max_sequences, limits.max_logit_rows,
+        limits.max_blocks_per_sequence, limits.block_size);
+  }
+  if (limits.num_dummy_blocks <= 0 || limits.first_dummy_block < 0 ||
+      limits.first_dummy_block + limits.num_dummy_blocks > limits.num_kv_blocks) {
+    return invalid_argument(
+        "the padding blocks [{}, {}) must be a non-empty range inside the KV cache's {} blocks",
+        limits.first_dummy_block, limits.first_dummy_block + limits.num_dummy_blocks,
+        limits.num_kv_blocks);
+  }
+  return std::unique_ptr<PersistentInputs>(new PersistentInputs(limits));
+}
+
+void PersistentInputs::write(const StepInputs& step, const StepShape& shape) {
+  const int32_t tokens = step.num_tokens();
+  const int32_t sequences = step.num_sequences();
+  const int32_t rows = step.num_logit_rows();
+  FOLIO_DCHECK(tokens <= shape.num_tokens && shape.num_tokens <= limits_.max_tokens);
+  FOLIO_DCHECK(sequences <= shape.num_sequence_slots &&
+               shape.num_sequence_slots <= limits_.max_sequences);
+  FOLIO_DCHECK(rows <= shape.num_logit_rows && shape.num_logit_rows <= limits_.max_logit_rows);
+
+  copy_prefix(token_ids_, step.token_ids);
+  copy_prefix(positions_, step.positions);
+  copy_prefix(slot_mapping_, step.slot_mapping);
+  copy_prefix(context_lengths_, step.context_lengths);
+  copy_prefix(query_start_, step.query_start);
+  copy_prefix(block_tables_, step.block_tables);
+  copy_prefix(logit_indices_, step.logit_indices);
+  *num_sequences_.as<int32_t>() = sequences;
+  *num_logit_rows_.as<int32_t>() = rows;
+
+  // Padding tokens: distinct slots of the dummy blocks (the executor checked at creation that
+  // no bucket pads more tokens than the dummy blocks hold).
+  const int64_t first_dummy_slot = limits_.first_dummy_block * limits_.block_size;
+  const int64_t dummy_slots = int64_t{limits_.num_dummy_blocks} * limits_.block_size;
+  int32_t* slots = slot_mapping_.as<int32_t>();
+  for (int32_t t = tokens; t < shape.num_tokens; ++t) {
+    token_ids_.as<int32_t>()[t] = 0;
+    positions_.as<int32_t>()[t] = 0;
+    slots[t] = static_cast<int32_t>(first_dummy_slot + (t - tokens) % dummy_slots);
+  }
+  // Padding sequences: empty, starting where the real tokens end.
+  int32_t* starts = query_start_.as<int32_t>();
+  int32_t* tables = block_tables_.as<int32_t>();
+  const int64_t columns = limits_.max_blocks_per_sequence;
+  for (int32_t s = sequences; s < shape.num_sequence_slots; ++s) {
+    context_lengths_.as<int32_t>()[s] = 0;
+    starts[s + 1] = tokens;
+    std::fill(tables + s * columns, tables + (s + 1) * columns,
+              static_cast<int32_t>(limits_.first_dummy_block));
+  }
+  std::fill(logit_indices_.as<int32_t>() + rows,
+            logit_indices_.as<int32_t>() + shape.num_logit_rows, 0);
+}
+
+Result<std::byte*> PersistentInputs::bind(const ir::TensorInfo& tensor) const {
+  if (tensor.dtype != DType::kI32) {
+    return invalid_argument("input '{}' is {}; persistent inputs are i32", tensor.name,
+                            dtype_name(tensor.dtype));
+  }
+  struct Candidate {
+    std::string_view name;
+    const HostBuffer* buffer;
+    int64_t capacity;  // rows of the first dimension
+    int64_t columns;   // 0 for rank 1
+  };
+  const Candidate candidates[] = {
+      {kInputTokenIds, &token_ids_, limits_.max_tokens, 0},
+      {kInputPositions, &positions_, limits_.max_tokens, 0},
+      {kInputSlotMapping, &slot_mapping_, limits_.max_tokens, 0},
+      {kInputSeqLens, &context_lengths_, limits_.max_sequences, 0},
+      {kInputQueryStart, &query_start_, int64_t{limits_.max_sequences} + 1, 0},
+      {kInputBlockTables, &block_tables_, limits_.max_sequences, limits_.max_blocks_per_sequence},
+      {kInputLogitIndices, &logit_indices_, limits_.max_logit_rows, 0},
+  };
+  for (const Candidate& candidate : candidates) {
+    if (tensor.name != candidate.name) continue;
+    const int expected_rank = candidate.columns == 0 ? 1 : 2;
+    const bool fits = tensor.shape.rank == expected_rank && tensor.shape[0] <= candidate.capacity &&
+                      (expected_rank == 1 || tensor.shape[1] == candidate.columns);
+    if (!fits) {
+      return invalid_argument("input '{}' has shape {}; the persistent buffer holds {} rows{}",
+                              tensor.name, tensor.shape.to_string(), candidate.capacity,
+                              candidate.columns == 0
+                                  ? std::string()
+                                  : fmt::format(" of exactly {} columns", candidate.columns));
+    }
+    return candidate.buffer->data();
+  }
+  return invalid_argument(
+      "input '{}' is not a persistent input; expected one of token_ids, positions, slot_mapping, "
+      "seq_lens, query_start_loc, block_tables, logit_indices",
+      tensor.name);
+}
+
+}  // namespace folio::exec

@@ -1,0 +1,187 @@
+#include "folio/exec/prepared_graph.h"
+
+#include <cmath>
+
+#include "folio/kernels/cpu/matmul.h"
+#include "folio/kernels/cpu/rope.h"
+#include "folio/tensor/quantize.h"
+
+namespace folio::exec {
+namespace {
+
+int64_t aligned_workspace(int64_t bytes) {
+  return static_cast<int64_t>(round_up(static_cast<size_t>(bytes), kBufferAlignment));
+}
+
+Status unsupported(const ir::Op& op, std::string_view why) {
+  return invalid_argument("{} '{}': {}", ir::op_kind_name(op.kind), op.name, why);
+}
+
+}  // namespace
+
+std::vector<ir::OpId> program_order(const ir::Graph& graph) {
+  std::vector<ir::OpId> order;
+  order.reserve(static_cast<size_t>(graph.num_ops()));
+  for (int32_t id = 0; id < graph.num_ops(); ++id) order.push_back(ir::OpId(id));
+  return order;
+}
+
+PreparedGraph::PreparedGraph(ir::Graph graph, const PrepareContext& context)
+    : graph_(std::move(graph)),
+      kv_cache_(context.kv_cache),
+      inputs_(context.inputs),
+      num_threads_(context.num_threads) {}
+
+Result<std::unique_ptr<PreparedGraph>> PreparedGraph::prepare(ir::Graph graph,
+                                                              const PrepareContext& context) {
+  if (context.num_threads < 1) {
+    return invalid_argument("num_threads {} must be at least 1", context.num_threads);
+  }
+  std::unique_ptr<PreparedGraph> prepared(new PreparedGraph(std::move(graph), context));
+  FOLIO_ASSIGN_OR_RETURN(prepared->kv_refs_, map_kv_caches(prepared->graph_, context.kv_cache));
+  FOLIO_RETURN_IF_ERROR(prepared->bind_externals(context));
+  prepared->ops_.resize(static_cast<size_t>(prepared->graph_.num_ops()));
+  for (size_t index = 0; index < prepared->ops_.size(); ++index) {
+    FOLIO_RETURN_IF_ERROR(prepared->prepare_op(index));
+  }
+  return prepared;
+}
+
+Status PreparedGraph::bind_externals(const PrepareContext& context) {
+  external_addresses_.assign(static_cast<size_t>(graph_.num_tensors()), nullptr);
+  for (const ir::TensorInfo& tensor : graph_.tensors()) {
+    std::byte*& address = external_addresses_[static_cast<size_t>(tensor.id.value())];
+    switch (tensor.residency) {
+      case ir::Residency::kWeight: {
+        FOLIO_ASSIGN_OR_RETURN(address, bind_weight(tensor, context.weights));
+        break;
+      }
+      case ir::Residency::kInput: {
+        FOLIO_ASSIGN_OR_RETURN(address, context.inputs.bind(tensor));
+        break;
+      }
+      case ir::Residency::kActivation:
+      case ir::Residency::kOutput:
+        if (tensor.dtype != DType::kF32) {
+          return invalid_argument("{} '{}' is {}; the CPU kernels compute in f32",
+                                  ir::residency_name(tensor.residency), tensor.name,
+                                  dtype_name(tensor.dtype));
+        }
+        break;
+      case ir::Residency::kKvCache:
+        break;  // mapped by map_kv_caches
+    }
+  }
+  return Status();
+}
+
+Status PreparedGraph::prepare_op(size_t index) {
+  const ir::Op& op = graph_.ops()[index];
+  PreparedOp& prepared = ops_[index];
+  prepared.op = &op;
+  auto input = [&](int position) -> const ir::TensorInfo& {
+    return graph_.tensor(op.inputs[static_cast<size_t>(position)]);
+  };
+  switch (op.kind) {
+    case ir::OpKind::kEmbedding: {
+      const ir::TensorInfo& table = input(ir::embedding_input::kTable);
+      if (!is_weight_dtype(table.dtype)) {
+        return unsupported(
+            op, fmt::format("table dtype {} has no CPU kernel", dtype_name(table.dtype)));
+      }
+      return Status();
+    }
+    case ir::OpKind::kRmsNorm:
+      if (input(ir::rms_norm_input::kWeight).dtype != DType::kF32) {
+        return unsupported(op, "the CPU kernel takes an f32 weight");
+      }
+      return Status();
+    case ir::OpKind::kMatMul: {
+      const ir::TensorInfo& x = input(ir::matmul_input::kX);
+      const ir::TensorInfo& weight = input(ir::matmul_input::kWeight);
+      if (!is_weight_dtype(weight.dtype)) {
+        return unsupported(
+            op, fmt::format("weight dtype {} has no CPU kernel", dtype_name(weight.dtype)));
+      }
+      if (x.shape[1] % 32 != 0) {
+        return unsupported(op, fmt::format("input features {} are not a multiple of 32, which "
+                                           "the CPU matmul requires",
+                                           x.shape[1]));
+      }
+      if (op.inputs.size() > 2 && input(ir::matmul_input::kBias).dtype != DType::kF32) {
+        return unsupported(op, "the CPU kernel takes an f32 bias");
+      }
+      prepared.workspace_bytes = aligned_workspace(
+          kernels::cpu::matmul_workspace_bytes(weight.dtype, x.shape[0], x.shape[1], num_threads_));
+      return Status();
+    }
+    case ir::OpKind::kAdd:
+    case ir::OpKind::kSwiGlu:
+      return Status();
+    case ir::OpKind::kMul:
+    case ir::OpKind::kSilu:
+      return unsupported(op, "no CPU kernel implements this op kind yet");
+    case ir::OpKind::kRope:
+      return prepare_rope(prepared);
+    case ir::OpKind::kKvCacheWrite:
+      prepared.kv_layer = op.layer;
+      return Status();
+    case ir::OpKind::kPagedAttention:
+      prepared.kv_layer = op.layer;
+      prepared.workspace_bytes = aligned_workspace(
+          kernels::cpu::paged_attention_workspace_bytes(kv_cache_.layout, num_threads_));
+      return Status();
+    case ir::OpKind::kGatherRows:
+      return prepare_gather(prepared);
+  }
+  return unsupported(op, "unknown op kind");
+}
+
+Status PreparedGraph::prepare_rope(PreparedOp& prepared) {
+  const ir::Op& op = *prepared.op;
+  const auto& attributes = std::get<ir::RopeAttributes>(op.attributes);
+  if (attributes.rotary_dim > kernels::cpu::kRopeMaxRotaryDim) {
+    return unsupported(op, fmt::format("rotary_dim {} exceeds the CPU kernel's {}",
+                                       attributes.rotary_dim, kernels::cpu::kRopeMaxRotaryDim));
+  }
+  switch (attributes.scaling.kind) {
+    case ir::RopeScalingKind::kNone:
+      return Status();
+    case ir::RopeScalingKind::kLinear:
+      prepared.rope_position_scale = 1.0f / attributes.scaling.factor;
+      return Status();
+    case ir::RopeScalingKind::kLlama3: {
+      const auto pairs = static_cast<size_t>(attributes.rotary_dim / 2);
+      HostBuffer& factors = constants_.emplace_back(pairs * sizeof(float));
+      const kernels::cpu::Llama3RopeScaling scaling{
+          attributes.scaling.factor, attributes.scaling.low_frequency_factor,
+          attributes.scaling.high_frequency_factor,
+          static_cast<int32_t>(attributes.scaling.original_context_length)};
+      kernels::cpu::llama3_frequency_factors(scaling, attributes.theta,
+                                             static_cast<int32_t>(attributes.rotary_dim),
+                                             factors.as<float>());
+      prepared.rope_frequency_factors = factors.as<float>();
+      return Status();
+    }
+  }
+  return unsupported(op, "unknown RoPE scaling");
+}
+
+Status PreparedGraph::prepare_gather(PreparedOp& prepared) {
+  const ir::Op& op = *prepared.op;
+  const ir::TensorInfo& indices =
+      graph_.tensor(op.inputs[static_cast<size_t>(ir::gather_rows_input::kIndices)]);
+  if (indices.residency == ir::Residency::kInput && indices.name == kInputLogitIndices) {
+    // The real rows change every step: the kernel reads their count at run time and zeroes the
+    // padding rows.
+    prepared.gather_row_count = inputs_.num_logit_rows();
+    return Status();
+  }
+  // Any other index list is used whole.
+  HostBuffer& count = constants_.emplace_back(sizeof(int32_t));
+  *count.as<int32_t>() = static_cast<int32_t>(indices.shape[0]);
+  prepared.gather_row_count = count.as<int32_t>();
+  return Status();
+}
+
+}  // namespace folio::exec

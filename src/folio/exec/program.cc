@@ -1,0 +1,152 @@
+#include "folio/exec/program.h"
+
+#include <chrono>
+#include <cstring>
+
+#include "folio/ir/buffer_plan.h"
+#include "folio/ir/lifetime.h"
+#include "folio/ir/split.h"
+
+namespace folio::exec {
+namespace {
+
+// The arena plan of `graph` in `order`: its activations, plus each op's workspace as a scratch
+// tensor (id num_tensors + position) live only at the op's own position.
+Result<ir::BufferPlan> plan_arena(const PreparedGraph& graph, std::span<const ir::OpId> order) {
+  std::vector<ir::TensorLifetime> lifetimes = ir::analyze_lifetimes(graph.graph(), order);
+  const int32_t num_tensors = graph.graph().num_tensors();
+  for (size_t position = 0; position < order.size(); ++position) {
+    const int64_t bytes = graph.ops()[static_cast<size_t>(order[position].value())].workspace_bytes;
+    if (bytes == 0) continue;
+    const auto at = static_cast<int32_t>(position);
+    lifetimes.push_back(ir::TensorLifetime{ir::TensorId(num_tensors + at), at, at, bytes});
+  }
+  return ir::plan_buffers(lifetimes, ir::BufferPlanOptions{static_cast<int64_t>(kBufferAlignment)});
+}
+
+std::byte* planned_address(const ir::BufferPlan& plan, const ArenaView& view, ir::TensorId id) {
+  const ir::BufferAssignment* assignment = plan.find(id);
+  if (assignment == nullptr) return nullptr;
+  FOLIO_CHECK(static_cast<size_t>(assignment->offset + assignment->size) <= view.bytes,
+              "planned slot [{}, {}) outside the arena view of {} bytes", assignment->offset,
+              assignment->offset + assignment->size, view.bytes);
+  return view.base + assignment->offset;
+}
+
+}  // namespace
+
+void AttentionRunner::run(device::HostStream& stream) const {
+  kernels::cpu::paged_attention(stream, arguments_);
+}
+
+void Program::replay(device::HostStream& stream, const ArenaReplayLock& lock) const {
+  FOLIO_CHECK(lock.arena() == arena_,
+              "program replayed under the replay lock of another arena; replays sharing physical "
+              "memory must be serialized by their own arena's lock");
+  for (const Instruction& instruction : instructions_) {
+    switch (instruction.kind) {
+      case InstructionKind::kGraph:
+        stream.replay(pieces_[static_cast<size_t>(instruction.index)]);
+        break;
+      case InstructionKind::kAttention:
+        runners_[static_cast<size_t>(instruction.index)].run(stream);
+        break;
+    }
+  }
+}
+
+int64_t Program::num_captured_kernels() const {
+  int64_t kernels = 0;
+  for (const device::HostGraph& piece : pieces_)
+    kernels += static_cast<int64_t>(piece.num_kernels());
+  return kernels;
+}
+
+Result<std::unique_ptr<Program>> capture_program(std::unique_ptr<PreparedGraph> graph,
+                                                 MultiShapeArena& arena,
+                                                 std::span<std::byte* const> output_addresses,
+                                                 device::HostStream& stream,
+                                                 const CaptureOptions& options) {
+  const auto start = std::chrono::steady_clock::now();
+  const ir::Graph& ir_graph = graph->graph();
+  const std::vector<ir::OpId> order = program_order(ir_graph);
+  FOLIO_ASSIGN_OR_RETURN(const ir::BufferPlan plan, plan_arena(*graph, order));
+
+  std::unique_ptr<Program> program(new Program());
+  program->addresses_.assign(graph->external_addresses().begin(),
+                             graph->external_addresses().end());
+  for (const ir::TensorInfo& tensor : ir_graph.tensors()) {
+    if (tensor.residency != ir::Residency::kOutput) continue;
+    const auto index = static_cast<size_t>(tensor.id.value());
+    if (index >= output_addresses.size() || output_addresses[index] == nullptr) {
+      return invalid_argument("output '{}' has no persistent buffer to capture into", tensor.name);
+    }
+    program->addresses_[index] = output_addresses[index];
+  }
+  FOLIO_ASSIGN_OR_RETURN(program->view_, arena.create_view(static_cast<size_t>(plan.peak_bytes)));
+  for (const ir::TensorInfo& tensor : ir_graph.tensors()) {
+    if (tensor.residency != ir::Residency::kActivation) continue;
+    program->addresses_[static_cast<size_t>(tensor.id.value())] =
+        planned_address(plan, program->view_, tensor.id);
+  }
+  std::vector<std::byte*> workspaces(order.size(), nullptr);
+  for (size_t position = 0; position < order.size(); ++position) {
+    workspaces[position] =
+        planned_address(plan, program->view_,
+                        ir::TensorId(ir_graph.num_tensors() + static_cast<int32_t>(position)));
+  }
+  const int32_t* lengths_override = nullptr;
+  if (options.capture_lengths_by_value_for_testing) {
+    const size_t bytes =
+        static_cast<size_t>(graph->inputs().limits().max_sequences) * sizeof(int32_t);
+    program->lengths_snapshot_ = HostBuffer(bytes);
+    std::memcpy(program->lengths_snapshot_.data(), graph->inputs().context_lengths(), bytes);
+    lengths_override = program->lengths_snapshot_.as<int32_t>();
+  }
+
+  auto record_piece = [&](std::span<const ir::OpId> ops) {
+    stream.begin_capture();
+    for (ir::OpId op : ops) {
+      const auto index = static_cast<size_t>(op.value());
+      graph->launch(index, program->addresses_, workspaces[index], stream, lengths_override);
+    }
+    device::HostGraph piece = stream.end_capture();
+    if (piece.empty()) return;
+    program->instructions_.push_back(
+        {Program::InstructionKind::kGraph, static_cast<int32_t>(program->pieces_.size())});
+    program->pieces_.push_back(std::move(piece));
+  };
+  switch (options.kind) {
+    case ProgramKind::kFullGraph:
+      record_piece(order);
+      break;
+    case ProgramKind::kPiecewise: {
+      const ir::PiecewiseSplit split = ir::split_at_attention(ir_graph, order);
+      for (const ir::Segment& segment : split.segments) {
+        if (segment.kind == ir::SegmentKind::kPiece) {
+          record_piece(segment.ops);
+          continue;
+        }
+        for (ir::OpId op : segment.ops) {
+          const auto index = static_cast<size_t>(op.value());
+          kernels::cpu::PagedAttentionArguments arguments =
+              graph->attention_arguments(index, program->addresses_, workspaces[index]);
+          if (lengths_override != nullptr) arguments.context_lengths = lengths_override;
+          program->instructions_.push_back({Program::InstructionKind::kAttention,
+                                            static_cast<int32_t>(program->runners_.size())});
+          program->runners_.emplace_back(arguments);
+        }
+      }
+      break;
+    }
+  }
+  program->kind_ = options.kind;
+  program->arena_ = &arena;
+  program->planned_bytes_ = plan.peak_bytes;
+  program->graph_ = std::move(graph);
+  program->capture_seconds_ =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  return program;
+}
+
+}  // namespace folio::exec

@@ -1,0 +1,59 @@
+// Tensor binding: how the tensors of an IR step graph find their memory.
+//
+// - Weights are bound by name through a WeightSource, which the model layer implements over the
+//   tensors of an mmapped GGUF file (tests implement it over random weights in memory). The
+//   view's dtype and shape must equal the IR tensor's.
+// - KV caches: the IR has a key and a value cache tensor per layer, [blocks, block_size,
+//   kv_heads, head_dim]; the kernels have one paged block layout holding every layer's K and V
+//   (kernels/paged_kv_layout.h). A cache tensor maps to (layer, key or value) by the op that
+//   uses it: its `layer` and the operand position (kv_cache_write updates and paged_attention
+//   inputs list the key cache before the value cache). Every use must agree.
+// - Persistent inputs are bound by name to PersistentInputs (persistent_inputs.h).
+// - Activations and outputs are bound per execution: by the eager runner as it goes, or to
+//   arena offsets and persistent output buffers at capture.
+#pragma once
+
+#include <cstdint>
+#include <string_view>
+#include <vector>
+
+#include "folio/base/result.h"
+#include "folio/ir/graph.h"
+#include "folio/kernels/paged_kv_layout.h"
+#include "folio/tensor/tensor_view.h"
+
+namespace folio::exec {
+
+// Where weights come from. Thread-safety: find_weight may be called from any thread.
+class WeightSource {
+ public:
+  virtual ~WeightSource() = default;
+  // The tensor named `name` (its GGUF name), or kNotFound. The memory must stay valid and
+  // unchanged for as long as any executor built on this source lives: captured programs keep
+  // its pointers.
+  virtual Result<TensorView> find_weight(std::string_view name) const = 0;
+};
+
+// The KV cache the executor writes and attends over.
+struct KvCacheBinding {
+  kernels::PagedKvLayout layout;
+  int64_t num_blocks = 0;  // blocks allocated behind layout.base
+};
+
+// Where one IR KV-cache tensor lives in the paged layout.
+struct KvCacheRef {
+  int32_t layer = -1;
+  bool is_value = false;
+};
+
+// The KvCacheRef of every tensor of `graph` (indexed by tensor id; layer -1 for tensors that
+// are not KV caches). Errors: a cache used by an op without a layer index, with a layer outside
+// the layout, as both key and value or by two layers, or whose dtype or shape differs from
+// [num_blocks, block_size, num_kv_heads, head_dim] of the binding.
+Result<std::vector<KvCacheRef>> map_kv_caches(const ir::Graph& graph,
+                                              const KvCacheBinding& binding);
+
+// The weight behind `tensor`, checked against its dtype and shape.
+Result<std::byte*> bind_weight(const ir::TensorInfo& tensor, const WeightSource& weights);
+
+}  // namespace folio::exec

@@ -1,0 +1,53 @@
+// CPU matmul: launches y[M, N] = x[M, K] · W[N, K]^T (+ bias) (folio/kernels/matmul.h) onto a
+// HostStream, so a forward pass that calls it can be captured and replayed.
+//
+// How the work is done (docs/design/kernels.md has the measurements behind each choice):
+// - Weight-stationary. Work items are groups of 4 weight rows (output columns); an item
+//   computes its columns for ALL M rows of x, reading the group from memory once and keeping it
+//   in cache across 4-row tiles of x. Decode (small M) streams each weight byte once per step,
+//   so a step with 32 sequences reads no more weight than a step with one.
+// - f32 / f16 / bf16 weights: SIMD FMA dot products; f16 and bf16 are widened to f32 in
+//   registers (decode) or, from kConvertedGroupMinRows rows of x, once per group into the
+//   per-thread workspace (prefill), so the conversion is not repeated for every tile of x.
+// - q8_0 / q4_0 weights: a first kernel quantizes each row of x to 8 bits (32-value blocks,
+//   scale amax / 127) into the workspace; the second takes int8 dot products per block (AVX-512
+//   VNNI, AVX2 maddubs, or portable) scaled by both blocks' scales and summed in f32.
+// - f32 weights with M >= kSgemmMinRows: OpenBLAS sgemm on fixed 2-D tiles of y, one tile per
+//   work item, with OpenBLAS itself single-threaded: Folio's pool is the only source of threads
+//   (no oversubscription, the thread count is configured in one place), and fixed tiles keep the
+//   result independent of the thread count.
+//
+// Determinism: every output element is computed by exactly one work item, in an order fixed by
+// the shapes, so results are bit-identical for any thread count and for replayed vs eager
+// launches. Apart from the f32 sgemm path, a row's result is also independent of M (the other
+// rows of the batch): x rows are tiled, never mixed, and the per-element accumulation order is
+// the same in every tile shape. The sgemm path (f32, M >= kSgemmMinRows) rounds differently
+// from the f32 kernel below it (relative differences around 1e-7).
+#pragma once
+
+#include <cstdint>
+
+#include "folio/device/host_stream.h"
+#include "folio/kernels/matmul.h"
+
+namespace folio::kernels::cpu {
+
+// From this many rows of x, f32 weights go to OpenBLAS sgemm (measured: bench/kernels).
+inline constexpr int64_t kSgemmMinRows = 32;
+// From this many rows of x, f16 / bf16 weight groups are converted to f32 once per group.
+inline constexpr int64_t kConvertedGroupMinRows = 8;
+
+// Workspace bytes `matmul` needs for these shapes when launched on a pool of `num_threads`
+// threads; 0 when it needs none. The same for every SimdLevel.
+int64_t matmul_workspace_bytes(DType weight_dtype, int64_t num_rows, int64_t input_features,
+                               int num_threads);
+
+// Launches the matmul: one kernel, or two for q8_0 / q4_0 weights (quantize x, then multiply).
+// Requires: num_rows >= 0, input_features > 0 and a multiple of 32, output_features >= 0;
+// weight_dtype in {f32, f16, bf16, q8_0, q4_0}; workspace 64-byte aligned with
+// workspace_bytes >= matmul_workspace_bytes(..., stream.pool().num_threads()); output does not
+// overlap input, weight, bias or workspace. Checked (abort) when violated: these are
+// programming errors, fixed for a captured graph.
+void matmul(device::HostStream& stream, const MatmulArguments& arguments);
+
+}  // namespace folio::kernels::cpu

@@ -1,0 +1,74 @@
+// Paged attention over the KV cache, one kernel for every kind of step: prefill (many query
+// tokens per sequence, whole or chunked), decode (one query token per sequence) and steps that
+// mix both, with sequences of different lengths in one batch.
+//
+// The step's tokens are laid out sequence after sequence: sequence s owns step tokens
+// [query_start[s], query_start[s + 1]); tokens at or after query_start[*num_sequences] are
+// padding (the step was padded up to a captured size) and get zero output. A query token at
+// absolute position p attends causally to positions [0, p] of its own sequence (the cache
+// already holds this step's keys: kv_write runs first), capped by the sequence's context
+// length and, with a sliding window w > 0, to (p - w, p]. Keys of position j live in physical
+// block block_tables[s][j / block_size], row j % block_size (paged_kv_layout.h).
+//
+// Grouped-query attention: query head h reads kv head h / (num_heads / num_kv_heads).
+//
+// Work partition: items are (token, head) pairs, token-major, num_tokens * num_heads of them,
+// fixed by the padded step size, so a captured launch stays valid whatever the batch looks like.
+// Each item finds its sequence by binary search in query_start, then walks the sequence's
+// blocks in order with a numerically stable online softmax: per block, scores
+// s_j = scale * q . k_j, a running maximum m, running sum l and output accumulator o rescaled
+// by exp(m_old - m_new) when the maximum grows, o += sum_j exp(s_j - m) v_j; finally o / l.
+// Each item's arithmetic depends only on its own inputs, so the output is bit-identical for
+// any thread count.
+//
+// Everything that changes from step to step (num_sequences, query_start, context_lengths,
+// block_tables, positions, and the query and cache contents) is read through pointers when the
+// kernel runs, so a captured launch replays correctly after the engine rewrites those buffers.
+// Scratch space (one block of scores per thread) comes from the caller's workspace.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "folio/device/host_stream.h"
+#include "folio/kernels/paged_kv_layout.h"
+
+namespace folio::kernels::cpu {
+
+struct PagedAttentionArguments {
+  // f32 [num_tokens, query_row_stride]; head h is [h * head_dim, (h + 1) * head_dim) of a row.
+  const float* query;
+  float* output;  // f32 [num_tokens, num_heads * head_dim]
+  int64_t query_row_stride = 0;
+  PagedKvLayout cache;  // num_kv_heads, head_dim, block_size and element type come from here
+  int32_t layer = 0;
+  int32_t num_tokens = 0;  // the step's padded token count
+  int32_t num_heads = 0;
+  int32_t max_sequences = 0;
+  int32_t max_blocks_per_sequence = 0;
+  int32_t sliding_window = 0;  // 0: attend to the whole past
+  float scale = 0.0f;          // <= 0: 1 / sqrt(head_dim)
+
+  const int32_t* num_sequences;    // i32 scalar in [0, max_sequences]
+  const int32_t* query_start;      // i32 [max_sequences + 1], non-decreasing, query_start[0] == 0
+  const int32_t* context_lengths;  // i32 [max_sequences]: tokens cached for s after this step
+  const int32_t* block_tables;     // i32 [max_sequences, max_blocks_per_sequence]
+  const int32_t* positions;        // i32 [num_tokens]: absolute position of each token
+
+  std::byte* workspace;           // paged_attention_workspace_bytes(cache, workspace_threads) bytes
+  int32_t workspace_threads = 0;  // threads the workspace is sized for (>= the pool's)
+};
+
+// Bytes of workspace for a pool of `num_threads` threads (64-byte aligned slices per thread).
+int64_t paged_attention_workspace_bytes(const PagedKvLayout& cache, int num_threads);
+
+void paged_attention_body(const PagedAttentionArguments& arguments, int64_t begin, int64_t end,
+                          int thread_index);
+
+// Requires: cache.validate() is OK, num_heads a positive multiple of cache.num_kv_heads,
+// 0 <= layer < num_layers, query_row_stride >= num_heads * head_dim, a workspace for at least
+// the stream's thread count. Run-time values are checked when the kernel runs; a step that
+// breaks the contract above (a count, length or block outside its buffer) aborts.
+void paged_attention(device::HostStream& stream, const PagedAttentionArguments& arguments);
+
+}  // namespace folio::kernels::cpu

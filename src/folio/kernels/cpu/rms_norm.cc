@@ -1,0 +1,32 @@
+#include "folio/kernels/cpu/rms_norm.h"
+
+#include <cmath>
+
+#include "folio/base/check.h"
+#include "folio/kernels/cpu/vector_ops.h"
+#include "folio/kernels/cpu/work_partition.h"
+
+namespace folio::kernels::cpu {
+
+void rms_norm_body(const RmsNormArguments& arguments, int64_t begin, int64_t end,
+                   int /*thread_index*/) {
+  const VectorOps& ops = vector_ops();
+  const int64_t hidden = arguments.hidden;
+  for (int64_t row = begin; row < end; ++row) {
+    const float* input = arguments.input + row * hidden;
+    const double mean_square =
+        static_cast<double>(ops.sum_squares(input, hidden)) / static_cast<double>(hidden);
+    const float scale = static_cast<float>(1.0 / std::sqrt(mean_square + arguments.epsilon));
+    ops.multiply_scaled(arguments.output + row * hidden, input, arguments.weight, scale, hidden);
+  }
+}
+
+void rms_norm(device::HostStream& stream, const RmsNormArguments& arguments) {
+  FOLIO_CHECK(arguments.num_rows >= 0 && arguments.hidden > 0, "rms_norm shape [{}, {}]",
+              arguments.num_rows, arguments.hidden);
+  FOLIO_CHECK(arguments.epsilon >= 0.0f, "rms_norm epsilon {} is negative", arguments.epsilon);
+  stream.launch(device::HostKernel::make<RmsNormArguments, &rms_norm_body>(
+      "rms_norm", arguments, arguments.num_rows, grain_for(arguments.hidden)));
+}
+
+}  // namespace folio::kernels::cpu

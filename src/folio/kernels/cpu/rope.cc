@@ -1,0 +1,111 @@
+#include "folio/kernels/cpu/rope.h"
+
+#include <cmath>
+#include <numbers>
+
+#include "folio/base/check.h"
+#include "folio/kernels/cpu/work_partition.h"
+
+namespace folio::kernels::cpu {
+namespace {
+
+constexpr int32_t kMaxPairs = kRopeMaxRotaryDim / 2;
+
+// Rotates the first 2 * num_pairs values of one head.
+void rotate_head(float* head, const double* cosines, const double* sines, int32_t num_pairs,
+                 RopeStyle style) {
+  const int32_t stride = style == RopeStyle::kNormal ? 2 : 1;
+  const int32_t partner_offset = style == RopeStyle::kNormal ? 1 : num_pairs;
+  for (int32_t i = 0; i < num_pairs; ++i) {
+    float* first = head + i * stride;
+    float* second = first + partner_offset;
+    const double x0 = *first;
+    const double x1 = *second;
+    *first = static_cast<float>(x0 * cosines[i] - x1 * sines[i]);
+    *second = static_cast<float>(x0 * sines[i] + x1 * cosines[i]);
+  }
+}
+
+}  // namespace
+
+void rope_body(const RopeArguments& arguments, int64_t begin, int64_t end, int /*thread_index*/) {
+  const int32_t num_pairs = arguments.rotary_dim / 2;
+  double inverse_frequencies[kMaxPairs];
+  for (int32_t i = 0; i < num_pairs; ++i) {
+    const double exponent = -2.0 * i / arguments.rotary_dim;
+    inverse_frequencies[i] = std::pow(static_cast<double>(arguments.theta_base), exponent);
+    if (arguments.frequency_factors) inverse_frequencies[i] /= arguments.frequency_factors[i];
+  }
+  double cosines[kMaxPairs];
+  double sines[kMaxPairs];
+  for (int64_t token = begin; token < end; ++token) {
+    const int32_t position = arguments.positions[token];
+    FOLIO_DCHECK(position >= 0, "rope: token {} has position {}", token, position);
+    const double scaled_position =
+        static_cast<double>(position) * static_cast<double>(arguments.position_scale);
+    for (int32_t i = 0; i < num_pairs; ++i) {
+      const double angle = scaled_position * inverse_frequencies[i];
+      cosines[i] = std::cos(angle);
+      sines[i] = std::sin(angle);
+    }
+    float* query = arguments.query + token * arguments.query_row_stride;
+    for (int32_t head = 0; head < arguments.num_heads; ++head) {
+      rotate_head(query + int64_t{head} * arguments.head_dim, cosines, sines, num_pairs,
+                  arguments.style);
+    }
+    float* key = arguments.key + token * arguments.key_row_stride;
+    for (int32_t head = 0; head < arguments.num_kv_heads; ++head) {
+      rotate_head(key + int64_t{head} * arguments.head_dim, cosines, sines, num_pairs,
+                  arguments.style);
+    }
+  }
+}
+
+void rope(device::HostStream& stream, const RopeArguments& arguments) {
+  FOLIO_CHECK(arguments.num_tokens >= 0 && arguments.num_heads > 0 && arguments.num_kv_heads > 0 &&
+                  arguments.head_dim > 0,
+              "rope shape: {} tokens, {} heads, {} kv heads, head_dim {}", arguments.num_tokens,
+              arguments.num_heads, arguments.num_kv_heads, arguments.head_dim);
+  FOLIO_CHECK(arguments.rotary_dim > 0 && arguments.rotary_dim % 2 == 0 &&
+                  arguments.rotary_dim <= arguments.head_dim &&
+                  arguments.rotary_dim <= kRopeMaxRotaryDim,
+              "rope: rotary_dim {} must be even, positive and at most head_dim {} and {}",
+              arguments.rotary_dim, arguments.head_dim, kRopeMaxRotaryDim);
+  FOLIO_CHECK(arguments.theta_base > 0.0f, "rope: theta_base {}", arguments.theta_base);
+  FOLIO_CHECK(arguments.query_row_stride >= int64_t{arguments.num_heads} * arguments.head_dim &&
+                  arguments.key_row_stride >= int64_t{arguments.num_kv_heads} * arguments.head_dim,
+              "rope: row strides ({}, {}) shorter than the heads", arguments.query_row_stride,
+              arguments.key_row_stride);
+  const int64_t elements_per_token =
+      int64_t{arguments.num_heads + arguments.num_kv_heads} * arguments.rotary_dim;
+  stream.launch(device::HostKernel::make<RopeArguments, &rope_body>(
+      "rope", arguments, arguments.num_tokens, grain_for(4 * elements_per_token)));
+}
+
+void llama3_frequency_factors(const Llama3RopeScaling& scaling, float theta_base,
+                              int32_t rotary_dim, float* factors) {
+  FOLIO_CHECK(rotary_dim > 0 && rotary_dim % 2 == 0, "rotary_dim {}", rotary_dim);
+  FOLIO_CHECK(scaling.high_frequency_factor > scaling.low_frequency_factor,
+              "llama3 rope scaling: high_frequency_factor {} <= low_frequency_factor {}",
+              scaling.high_frequency_factor, scaling.low_frequency_factor);
+  const double context = scaling.original_context_length;
+  const double low_frequency_wavelength = context / scaling.low_frequency_factor;
+  const double high_frequency_wavelength = context / scaling.high_frequency_factor;
+  for (int32_t i = 0; i < rotary_dim / 2; ++i) {
+    const double frequency = std::pow(static_cast<double>(theta_base), -2.0 * i / rotary_dim);
+    const double wavelength = 2.0 * std::numbers::pi / frequency;
+    double factor;
+    if (wavelength < high_frequency_wavelength) {
+      factor = 1.0;
+    } else if (wavelength > low_frequency_wavelength) {
+      factor = scaling.factor;
+    } else {
+      const double smooth = (context / wavelength - scaling.low_frequency_factor) /
+                            (scaling.high_frequency_factor - scaling.low_frequency_factor);
+      factor = 1.0 / ((1.0 - smooth) / scaling.factor + smooth);
+    }
+    factors[i] = static_cast<float>(factor);
+  }
+}
+
+}  // namespace folio::kernels::cpu

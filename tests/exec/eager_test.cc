@@ -1,0 +1,199 @@
+// Eager execution against an independent double-precision interpreter of the same IR, and the
+// errors of binding a graph the CPU kernels cannot run.
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "exec_test_support.h"
+#include "folio/exec/prepared_graph.h"
+#include "folio/ir/builder.h"
+#include "reference_interpreter.h"
+
+namespace folio::exec {
+namespace {
+
+using testing::OwnedStep;
+using testing::StepGenerator;
+using testing::TestModelState;
+
+struct EagerCase {
+  const char* name;
+  DType weight_dtype;
+  DType kv_dtype;
+  ir::RopeStyle rope_style;
+  bool qkv_bias;
+  double tolerance;  // relative to the largest |logit|
+};
+
+class EagerReferenceTest : public ::testing::TestWithParam<EagerCase> {};
+
+// Eager logits of a sequence of prefill, mixed and decode steps (padded to buckets) match the
+// interpreter run on the exact, unpadded shapes.
+TEST_P(EagerReferenceTest, MatchesIndependentInterpreterOverSteps) {
+  const EagerCase& param = GetParam();
+  ir::testing::LlamaLikeConfig config;
+  config.weight_dtype = param.weight_dtype;
+  config.kv_dtype = param.kv_dtype;
+  config.rope_style = param.rope_style;
+  config.qkv_bias = param.qkv_bias;
+  TestModelState model = TestModelState::create(config, 7);
+  ThreadPool pool(3);
+  testing::TestArena arena = testing::TestArena::create();
+  Result<std::unique_ptr<Executor>> executor = testing::make_executor(
+      model, model.kv, pool, *arena.arena, testing::test_options(8, ExecutionMode::kEager));
+  ASSERT_TRUE(executor.ok()) << executor.status();
+  testing::ReferenceInterpreter reference(*model.weights);
+  StepGenerator generator(testing::GeneratorConfig::for_model(config, 8), 11);
+
+  const std::vector<std::vector<int32_t>> prefills = {{5, 17}, {3}, {}, {9}, {}, {}};
+  const std::vector<int32_t> decodes = {0, 2, 3, 2, 4, 4};
+  for (size_t i = 0; i < prefills.size(); ++i) {
+    const OwnedStep step = generator.step(decodes[i], prefills[i]);
+    Result<StepOutput> output = (*executor)->execute(step.view());
+    ASSERT_TRUE(output.ok()) << output.status();
+    ir::testing::LlamaLikeConfig exact = config;
+    exact.phase = ir::Phase::kMixed;
+    exact.num_tokens = step.num_tokens();
+    exact.num_sequences = static_cast<int64_t>(step.context_lengths.size());
+    exact.num_logit_rows = static_cast<int64_t>(step.logit_indices.size());
+    Result<ir::Graph> graph = ir::testing::build_llama_like_test_graph(exact);
+    ASSERT_TRUE(graph.ok()) << graph.status();
+    Result<std::vector<double>> expected = reference.run(*graph, step.view());
+    ASSERT_TRUE(expected.ok()) << expected.status();
+    ASSERT_EQ(output->logits.size(), expected->size());
+    double largest = 1.0, worst = 0.0;
+    for (size_t j = 0; j < expected->size(); ++j) {
+      largest = std::max(largest, std::abs((*expected)[j]));
+      worst = std::max(worst, std::abs((*expected)[j] - output->logits[j]));
+    }
+    EXPECT_LE(worst, param.tolerance * largest) << "step " << i;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Models, EagerReferenceTest,
+    ::testing::Values(
+        EagerCase{"f32", DType::kF32, DType::kF32, ir::RopeStyle::kNormal, false, 1e-5},
+        EagerCase{"f16_neox_bias", DType::kF16, DType::kF32, ir::RopeStyle::kNeox, true, 1e-5},
+        EagerCase{"f32_f16cache", DType::kF32, DType::kF16, ir::RopeStyle::kNormal, false, 1e-3},
+        EagerCase{"q8_0", DType::kQ8_0, DType::kF32, ir::RopeStyle::kNormal, false, 3e-2}),
+    [](const ::testing::TestParamInfo<EagerCase>& info) { return std::string(info.param.name); });
+
+// The interpreter is not trivially lenient: a wrong token id changes the comparison.
+TEST(EagerReferenceTest, InterpreterDetectsAWrongInput) {
+  ir::testing::LlamaLikeConfig config;
+  TestModelState model = TestModelState::create(config, 7);
+  ThreadPool pool(2);
+  testing::TestArena arena = testing::TestArena::create();
+  Result<std::unique_ptr<Executor>> executor = testing::make_executor(
+      model, model.kv, pool, *arena.arena, testing::test_options(8, ExecutionMode::kEager));
+  ASSERT_TRUE(executor.ok()) << executor.status();
+  StepGenerator generator(testing::GeneratorConfig::for_model(config, 8), 3);
+  OwnedStep step = generator.step(0, std::vector<int32_t>{4});
+  Result<StepOutput> output = (*executor)->execute(step.view());
+  ASSERT_TRUE(output.ok()) << output.status();
+  step.token_ids.back() = (step.token_ids.back() + 1) % static_cast<int32_t>(config.vocab);
+  config.num_tokens = 4;
+  config.num_sequences = 1;
+  config.num_logit_rows = 1;
+  Result<ir::Graph> graph = ir::testing::build_llama_like_test_graph(config);
+  ASSERT_TRUE(graph.ok());
+  testing::ReferenceInterpreter reference(*model.weights);
+  Result<std::vector<double>> expected = reference.run(*graph, step.view());
+  ASSERT_TRUE(expected.ok());
+  double worst = 0;
+  for (size_t j = 0; j < expected->size(); ++j) {
+    worst = std::max(worst, std::abs((*expected)[j] - output->logits[j]));
+  }
+  EXPECT_GT(worst, 1e-3);
+}
+
+class PrepareErrorTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    model_ = TestModelState::create(config_, 1);
+    StepLimits limits;
+    limits.max_tokens = 16;
+    limits.max_sequences = 4;
+    limits.max_logit_rows = 4;
+    limits.max_blocks_per_sequence = static_cast<int32_t>(config_.max_blocks_per_sequence);
+    limits.num_kv_blocks = config_.num_blocks;
+    limits.block_size = static_cast<int32_t>(config_.block_size);
+    limits.vocab_size = config_.vocab;
+    limits.num_dummy_blocks = 1;
+    inputs_ = std::move(PersistentInputs::create(limits)).value();
+  }
+  Status prepare(ir::Graph graph, const KvCacheBinding& kv) {
+    const PrepareContext context{*model_.weights, kv, *inputs_, 2};
+    return PreparedGraph::prepare(std::move(graph), context).status();
+  }
+  Status prepare(ir::Graph graph) { return prepare(std::move(graph), model_.kv.binding); }
+
+  ir::testing::LlamaLikeConfig config_;
+  TestModelState model_;
+  std::unique_ptr<PersistentInputs> inputs_;
+};
+
+TEST_F(PrepareErrorTest, TheTestModelPrepares) {
+  EXPECT_TRUE(prepare(std::move(ir::testing::build_llama_like_test_graph(config_)).value()).ok());
+}
+
+TEST_F(PrepareErrorTest, WeightOfAnotherDtypeIsNamed) {
+  ir::testing::LlamaLikeConfig other = config_;
+  other.weight_dtype = DType::kF16;  // the source holds f32 weights
+  const Status status = prepare(std::move(ir::testing::build_llama_like_test_graph(other)).value());
+  EXPECT_EQ(status.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(status.message().find("token_embd.weight"), std::string::npos) << status;
+}
+
+TEST_F(PrepareErrorTest, MissingWeightIsNotFound) {
+  ir::testing::LlamaLikeConfig other = config_;
+  other.qkv_bias = true;  // the source has no biases
+  const Status status = prepare(std::move(ir::testing::build_llama_like_test_graph(other)).value());
+  EXPECT_EQ(status.code(), StatusCode::kNotFound);
+  EXPECT_NE(status.message().find("attn_q.bias"), std::string::npos) << status;
+}
+
+TEST_F(PrepareErrorTest, KvCacheOfAnotherShapeIsRejected) {
+  KvCacheBinding kv = model_.kv.binding;
+  kv.num_blocks = config_.num_blocks / 2;
+  const Status status =
+      prepare(std::move(ir::testing::build_llama_like_test_graph(config_)).value(), kv);
+  EXPECT_EQ(status.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(status.message().find("k_cache"), std::string::npos) << status;
+}
+
+TEST_F(PrepareErrorTest, InputLargerThanItsPersistentBufferIsRejected) {
+  ir::testing::LlamaLikeConfig other = config_;
+  other.num_tokens = 32;  // the persistent buffers hold 16 tokens
+  const Status status = prepare(std::move(ir::testing::build_llama_like_test_graph(other)).value());
+  EXPECT_EQ(status.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(status.message().find("token_ids"), std::string::npos) << status;
+}
+
+TEST_F(PrepareErrorTest, OpWithoutCpuKernelIsNamed) {
+  ir::GraphBuilder builder(ir::Phase::kDecode);
+  const ir::TensorId ids = *builder.input("token_ids", DType::kI32, {4});
+  const ir::TensorId table = *builder.weight("token_embd.weight", DType::kF32, {96, 64});
+  const ir::TensorId hidden = *builder.embedding(ids, table, "embed");
+  const ir::TensorId activated = *builder.silu(hidden, "act");
+  ASSERT_TRUE(builder.mark_output(activated).ok());
+  const Status status = prepare(std::move(builder.finish()).value());
+  EXPECT_EQ(status.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(status.message().find("silu 'act'"), std::string::npos) << status;
+}
+
+TEST_F(PrepareErrorTest, UnknownInputNameIsRejected) {
+  ir::GraphBuilder builder(ir::Phase::kDecode);
+  const ir::TensorId ids = *builder.input("tokens", DType::kI32, {4});
+  const ir::TensorId table = *builder.weight("token_embd.weight", DType::kF32, {96, 64});
+  const ir::TensorId hidden = *builder.embedding(ids, table, "embed");
+  ASSERT_TRUE(builder.mark_output(hidden).ok());
+  const Status status = prepare(std::move(builder.finish()).value());
+  EXPECT_EQ(status.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(status.message().find("'tokens' is not a persistent input"), std::string::npos)
+      << status;
+}
+
+}  // namespace
+}  // namespace folio::exec

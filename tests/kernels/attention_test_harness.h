@@ -1,0 +1,82 @@
+// A paged-attention test step: a paged KV cache, the persistent metadata buffers the engine
+// writes before each step (fixed addresses, sized for the largest step), the step's queries,
+// and an independent double-precision reference that rebuilds each sequence's dense K and V.
+#pragma once
+
+#include <cstdint>
+#include <random>
+#include <vector>
+
+#include "folio/kernels/cpu/paged_attention.h"
+#include "kernel_test_util.h"
+
+namespace folio::kernels::testing {
+
+// One sequence of a step: `context_length` tokens in the cache after this step, the last
+// `query_length` of which are this step's query tokens (1 for decode, all for a whole prefill,
+// fewer for a chunk of a longer prefill).
+struct SequenceSpec {
+  int32_t context_length;
+  int32_t query_length;
+};
+
+struct AttentionShape {
+  int32_t num_heads = 8;
+  int32_t num_kv_heads = 8;
+  int32_t head_dim = 64;
+  int32_t block_size = 16;
+  DType dtype = DType::kF32;
+  int32_t extra_query_columns = 0;  // query rows longer than num_heads * head_dim (fused QKV)
+  int32_t sliding_window = 0;
+  float scale = 0.0f;
+};
+
+class AttentionHarness {
+ public:
+  static constexpr int32_t kLayer = 1;  // of 2: the other layer holds NaN
+
+  // num_tokens: the padded step size, fixed for the harness's lifetime (like a captured bucket).
+  AttentionHarness(const AttentionShape& shape, int32_t max_sequences,
+                   int32_t max_blocks_per_sequence, int32_t num_tokens, int workspace_threads);
+
+  // Writes a new step into the same buffers: random K/V for every sequence in freshly shuffled,
+  // non-contiguous blocks, random queries (padding rows too), metadata. Requires: the query
+  // lengths sum to at most num_tokens, every context fits max_blocks_per_sequence.
+  void load_step(std::mt19937& rng, const std::vector<SequenceSpec>& sequences);
+
+  // Arguments writing to `output` (f32 [num_tokens, num_heads * head_dim]).
+  cpu::PagedAttentionArguments arguments(float* output);
+  // A NaN-filled output buffer of the right size.
+  std::vector<float> make_output() const;
+  // softmax(scale * q K^T) V per (token, head) in double; zero rows for padding tokens.
+  std::vector<double> reference() const;
+
+  int32_t num_tokens() const { return num_tokens_; }
+  const AttentionShape& shape() const { return shape_; }
+
+ private:
+  AttentionShape shape_;
+  int32_t max_sequences_;
+  int32_t max_blocks_per_sequence_;
+  int32_t num_tokens_;
+  int workspace_threads_;
+  TestKvCache cache_;
+
+  // Persistent step buffers (their addresses never change).
+  std::vector<int32_t> num_sequences_;    // [1]
+  std::vector<int32_t> query_start_;      // [max_sequences + 1]
+  std::vector<int32_t> context_lengths_;  // [max_sequences]
+  std::vector<int32_t> block_tables_;     // [max_sequences, max_blocks_per_sequence]
+  std::vector<int32_t> positions_;        // [num_tokens]
+  std::vector<float> query_;              // [num_tokens, query_row_stride]
+  std::vector<std::byte> workspace_;
+
+  // The current step, for the reference.
+  std::vector<SequenceSpec> sequences_;
+  std::vector<std::vector<float>> dense_keys_;    // per sequence [context, kv_heads * head_dim]
+  std::vector<std::vector<float>> dense_values_;  // as stored (f16-rounded for an f16 cache)
+
+  int64_t query_row_stride() const;
+};
+
+}  // namespace folio::kernels::testing
