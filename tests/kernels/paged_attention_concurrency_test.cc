@@ -78,5 +78,30 @@ TEST_P(PagedAttentionDeterminismTest, CapturedLaunchFollowsNewStepMetadataOnRepl
 INSTANTIATE_TEST_SUITE_P(AllPaths, PagedAttentionDeterminismTest,
                          ::testing::ValuesIn(supported_simd_paths()), simd_path_test_name);
 
+// A recorded launch keeps the SIMD path it was made with, so switching the active path (tests
+// and benchmarks do) never changes what a replay computes.
+TEST(PagedAttentionReplayTest, CapturedLaunchKeepsItsSimdPath) {
+  AttentionHarness harness(AttentionShape{}, 4, 8, 16, 2);
+  std::mt19937 rng(6);
+  harness.load_step(rng, {{100, 1}, {40, 9}});
+  ThreadPool pool(2);
+  device::HostStream stream(pool);
+  std::vector<float> replay_output = harness.make_output();
+  std::vector<float> portable_output;
+  {
+    ScopedSimdPath portable(SimdPath::kPortable);
+    stream.begin_capture();
+    cpu::paged_attention(stream, harness.arguments(replay_output.data()));
+    portable_output = run_attention_eager(pool, harness);
+  }
+  const device::HostGraph graph = stream.end_capture();
+  ASSERT_EQ(graph.num_kernels(), 1u);  // the eager launch above ran on its own stream
+  ScopedSimdPath best(cpu::best_simd_path());
+  stream.replay(graph);
+  EXPECT_EQ(std::memcmp(replay_output.data(), portable_output.data(),
+                        portable_output.size() * sizeof(float)),
+            0);
+}
+
 }  // namespace
 }  // namespace folio::kernels::testing

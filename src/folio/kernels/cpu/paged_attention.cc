@@ -6,6 +6,7 @@
 #include <limits>
 
 #include "folio/base/check.h"
+#include "folio/kernels/cpu/vector_launch.h"
 #include "folio/kernels/cpu/vector_ops.h"
 
 namespace folio::kernels::cpu {
@@ -143,18 +144,11 @@ void attend(const PagedAttentionArguments& arguments, const VectorOps& ops, floa
   }
 }
 
-}  // namespace
-
-int64_t paged_attention_workspace_bytes(const PagedKvLayout& cache, int num_threads) {
-  return workspace_bytes_per_thread(cache) * num_threads;
-}
-
-void paged_attention_body(const PagedAttentionArguments& arguments, int64_t begin, int64_t end,
-                          int thread_index) {
+void paged_attention_items(const PagedAttentionArguments& arguments, const VectorOps& ops,
+                           int64_t begin, int64_t end, int thread_index) {
   FOLIO_CHECK(thread_index < arguments.workspace_threads,
               "paged_attention: thread {} but the workspace is sized for {} threads", thread_index,
               arguments.workspace_threads);
-  const VectorOps& ops = vector_ops();
   const int32_t num_sequences = *arguments.num_sequences;
   FOLIO_CHECK(num_sequences >= 0 && num_sequences <= arguments.max_sequences,
               "paged_attention: {} sequences, room for {}", num_sequences, arguments.max_sequences);
@@ -198,6 +192,17 @@ void paged_attention_body(const PagedAttentionArguments& arguments, int64_t begi
   }
 }
 
+}  // namespace
+
+int64_t paged_attention_workspace_bytes(const PagedKvLayout& cache, int num_threads) {
+  return workspace_bytes_per_thread(cache) * num_threads;
+}
+
+void paged_attention_body(const PagedAttentionArguments& arguments, int64_t begin, int64_t end,
+                          int thread_index) {
+  paged_attention_items(arguments, vector_ops(), begin, end, thread_index);
+}
+
 void paged_attention(device::HostStream& stream, const PagedAttentionArguments& arguments) {
   const PagedKvLayout& cache = arguments.cache;
   const Status valid = cache.validate();
@@ -217,7 +222,7 @@ void paged_attention(device::HostStream& stream, const PagedAttentionArguments& 
       arguments.workspace != nullptr && arguments.workspace_threads >= stream.pool().num_threads(),
       "paged_attention: workspace for {} threads, the stream's pool has {}",
       arguments.workspace_threads, stream.pool().num_threads());
-  stream.launch(device::HostKernel::make<PagedAttentionArguments, &paged_attention_body>(
+  stream.launch(make_vector_kernel<PagedAttentionArguments, &paged_attention_items>(
       "paged_attention", arguments, int64_t{arguments.num_tokens} * arguments.num_heads, 1));
 }
 
