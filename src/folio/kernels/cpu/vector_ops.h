@@ -2,8 +2,8 @@
 // are built from, in one table per instruction-set path.
 //
 // A path is a set of x86 extensions the loops are compiled for: AVX-512 (avx512f), AVX2 (avx2 +
-// fma + f16c), or portable C++ (one lane, no extension). Each path's loops are compiled in their
-// own translation unit under `#pragma GCC target`, so the rest of the build needs no -m flags
+// fma + f16c), or portable C++ (8-float arrays, no extension). Each path's loops are compiled in
+// their own translation unit under `#pragma GCC target`, so the rest of the build needs no -m flags
 // and one binary runs on any x86-64. At start-up the best path the CPU (and the OS) supports is
 // chosen; tests force each supported path through set_simd_path_for_testing().
 //
@@ -14,7 +14,8 @@
 // and is bit-identical to folio::f32_to_f16.
 //
 // Thread-safety: the table functions are pure. The active path is process-wide: set it only
-// while no kernel is running (tests do it between launches).
+// while no kernel is running (tests do it between launches). Kernel launches record the table
+// active when they are made (vector_launch.h), so a captured graph keeps its path.
 #pragma once
 
 #include <cstdint>
