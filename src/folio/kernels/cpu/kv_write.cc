@@ -1,5 +1,6 @@
 #include "folio/kernels/cpu/kv_write.h"
 
+#include <algorithm>
 #include <cstring>
 
 #include "folio/base/check.h"
@@ -23,6 +24,7 @@ void kv_write_tokens(const KvWriteArguments& arguments, const VectorOps& ops, in
                      int64_t end, int /*thread_index*/) {
   const PagedKvLayout& cache = arguments.cache;
   const int64_t row_elements = cache.token_stride();
+  if (arguments.num_valid_tokens) end = std::min<int64_t>(end, *arguments.num_valid_tokens);
   for (int64_t token = begin; token < end; ++token) {
     const int64_t slot = arguments.slot_mapping[token];
     if (slot < 0) continue;
