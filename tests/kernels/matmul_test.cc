@@ -27,9 +27,9 @@ struct Shape {
 
 // Odd row counts (1, 3, 17: partial x tiles; 17 >= kConvertedGroupMinRows), column counts that
 // are not a multiple of the 4-row group, K with an odd number of 32-blocks (288 = 9 blocks);
-// 40 and 150 rows take the sgemm path for f32 (150 = two row tiles).
-const Shape kShapes[] = {{1, 37, 64},  {3, 9, 288},   {17, 70, 96},
-                         {2, 6, 1024}, {40, 23, 160}, {150, 131, 64}};
+// kSgemmMinRows and 150 rows take the sgemm path for f32 (150 = two row tiles).
+const Shape kShapes[] = {
+    {1, 37, 64}, {3, 9, 288}, {17, 70, 96}, {2, 6, 1024}, {kSgemmMinRows, 23, 160}, {150, 131, 64}};
 
 class MatmulTest : public ::testing::Test {
  protected:

@@ -33,7 +33,7 @@
 namespace folio::kernels::cpu {
 
 // From this many rows of x, f32 weights go to OpenBLAS sgemm (measured: bench/kernels).
-inline constexpr int64_t kSgemmMinRows = 32;
+inline constexpr int64_t kSgemmMinRows = 48;
 // From this many rows of x, f16 / bf16 weight groups are converted to f32 once per group.
 inline constexpr int64_t kConvertedGroupMinRows = 8;
 

@@ -11,6 +11,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <type_traits>
 
 #include "folio/base/check.h"
 #include "folio/kernels/cpu/matmul.h"
@@ -38,8 +39,8 @@ FOLIO_AVX2 inline float horizontal_sum(__m256 v) {
   return _mm_cvtss_f32(sum);
 }
 
-// Runs tile<kGroup, rows>(first_row) over all rows of x in tiles of kTile rows, the last tile
-// shorter. `Tile` is a functor template instantiated for each tile height.
+// Calls tile(std::integral_constant<int, height>, first_row) over all rows of x in tiles of
+// kTile rows, the last one shorter, so each tile height is its own instantiation.
 template <int kTile, typename TileFunction>
 FOLIO_AVX2 __attribute__((always_inline)) inline void for_each_tile(int64_t num_rows,
                                                                     TileFunction&& tile) {

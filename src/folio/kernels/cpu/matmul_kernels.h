@@ -58,8 +58,9 @@ constexpr QuantizedActivationsLayout quantized_activations_layout(int64_t num_ro
   return layout;
 }
 
-// Quantizes rows [row_begin, row_end) of arguments.input into `output` (whose arrays hold all
-// num_rows rows). Portable code: the same bytes on every instruction set.
+// Quantizes rows [row_begin, row_end) of arguments.input into the QuantizedActivations arrays
+// laid out in `workspace` (quantized_activations_layout for all num_rows rows). Portable code:
+// the same bytes on every instruction set.
 void quantize_activation_rows(const MatmulArguments& arguments, std::byte* workspace,
                               int64_t row_begin, int64_t row_end);
 
