@@ -71,12 +71,13 @@ FOLIO_AVX2 inline __m256 load_widened(const std::byte* row, int64_t k) {
 template <DType kDtype, int kGroup, int kTileRows>
 FOLIO_AVX2 void float_tile(const std::byte* weight, int64_t weight_stride, const float* input,
                            int64_t input_features, const float* bias, float* output,
-                           int64_t output_stride) {
+                           int64_t output_stride, Prefetch prefetch) {
   __m256 sums[kGroup][kTileRows];
   for (int g = 0; g < kGroup; ++g) {
     for (int t = 0; t < kTileRows; ++t) sums[g][t] = _mm256_setzero_ps();
   }
   for (int64_t k = 0; k < input_features; k += 8) {
+    prefetch.step();
     __m256 weights[kGroup];
     for (int g = 0; g < kGroup; ++g)
       weights[g] = load_widened<kDtype>(weight + g * weight_stride, k);
@@ -99,10 +100,16 @@ FOLIO_AVX2 void float_group(const MatmulArguments& arguments, const std::byte* w
   const int64_t input_features = arguments.input_features;
   const int64_t output_features = arguments.output_features;
   const float* bias = arguments.bias != nullptr ? arguments.bias + column : nullptr;
+  // Only the first tile of x prefetches: the others find the group in cache. f32 weights
+  // (and f16 / bf16 groups already widened into the scratch) rely on the hardware prefetcher.
+  Prefetch prefetch;
+  if constexpr (kDtype != DType::kF32)
+    prefetch = Prefetch(weight, kGroup * weight_stride, input_features / 8);
   for_each_tile<2>(arguments.num_rows, [&](auto tile_rows, int64_t row) {
     float_tile<kDtype, kGroup, decltype(tile_rows)::value>(
         weight, weight_stride, arguments.input + row * input_features, input_features, bias,
-        arguments.output + row * output_features + column, output_features);
+        arguments.output + row * output_features + column, output_features, prefetch);
+    prefetch = Prefetch();
   });
 }
 
@@ -165,7 +172,7 @@ template <DType kDtype, int kGroup, int kTileRows>
 FOLIO_AVX2 void quantized_tile(const std::byte* weight, int64_t weight_stride,
                                const QuantizedActivations& activations, int64_t first_row,
                                int64_t input_features, const float* bias, float* output,
-                               int64_t output_stride) {
+                               int64_t output_stride, Prefetch prefetch) {
   constexpr int64_t kBlockBytes = dtype_info(kDtype).block_bytes;
   const int8_t* values = activations.values + first_row * input_features;
   const int32_t* corrections = activations.corrections + first_row * (input_features / 4);
@@ -176,6 +183,7 @@ FOLIO_AVX2 void quantized_tile(const std::byte* weight, int64_t weight_stride,
     for (int t = 0; t < kTileRows; ++t) sums[g][t] = _mm256_setzero_ps();
   }
   for (int64_t block = 0; block < input_features / kBlock; ++block) {
+    prefetch.step();
     __m256i weights[kGroup];
     __m256i signs[kGroup];
     __m256 scales[kGroup];
@@ -226,10 +234,12 @@ FOLIO_AVX2 void quantized_group(const MatmulArguments& arguments,
   const int64_t input_features = arguments.input_features;
   const int64_t output_features = arguments.output_features;
   const float* bias = arguments.bias != nullptr ? arguments.bias + column : nullptr;
+  Prefetch prefetch(weight, kGroup * weight_stride, input_features / kBlock);
   for_each_tile<2>(arguments.num_rows, [&](auto tile_rows, int64_t row) {
     quantized_tile<kDtype, kGroup, decltype(tile_rows)::value>(
         weight, weight_stride, activations, row, input_features, bias,
-        arguments.output + row * output_features + column, output_features);
+        arguments.output + row * output_features + column, output_features, prefetch);
+    prefetch = Prefetch();
   });
 }
 

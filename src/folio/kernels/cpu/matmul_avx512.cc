@@ -54,12 +54,13 @@ FOLIO_AVX512 inline __m512 load_widened(const std::byte* row, int64_t k) {
 template <DType kDtype, int kGroup, int kTileRows>
 FOLIO_AVX512 void float_tile(const std::byte* weight, int64_t weight_stride, const float* input,
                              int64_t input_features, const float* bias, float* output,
-                             int64_t output_stride) {
+                             int64_t output_stride, Prefetch prefetch) {
   __m512 sums[kGroup][kTileRows];
   for (int g = 0; g < kGroup; ++g) {
     for (int t = 0; t < kTileRows; ++t) sums[g][t] = _mm512_setzero_ps();
   }
   for (int64_t k = 0; k < input_features; k += 16) {
+    prefetch.step();
     __m512 weights[kGroup];
     for (int g = 0; g < kGroup; ++g)
       weights[g] = load_widened<kDtype>(weight + g * weight_stride, k);
@@ -83,26 +84,32 @@ FOLIO_AVX512 void float_group(const MatmulArguments& arguments, const std::byte*
   const int64_t input_features = arguments.input_features;
   const int64_t output_features = arguments.output_features;
   const float* bias = arguments.bias != nullptr ? arguments.bias + column : nullptr;
+  // Only the first tile of x prefetches: the others find the group in cache. f32 weights
+  // (and f16 / bf16 groups already widened into the scratch) rely on the hardware prefetcher.
+  Prefetch prefetch;
+  if constexpr (kDtype != DType::kF32)
+    prefetch = Prefetch(weight, kGroup * weight_stride, input_features / 16);
   int64_t row = 0;
   for (; row + kTile <= arguments.num_rows; row += kTile) {
     float_tile<kDtype, kGroup, kTile>(
         weight, weight_stride, arguments.input + row * input_features, input_features, bias,
-        arguments.output + row * output_features + column, output_features);
+        arguments.output + row * output_features + column, output_features, prefetch);
+    prefetch = {};
   }
   const float* input = arguments.input + row * input_features;
   float* output = arguments.output + row * output_features + column;
   switch (arguments.num_rows - row) {
     case 3:
       float_tile<kDtype, kGroup, 3>(weight, weight_stride, input, input_features, bias, output,
-                                    output_features);
+                                    output_features, prefetch);
       break;
     case 2:
       float_tile<kDtype, kGroup, 2>(weight, weight_stride, input, input_features, bias, output,
-                                    output_features);
+                                    output_features, prefetch);
       break;
     case 1:
       float_tile<kDtype, kGroup, 1>(weight, weight_stride, input, input_features, bias, output,
-                                    output_features);
+                                    output_features, prefetch);
       break;
     default:
       break;
@@ -240,7 +247,7 @@ template <DType kDtype, int kGroup, int kTileRows>
 FOLIO_AVX512 void quantized_tile(const std::byte* weight, int64_t weight_stride,
                                  const QuantizedActivations& activations, int64_t first_row,
                                  int64_t input_features, const float* bias, float* output,
-                                 int64_t output_stride) {
+                                 int64_t output_stride, Prefetch prefetch) {
   const int64_t num_blocks = input_features / kBlock;
   const int8_t* values = activations.values + first_row * input_features;
   const int32_t* corrections = activations.corrections + first_row * (input_features / 4);
@@ -251,6 +258,7 @@ FOLIO_AVX512 void quantized_tile(const std::byte* weight, int64_t weight_stride,
   }
   int64_t block = 0;
   for (; block + 2 <= num_blocks; block += 2) {
+    prefetch.step();
     quantized_step<kDtype, kGroup, kTileRows, true>(weight, weight_stride, values, corrections,
                                                     lane_scales, input_features, block, sums);
   }
@@ -273,25 +281,28 @@ FOLIO_AVX512 void quantized_group(const MatmulArguments& arguments,
   const int64_t input_features = arguments.input_features;
   const int64_t output_features = arguments.output_features;
   const float* bias = arguments.bias != nullptr ? arguments.bias + column : nullptr;
+  // Only the first tile of x prefetches: the others find the group in cache.
+  Prefetch prefetch(weight, kGroup * weight_stride, (input_features + 63) / 64);
   int64_t row = 0;
   for (; row + kTile <= arguments.num_rows; row += kTile) {
     quantized_tile<kDtype, kGroup, kTile>(weight, weight_stride, activations, row, input_features,
                                           bias, arguments.output + row * output_features + column,
-                                          output_features);
+                                          output_features, prefetch);
+    prefetch = {};
   }
   float* output = arguments.output + row * output_features + column;
   switch (arguments.num_rows - row) {
     case 3:
       quantized_tile<kDtype, kGroup, 3>(weight, weight_stride, activations, row, input_features,
-                                        bias, output, output_features);
+                                        bias, output, output_features, prefetch);
       break;
     case 2:
       quantized_tile<kDtype, kGroup, 2>(weight, weight_stride, activations, row, input_features,
-                                        bias, output, output_features);
+                                        bias, output, output_features, prefetch);
       break;
     case 1:
       quantized_tile<kDtype, kGroup, 1>(weight, weight_stride, activations, row, input_features,
-                                        bias, output, output_features);
+                                        bias, output, output_features, prefetch);
       break;
     default:
       break;
