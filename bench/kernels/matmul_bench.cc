@@ -8,6 +8,8 @@
 //   i.e. one decode step of M sequences. Counters: tokens/s (M per step), GB/s of weight bytes
 //   streamed (each weight is read once per step) and roofline = GB/s / read bandwidth
 //   (measured at the start of the same benchmark, best of three passes).
+// - decode_cold/base/<dtype>/batch:1/threads:T: the same, cycling through copies of the
+//   weights (>= 1 GiB in all) so that no step finds its weights in the last-level cache.
 // - prefill/<model>/<dtype>/tokens:M/threads:T: the same matrices for a prompt of M tokens.
 //   Counters: tokens/s and GFLOP/s (2 M N K per matrix).
 // - sgemm_threshold/...: f32 at M around kSgemmMinRows, where the kernel hands over to sgemm.
@@ -205,6 +207,36 @@ const ModelWeights& weights_for(const ModelShape& model, DType dtype) {
   return *weights;
 }
 
+// Copies of a model's weights (the first is weights_for's) whose total is at least
+// kColdWeightBytes: a pass that cycles through them finds nothing of the next pass's weights
+// in the last-level cache.
+constexpr int64_t kColdWeightBytes = int64_t{1} << 30;
+
+const std::vector<const ModelWeights*>& cold_copies(const ModelShape& model, DType dtype) {
+  static std::map<std::string, std::vector<std::unique_ptr<ModelWeights>>> cache;
+  static std::map<std::string, std::vector<const ModelWeights*>> views;
+  const std::string key = std::string(model.name) + "/" + std::string(dtype_name(dtype));
+  auto& view = views[key];
+  if (!view.empty()) return view;
+  const ModelWeights& first = weights_for(model, dtype);
+  view.push_back(&first);
+  auto& copies = cache[key];
+  while (static_cast<int64_t>(view.size()) * first.total_bytes < kColdWeightBytes) {
+    auto copy = std::make_unique<ModelWeights>();
+    copy->dtype = dtype;
+    copy->matrices = first.matrices;
+    copy->total_bytes = first.total_bytes;
+    copy->total_parameters = first.total_parameters;
+    for (const auto& buffer : first.buffers) {
+      copy->buffers.push_back(std::make_unique<AlignedBuffer>(buffer->bytes()));
+      std::copy(buffer->data(), buffer->data() + buffer->bytes(), copy->buffers.back()->data());
+    }
+    view.push_back(copy.get());
+    copies.push_back(std::move(copy));
+  }
+  return view;
+}
+
 // Inputs, outputs and workspace for a forward pass of `rows` rows.
 struct Activations {
   AlignedBuffer input;
@@ -243,23 +275,35 @@ double seconds_since(std::chrono::steady_clock::time_point start) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }
 
+// `cold`: each step uses the next of cold_copies(), so the weights come from DRAM as they do
+// for a model much larger than the cache; otherwise every step reuses one copy, and a model
+// that fits in the last-level cache partly streams from it.
 void decode(benchmark::State& state, const ModelShape& model, DType dtype, int64_t batch,
-            int threads) {
-  const ModelWeights& weights = weights_for(model, dtype);
+            int threads, bool cold) {
+  const std::vector<const ModelWeights*> copies =
+      cold ? cold_copies(model, dtype)
+           : std::vector<const ModelWeights*>{&weights_for(model, dtype)};
+  const int64_t weight_bytes = copies.front()->total_bytes;
   Activations activations(model, dtype, batch, threads);
   device::HostStream stream(pool_with(threads));
-  run_forward_matmuls(stream, weights, activations, batch);  // warm up code and threads
+  for (const ModelWeights* weights : copies) {
+    run_forward_matmuls(stream, *weights, activations, batch);  // warm up code and threads
+  }
   const double bandwidth = measure_read_bandwidth(threads);
+  size_t next = 0;
   const auto start = std::chrono::steady_clock::now();
-  for (auto _ : state) run_forward_matmuls(stream, weights, activations, batch);
+  for (auto _ : state) {
+    run_forward_matmuls(stream, *copies[next], activations, batch);
+    next = (next + 1) % copies.size();
+  }
   const double seconds = seconds_since(start);
   const double steps = static_cast<double>(state.iterations());
-  const double streamed = steps * static_cast<double>(weights.total_bytes) / seconds;
+  const double streamed = steps * static_cast<double>(weight_bytes) / seconds;
   state.counters["tokens/s"] = steps * static_cast<double>(batch) / seconds;
   state.counters["weight_GB/s"] = streamed / 1e9;
   state.counters["read_GB/s"] = bandwidth / 1e9;
   state.counters["roofline"] = streamed / bandwidth;
-  state.counters["weight_MB"] = static_cast<double>(weights.total_bytes) / 1e6;
+  state.counters["weight_MB"] = static_cast<double>(weight_bytes) / 1e6;
 }
 
 void prefill(benchmark::State& state, const ModelShape& model, DType dtype, int64_t tokens,
@@ -356,7 +400,13 @@ void register_benchmarks() {
         for (int64_t batch : {1, 4, 32}) {
           benchmark::RegisterBenchmark(
               ("decode/" + prefix + "/batch:" + std::to_string(batch) + suffix).c_str(), decode,
-              *model, dtype, batch, threads)
+              *model, dtype, batch, threads, false)
+              ->UseRealTime()
+              ->Unit(benchmark::kMillisecond);
+        }
+        if (model == &kBase) {
+          benchmark::RegisterBenchmark(("decode_cold/" + prefix + "/batch:1" + suffix).c_str(),
+                                       decode, *model, dtype, int64_t{1}, threads, true)
               ->UseRealTime()
               ->Unit(benchmark::kMillisecond);
         }

@@ -10,6 +10,7 @@
 #include <gtest/gtest.h>
 
 #include "folio/base/thread_pool.h"
+#include "folio/kernels/cpu/matmul_kernels.h"
 #include "folio/kernels/cpu/simd_level.h"
 #include "folio/tensor/quantize.h"
 #include "tests/kernels/matmul_test_support.h"
@@ -115,6 +116,46 @@ TEST_F(MatmulTest, NonFiniteInputsPoisonOnlyTheirOwnRow) {
         EXPECT_TRUE(std::isfinite(output[20 + column])) << column;
       }
     }
+  }
+}
+
+// The AVX-512 quantizer of x must write the portable quantizer's bytes, ties and tiny and
+// non-finite blocks included, so both levels' int8 products see the same x.
+TEST_F(MatmulTest, SimdActivationQuantizerWritesThePortableBytes) {
+  if (detected_simd_level() != SimdLevel::kAvx512) GTEST_SKIP() << "no AVX-512 on this CPU";
+  constexpr int64_t kRows = 3;
+  constexpr int64_t kFeatures = 32 * 6;
+  std::vector<float> input(kRows * kFeatures);
+  std::mt19937 generator(17);
+  std::normal_distribution<float> normal(0.0f, 2.0f);
+  for (float& value : input) value = normal(generator);
+  // Block 0: amax 127 makes d = 1, so these are exact ties and near-ties of roundf.
+  const float ties[] = {127.0f, 2.5f, -2.5f, 0.5f, -0.5f, 0.49999997f, -126.5f, 3.4999998f};
+  std::copy(std::begin(ties), std::end(ties), input.begin());
+  std::fill(input.begin() + 32, input.begin() + 64, 0.0f);  // all zero
+  input[70] = 1e-39f;                                       // 1/d overflows
+  std::fill(input.begin() + 64, input.begin() + 70, 0.0f);
+  input[kFeatures + 40] = std::numeric_limits<float>::infinity();  // non-finite
+  input[2 * kFeatures + 100] = std::numeric_limits<float>::quiet_NaN();
+  for (DType dtype : {DType::kQ8_0, DType::kQ4_0}) {
+    MatmulArguments arguments;
+    arguments.input = input.data();
+    arguments.num_rows = kRows;
+    arguments.input_features = kFeatures;
+    arguments.weight_dtype = dtype;
+    const int64_t bytes = internal::quantized_activations_layout(kRows, kFeatures).total_bytes;
+    AlignedBuffer portable(bytes);
+    AlignedBuffer simd(bytes);
+    std::memset(portable.data(), 0x5a, bytes);
+    std::memset(simd.data(), 0x5a, bytes);
+    internal::quantize_activation_rows_portable(arguments, portable.data(), 0, kRows);
+    internal::quantize_activation_rows_avx512(arguments, simd.data(), 0, kRows);
+    EXPECT_EQ(std::memcmp(portable.data(), simd.data(), bytes), 0) << dtype_name(dtype);
+    const auto* values = reinterpret_cast<const int8_t*>(portable.data());
+    EXPECT_EQ(values[1], 3);  // 2.5 rounds away from zero
+    EXPECT_EQ(values[2], -3);
+    EXPECT_EQ(values[5], 0);  // 0.49999997 is below the tie
+    EXPECT_EQ(values[6], -127);
   }
 }
 

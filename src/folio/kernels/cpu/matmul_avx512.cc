@@ -123,6 +123,10 @@ FOLIO_AVX512 void float_rows(const MatmulArguments& arguments, int64_t row_begin
   const int64_t weight_row_bytes = row_bytes(kDtype, input_features);
   const auto* weight = static_cast<const std::byte*>(arguments.weight);
   const bool convert_groups = kDtype != DType::kF32 && arguments.num_rows >= kConvertedGroupMinRows;
+  if constexpr (kDtype != DType::kF32) {
+    Prefetch::warm_up(weight + row_begin * weight_row_bytes, kGroupRows * weight_row_bytes,
+                      (row_end - row_begin) * weight_row_bytes);
+  }
   for (int64_t column = row_begin; column < row_end; column += kGroupRows) {
     const int64_t group_rows = std::min(kGroupRows, row_end - column);
     const std::byte* group = weight + column * weight_row_bytes;
@@ -315,6 +319,8 @@ FOLIO_AVX512 void quantized_rows(const MatmulArguments& arguments,
                                  int64_t row_end) {
   const int64_t weight_row_bytes = row_bytes(kDtype, arguments.input_features);
   const auto* weight = static_cast<const std::byte*>(arguments.weight);
+  Prefetch::warm_up(weight + row_begin * weight_row_bytes, kGroupRows * weight_row_bytes,
+                    (row_end - row_begin) * weight_row_bytes);
   for (int64_t column = row_begin; column < row_end; column += kGroupRows) {
     const int64_t group_rows = std::min(kGroupRows, row_end - column);
     const std::byte* group = weight + column * weight_row_bytes;
@@ -327,6 +333,52 @@ FOLIO_AVX512 void quantized_rows(const MatmulArguments& arguments,
       }
     }
   }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Quantizing x
+
+// roundf (half away from zero) of values known to be integral-range floats: truncate, then
+// step away from zero where the dropped fraction is at least one half. Exact, unlike adding
+// 0.5 (which rounds 0.49999997 up).
+FOLIO_AVX512 inline __m512 round_half_away(__m512 value) {
+  const __m512 truncated = _mm512_roundscale_ps(value, _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC);
+  const __m512 fraction = _mm512_sub_ps(value, truncated);
+  const __m512 half = _mm512_set1_ps(0.5f);
+  const __mmask16 up = _mm512_cmp_ps_mask(fraction, half, _CMP_GE_OQ);
+  const __mmask16 down =
+      _mm512_cmp_ps_mask(fraction, _mm512_sub_ps(_mm512_setzero_ps(), half), _CMP_LE_OQ);
+  const __m512 rounded_up = _mm512_mask_add_ps(truncated, up, truncated, _mm512_set1_ps(1.0f));
+  return _mm512_mask_sub_ps(rounded_up, down, truncated, _mm512_set1_ps(1.0f));
+}
+
+// One block, the same bytes as quantize_activation_block (which takes blocks holding inf or
+// NaN, and is the reference this is tested against).
+FOLIO_AVX512 void quantize_block(const float* input, int8_t* values, int32_t* corrections,
+                                 float* lane_scales, int32_t offset) {
+  const __m512 low = _mm512_loadu_ps(input);
+  const __m512 high = _mm512_loadu_ps(input + 16);
+  const __m512 magnitude = _mm512_max_ps(_mm512_abs_ps(low), _mm512_abs_ps(high));
+  const __m512 infinity = _mm512_set1_ps(__builtin_inff());
+  if (_mm512_cmp_ps_mask(_mm512_abs_ps(low), infinity, _CMP_LT_OQ) != 0xffff ||
+      _mm512_cmp_ps_mask(_mm512_abs_ps(high), infinity, _CMP_LT_OQ) != 0xffff) {
+    quantize_activation_block(input, values, corrections, lane_scales, offset);
+    return;
+  }
+  const float scale = _mm512_reduce_max_ps(magnitude) / 127.0f;
+  float inverse = scale != 0.0f ? 1.0f / scale : 0.0f;
+  if (!(inverse < __builtin_inff())) inverse = 0.0f;
+  const __m512 inverse_vector = _mm512_set1_ps(inverse);
+  const __m512i low_q = _mm512_cvtps_epi32(round_half_away(_mm512_mul_ps(low, inverse_vector)));
+  const __m512i high_q = _mm512_cvtps_epi32(round_half_away(_mm512_mul_ps(high, inverse_vector)));
+  const __m256i bytes = _mm256_inserti128_si256(_mm256_castsi128_si256(_mm512_cvtepi32_epi8(low_q)),
+                                                _mm512_cvtepi32_epi8(high_q), 1);
+  _mm256_storeu_si256(reinterpret_cast<__m256i*>(values), bytes);
+  // Sum of each lane's 4 bytes: a VNNI dot product with ones.
+  const __m256i sums = _mm256_dpbusd_epi32(_mm256_setzero_si256(), _mm256_set1_epi8(1), bytes);
+  _mm256_storeu_si256(reinterpret_cast<__m256i*>(corrections),
+                      _mm256_mullo_epi32(sums, _mm256_set1_epi32(-offset)));
+  _mm256_storeu_ps(lane_scales, _mm256_set1_ps(scale));
 }
 
 }  // namespace
@@ -347,6 +399,22 @@ void float_rows_avx512(const MatmulArguments& arguments, int64_t row_begin, int6
       break;
   }
   FOLIO_UNREACHABLE("float_rows_avx512 on {}", dtype_name(arguments.weight_dtype));
+}
+
+void quantize_activation_rows_avx512(const MatmulArguments& arguments, std::byte* workspace,
+                                     int64_t row_begin, int64_t row_end) {
+  const int64_t input_features = arguments.input_features;
+  const QuantizedActivationsLayout layout =
+      quantized_activations_layout(arguments.num_rows, input_features);
+  auto* values = reinterpret_cast<int8_t*>(workspace + layout.values_offset);
+  auto* corrections = reinterpret_cast<int32_t*>(workspace + layout.corrections_offset);
+  auto* lane_scales = reinterpret_cast<float*>(workspace + layout.lane_scales_offset);
+  const int32_t offset = arguments.weight_dtype == DType::kQ8_0 ? 128 : 8;
+  for (int64_t element = row_begin * input_features; element < row_end * input_features;
+       element += kBlock) {
+    quantize_block(arguments.input + element, values + element, corrections + element / 4,
+                   lane_scales + element / 4, offset);
+  }
 }
 
 void quantized_rows_avx512(const MatmulArguments& arguments,

@@ -47,6 +47,15 @@ class Prefetch {
         end_(next_ + group_bytes),
         lines_per_step_((group_bytes / kLineBytes + steps) / std::max<int64_t>(steps, 1)) {}
 
+  // Prefetches the first kMinimumDistance-or-two-groups bytes at `first_group` at once: what
+  // the group before it would have prefetched, had this range not started a task.
+  static void warm_up(const std::byte* first_group, int64_t group_bytes, int64_t range_bytes) {
+    const int64_t bytes = std::min(range_bytes, std::max(2 * group_bytes, kMinimumDistance));
+    for (int64_t offset = 0; offset < bytes; offset += kLineBytes) {
+      __builtin_prefetch(first_group + offset, /*read*/ 0, /*locality: L2*/ 2);
+    }
+  }
+
   __attribute__((always_inline)) void step() {
     for (int64_t line = 0; line < lines_per_step_ && next_ < end_; ++line) {
       __builtin_prefetch(next_, /*read*/ 0, /*locality: L2*/ 2);
@@ -94,11 +103,20 @@ constexpr QuantizedActivationsLayout quantized_activations_layout(int64_t num_ro
   return layout;
 }
 
+// Quantizes one 32-value block of x: values, its 8 lane corrections (offset c) and lane scales.
+// A block holding inf or NaN gets a NaN scale and zero values, so the non-finite value reaches
+// the output as NaN instead of vanishing into an int8.
+void quantize_activation_block(const float* input, int8_t* values, int32_t* corrections,
+                               float* lane_scales, int32_t offset);
+
 // Quantizes rows [row_begin, row_end) of arguments.input into the QuantizedActivations arrays
-// laid out in `workspace` (quantized_activations_layout for all num_rows rows). Portable code:
-// the same bytes on every instruction set.
-void quantize_activation_rows(const MatmulArguments& arguments, std::byte* workspace,
-                              int64_t row_begin, int64_t row_end);
+// laid out in `workspace` (quantized_activations_layout for all num_rows rows). Every
+// instruction set writes the same bytes: d = amax / 127 and 1 / d in f32, q = roundf(x / d)
+// (half away from zero) is exact arithmetic on each.
+void quantize_activation_rows_portable(const MatmulArguments& arguments, std::byte* workspace,
+                                       int64_t row_begin, int64_t row_end);
+void quantize_activation_rows_avx512(const MatmulArguments& arguments, std::byte* workspace,
+                                     int64_t row_begin, int64_t row_end);
 
 // f32 / f16 / bf16 weights. `group_scratch` holds kGroupRows * K floats (f16 / bf16 groups are
 // widened into it when num_rows >= kConvertedGroupMinRows) or is unused for f32.
