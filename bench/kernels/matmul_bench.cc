@@ -18,6 +18,7 @@
 #include <benchmark/benchmark.h>
 
 #include <immintrin.h>
+#include <sys/mman.h>
 
 #include <algorithm>
 #include <chrono>
@@ -29,6 +30,7 @@
 #include "folio/base/thread_pool.h"
 #include "folio/device/host_stream.h"
 #include "folio/kernels/cpu/matmul.h"
+#include "folio/kernels/cpu/simd_level.h"
 #include "folio/tensor/quantize.h"
 
 // GCC 12 warns inside its own AVX-512 intrinsics in target-attribute functions (bug 105593).
@@ -44,12 +46,19 @@ constexpr int64_t kBandwidthBufferBytes = int64_t{2} << 30;
 // ---------------------------------------------------------------------------------------------
 // Memory
 
-// 64-byte aligned, zero-initialized (so pages are touched once, before any timing).
+// --huge_pages: back every buffer with transparent huge pages (madvise), as weights loaded
+// into 2 MiB pages would be; by default buffers use the 4 KiB pages an mmapped file gets.
+bool use_huge_pages = false;
+
+// 2 MiB aligned, zero-initialized (so pages are touched once, before any timing).
 class AlignedBuffer {
  public:
+  static constexpr int64_t kAlignment = int64_t{2} << 20;
+
   explicit AlignedBuffer(int64_t bytes)
       : bytes_(bytes),
-        data_(static_cast<std::byte*>(std::aligned_alloc(64, (bytes + 63) / 64 * 64))) {
+        data_(static_cast<std::byte*>(std::aligned_alloc(kAlignment, rounded(bytes)))) {
+    if (use_huge_pages) madvise(data_, rounded(bytes), MADV_HUGEPAGE);
     std::fill(data_, data_ + bytes, std::byte{0});
   }
   ~AlignedBuffer() { std::free(data_); }
@@ -59,6 +68,10 @@ class AlignedBuffer {
   int64_t bytes() const { return bytes_; }
 
  private:
+  static int64_t rounded(int64_t bytes) {
+    return (bytes + kAlignment - 1) / kAlignment * kAlignment;
+  }
+
   int64_t bytes_;
   std::byte* data_;
 };
@@ -446,7 +459,25 @@ void register_benchmarks() {
 }  // namespace
 }  // namespace folio::kernels::cpu
 
+// Folio's own flags, removed from argv before Google Benchmark parses the rest:
+//   --huge_pages         buffers in transparent huge pages
+//   --simd=portable|avx2 run the kernels at a lower SIMD level than the CPU's best
 int main(int argc, char** argv) {
+  using folio::kernels::cpu::SimdLevel;
+  int kept = 1;
+  for (int i = 1; i < argc; ++i) {
+    const std::string argument = argv[i];
+    if (argument == "--huge_pages") {
+      folio::kernels::cpu::use_huge_pages = true;
+    } else if (argument == "--simd=portable") {
+      folio::kernels::cpu::set_active_simd_level(SimdLevel::kPortable);
+    } else if (argument == "--simd=avx2") {
+      folio::kernels::cpu::set_active_simd_level(SimdLevel::kAvx2);
+    } else {
+      argv[kept++] = argv[i];
+    }
+  }
+  argc = kept;
   benchmark::Initialize(&argc, argv);
   folio::kernels::cpu::register_benchmarks();
   benchmark::RunSpecifiedBenchmarks();
