@@ -12,7 +12,8 @@
 //   weights (>= 1 GiB in all) so that no step finds its weights in the last-level cache.
 // - prefill/<model>/<dtype>/tokens:M/threads:T: the same matrices for a prompt of M tokens.
 //   Counters: tokens/s and GFLOP/s (2 M N K per matrix).
-// - sgemm_threshold/...: f32 at M around kSgemmMinRows, where the kernel hands over to sgemm.
+// - sgemm_threshold/f32/K:<K>/rows:M: one 2048 x K f32 matrix at M rows around kSgemmMinRows;
+//   with K >= kSgemmMinInputFeatures the kernel hands over to sgemm there, below it never does.
 //
 // Matmuls only: attention, norms and activations are not part of these figures.
 #include <benchmark/benchmark.h>
@@ -373,11 +374,10 @@ void cached_weight(benchmark::State& state, DType dtype, int64_t batch, int thre
       steps * static_cast<double>(batch * kFeatures * kFeatures) / seconds / 1e9;
 }
 
-// One matrix of the base model's FFN (N = 2048, K = 768) in f32 at `rows` rows: below
-// kSgemmMinRows Folio's kernel runs, from it sgemm.
-void sgemm_threshold(benchmark::State& state, int64_t rows, int threads) {
+// One 2048 x `input_features` f32 matrix at `rows` rows: Folio's kernel, or sgemm from
+// kSgemmMinRows rows when input_features >= kSgemmMinInputFeatures.
+void sgemm_threshold(benchmark::State& state, int64_t input_features, int64_t rows, int threads) {
   const int64_t output_features = 2048;
-  const int64_t input_features = 768;
   AlignedBuffer weight(output_features * input_features * 4);
   AlignedBuffer input(rows * input_features * 4);
   AlignedBuffer output(rows * output_features * 4);
@@ -443,13 +443,12 @@ void register_benchmarks() {
           ->Unit(benchmark::kMicrosecond);
     }
   }
-  for (int threads : {1, 2}) {
-    for (int64_t rows : {kSgemmMinRows / 4, kSgemmMinRows / 2, kSgemmMinRows - 1, kSgemmMinRows,
-                         2 * kSgemmMinRows, 4 * kSgemmMinRows}) {
-      benchmark::RegisterBenchmark(("sgemm_threshold/f32/rows:" + std::to_string(rows) +
-                                    "/threads:" + std::to_string(threads))
+  for (int64_t input_features : {int64_t{2048}, kSgemmMinInputFeatures, int64_t{4096}}) {
+    for (int64_t rows : {kSgemmMinRows / 2, kSgemmMinRows - 1, kSgemmMinRows, 2 * kSgemmMinRows}) {
+      benchmark::RegisterBenchmark(("sgemm_threshold/f32/K:" + std::to_string(input_features) +
+                                    "/rows:" + std::to_string(rows) + "/threads:1")
                                        .c_str(),
-                                   sgemm_threshold, rows, threads)
+                                   sgemm_threshold, input_features, rows, 1)
           ->UseRealTime()
           ->Unit(benchmark::kMicrosecond);
     }

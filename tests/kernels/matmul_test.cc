@@ -28,9 +28,15 @@ struct Shape {
 
 // Odd row counts (1, 3, 17: partial x tiles; 17 >= kConvertedGroupMinRows), column counts that
 // are not a multiple of the 4-row group, K with an odd number of 32-blocks (288 = 9 blocks);
-// kSgemmMinRows and 150 rows take the sgemm path for f32 (150 = two row tiles).
-const Shape kShapes[] = {
-    {1, 37, 64}, {3, 9, 288}, {17, 70, 96}, {2, 6, 1024}, {kSgemmMinRows, 23, 160}, {150, 131, 64}};
+// {kSgemmMinRows, kSgemmMinInputFeatures} takes the sgemm path for f32; 200 x 1024 (f32) and
+// 300 x 1024 (8-bit x) are more than one pass of x rows (rows_per_pass).
+const Shape kShapes[] = {{1, 37, 64},
+                         {3, 9, 288},
+                         {17, 70, 96},
+                         {2, 6, 1024},
+                         {kSgemmMinRows, 23, kSgemmMinInputFeatures},
+                         {200, 9, 1024},
+                         {300, 6, 1024}};
 
 class MatmulTest : public ::testing::Test {
  protected:
@@ -60,20 +66,22 @@ TEST_F(MatmulTest, MatchesDoubleReferenceForEveryDtypeAndSimdLevel) {
 }
 
 // A row's result depends only on that row of x: the same whether it is alone in the step or
-// batched with others (apart from f32 at M >= kSgemmMinRows, which goes to sgemm).
+// batched with others (apart from f32 steps that go to sgemm), across passes of x rows too.
 TEST_F(MatmulTest, RowResultsDoNotDependOnTheOtherRowsOfTheBatch) {
   device::HostStream stream(two_threads_);
   for (SimdLevel level : supported_simd_levels()) {
     ScopedSimdLevel scoped(level);
     for (DType dtype : kWeightDtypes) {
       SCOPED_TRACE(std::string(simd_level_name(level)) + " " + std::string(dtype_name(dtype)));
-      const int64_t batch_rows = dtype == DType::kF32 ? kSgemmMinRows - 1 : 33;
-      Problem batch(batch_rows, 45, 96, dtype, true, 9);
+      // 300 rows of 1024 values are two passes (rows_per_pass) whatever the dtype.
+      const int64_t batch_rows = 300;
+      Problem batch(batch_rows, 45, 1024, dtype, true, 9);
       const std::vector<float> batched = batch.run(stream);
-      for (int64_t row : {int64_t{0}, int64_t{6}, batch_rows - 1}) {
+      for (int64_t row : {int64_t{0}, int64_t{6}, int64_t{200}, batch_rows - 1}) {
         Problem single = batch;
         single.rows = 1;
-        single.input.assign(batch.input.begin() + row * 96, batch.input.begin() + (row + 1) * 96);
+        single.input.assign(batch.input.begin() + row * 1024,
+                            batch.input.begin() + (row + 1) * 1024);
         const std::vector<float> alone = single.run(stream);
         ASSERT_EQ(std::memcmp(alone.data(), batched.data() + row * 45, 45 * sizeof(float)), 0)
             << "row " << row;

@@ -35,7 +35,9 @@ TEST_F(MatmulThreadsTest, ResultsAreIdenticalForOneAndTwoThreads) {
   for (SimdLevel level : supported_simd_levels()) {
     ScopedSimdLevel scoped(level);
     for (DType dtype : kWeightDtypes) {
-      for (const Shape& shape : {Shape{1, 203, 256}, Shape{17, 203, 128}, Shape{150, 300, 64}}) {
+      // The last shape is two row tiles and three column tiles of the f32 sgemm path.
+      for (const Shape& shape : {Shape{1, 203, 256}, Shape{17, 203, 128},
+                                 Shape{kSgemmMinRows + 40, 300, kSgemmMinInputFeatures}}) {
         SCOPED_TRACE(std::string(simd_level_name(level)) + " " + std::string(dtype_name(dtype)) +
                      " M=" + std::to_string(shape.rows));
         const Problem problem(shape.rows, shape.output_features, shape.input_features, dtype, true,
@@ -51,13 +53,17 @@ TEST_F(MatmulThreadsTest, ResultsAreIdenticalForOneAndTwoThreads) {
 TEST_F(MatmulThreadsTest, ReplayOfACapturedLaunchMatchesEagerLaunchOnNewInputs) {
   device::HostStream stream(two_threads_);
   for (DType dtype : kWeightDtypes) {
-    for (int64_t rows : {int64_t{1}, int64_t{17}, int64_t{64}}) {
+    // The last shape takes the sgemm path for f32.
+    for (const Shape& shape : {Shape{1, 77, 128}, Shape{17, 77, 128},
+                               Shape{kSgemmMinRows, 21, kSgemmMinInputFeatures}}) {
+      const int64_t rows = shape.rows;
       SCOPED_TRACE(std::string(dtype_name(dtype)) + " M=" + std::to_string(rows));
-      Problem problem(rows, 77, 128, dtype, true, 21);
+      Problem problem(rows, shape.output_features, shape.input_features, dtype, true, 21);
       const int64_t workspace_bytes =
-          matmul_workspace_bytes(dtype, rows, 128, stream.pool().num_threads());
+          matmul_workspace_bytes(dtype, rows, shape.input_features, stream.pool().num_threads());
       AlignedBuffer workspace(workspace_bytes);
-      std::vector<float> replayed(rows * 77, std::numeric_limits<float>::quiet_NaN());
+      std::vector<float> replayed(rows * shape.output_features,
+                                  std::numeric_limits<float>::quiet_NaN());
       stream.begin_capture();
       matmul(stream, problem.arguments(replayed.data(), workspace.data(), workspace_bytes));
       const device::HostGraph graph = stream.end_capture();

@@ -180,7 +180,8 @@ void matmul(device::HostStream& stream, const MatmulArguments& arguments) {
   if (rows == 0 || arguments.output_features == 0) return;
   const DType dtype = arguments.weight_dtype;
 
-  if (dtype == DType::kF32 && rows >= kSgemmMinRows) {
+  if (dtype == DType::kF32 && rows >= kSgemmMinRows &&
+      arguments.input_features >= kSgemmMinInputFeatures) {
     make_openblas_single_threaded();
     const int64_t tiles =
         ceil_div(rows, kSgemmTileRows) * ceil_div(arguments.output_features, kSgemmTileColumns);

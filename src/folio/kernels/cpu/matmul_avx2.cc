@@ -42,12 +42,13 @@ FOLIO_AVX2 inline float horizontal_sum(__m256 v) {
 // Calls tile(std::integral_constant<int, height>, first_row) over all rows of x in tiles of
 // kTile rows, the last one shorter, so each tile height is its own instantiation.
 template <int kTile, typename TileFunction>
-FOLIO_AVX2 __attribute__((always_inline)) inline void for_each_tile(int64_t num_rows,
+FOLIO_AVX2 __attribute__((always_inline)) inline void for_each_tile(int64_t first_row,
+                                                                    int64_t end_row,
                                                                     TileFunction&& tile) {
   static_assert(kTile == 2);
-  int64_t row = 0;
-  for (; row + 2 <= num_rows; row += 2) tile(std::integral_constant<int, 2>(), row);
-  if (row < num_rows) tile(std::integral_constant<int, 1>(), row);
+  int64_t row = first_row;
+  for (; row + 2 <= end_row; row += 2) tile(std::integral_constant<int, 2>(), row);
+  if (row < end_row) tile(std::integral_constant<int, 1>(), row);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -96,7 +97,8 @@ FOLIO_AVX2 void float_tile(const std::byte* weight, int64_t weight_stride, const
 
 template <DType kDtype, int kGroup>
 FOLIO_AVX2 void float_group(const MatmulArguments& arguments, const std::byte* weight,
-                            int64_t weight_stride, int64_t column) {
+                            int64_t weight_stride, int64_t column, int64_t first_row,
+                            int64_t end_row) {
   const int64_t input_features = arguments.input_features;
   const int64_t output_features = arguments.output_features;
   const float* bias = arguments.bias != nullptr ? arguments.bias + column : nullptr;
@@ -105,7 +107,7 @@ FOLIO_AVX2 void float_group(const MatmulArguments& arguments, const std::byte* w
   Prefetch prefetch;
   if constexpr (kDtype != DType::kF32)
     prefetch = Prefetch(weight, kGroup * weight_stride, input_features / 8);
-  for_each_tile<2>(arguments.num_rows, [&](auto tile_rows, int64_t row) {
+  for_each_tile<2>(first_row, end_row, [&](auto tile_rows, int64_t row) {
     float_tile<kDtype, kGroup, decltype(tile_rows)::value>(
         weight, weight_stride, arguments.input + row * input_features, input_features, bias,
         arguments.output + row * output_features + column, output_features, prefetch);
@@ -113,9 +115,10 @@ FOLIO_AVX2 void float_group(const MatmulArguments& arguments, const std::byte* w
   });
 }
 
+// One pass: rows [first_row, end_row) of x against the weight groups of [row_begin, row_end).
 template <DType kDtype>
-FOLIO_AVX2 void float_rows(const MatmulArguments& arguments, int64_t row_begin, int64_t row_end,
-                           float* group_scratch) {
+FOLIO_AVX2 void float_pass(const MatmulArguments& arguments, int64_t row_begin, int64_t row_end,
+                           int64_t first_row, int64_t end_row, float* group_scratch) {
   const int64_t input_features = arguments.input_features;
   const int64_t weight_row_bytes = row_bytes(kDtype, input_features);
   const auto* weight = static_cast<const std::byte*>(arguments.weight);
@@ -131,23 +134,41 @@ FOLIO_AVX2 void float_rows(const MatmulArguments& arguments, int64_t row_begin, 
         }
       }
       const auto* widened = reinterpret_cast<const std::byte*>(group_scratch);
-      const int64_t widened_stride = input_features * static_cast<int64_t>(sizeof(float));
+      const int64_t stride = input_features * static_cast<int64_t>(sizeof(float));
       if (group_rows == kGroupRows) {
-        float_group<DType::kF32, kGroupRows>(arguments, widened, widened_stride, column);
+        float_group<DType::kF32, kGroupRows>(arguments, widened, stride, column, first_row,
+                                             end_row);
       } else {
         for (int64_t g = 0; g < group_rows; ++g) {
-          float_group<DType::kF32, 1>(arguments, widened + g * widened_stride, widened_stride,
-                                      column + g);
+          float_group<DType::kF32, 1>(arguments, widened + g * stride, stride, column + g,
+                                      first_row, end_row);
         }
       }
     } else if (group_rows == kGroupRows) {
-      float_group<kDtype, kGroupRows>(arguments, group, weight_row_bytes, column);
+      float_group<kDtype, kGroupRows>(arguments, group, weight_row_bytes, column, first_row,
+                                      end_row);
     } else {
       for (int64_t g = 0; g < group_rows; ++g) {
         float_group<kDtype, 1>(arguments, group + g * weight_row_bytes, weight_row_bytes,
-                               column + g);
+                               column + g, first_row, end_row);
       }
     }
+  }
+}
+
+template <DType kDtype>
+FOLIO_AVX2 void float_rows(const MatmulArguments& arguments, int64_t row_begin, int64_t row_end,
+                           float* group_scratch) {
+  const int64_t weight_row_bytes = row_bytes(kDtype, arguments.input_features);
+  if constexpr (kDtype != DType::kF32) {
+    Prefetch::warm_up(
+        static_cast<const std::byte*>(arguments.weight) + row_begin * weight_row_bytes,
+        kGroupRows * weight_row_bytes, (row_end - row_begin) * weight_row_bytes);
+  }
+  const int64_t pass_rows = rows_per_pass(arguments.input_features * 4);
+  for (int64_t first_row = 0; first_row < arguments.num_rows; first_row += pass_rows) {
+    const int64_t end_row = std::min(arguments.num_rows, first_row + pass_rows);
+    float_pass<kDtype>(arguments, row_begin, row_end, first_row, end_row, group_scratch);
   }
 }
 
@@ -230,12 +251,13 @@ FOLIO_AVX2 void quantized_tile(const std::byte* weight, int64_t weight_stride,
 template <DType kDtype, int kGroup>
 FOLIO_AVX2 void quantized_group(const MatmulArguments& arguments,
                                 const QuantizedActivations& activations, const std::byte* weight,
-                                int64_t weight_stride, int64_t column) {
+                                int64_t weight_stride, int64_t column, int64_t first_row,
+                                int64_t end_row) {
   const int64_t input_features = arguments.input_features;
   const int64_t output_features = arguments.output_features;
   const float* bias = arguments.bias != nullptr ? arguments.bias + column : nullptr;
   Prefetch prefetch(weight, kGroup * weight_stride, input_features / kBlock);
-  for_each_tile<2>(arguments.num_rows, [&](auto tile_rows, int64_t row) {
+  for_each_tile<2>(first_row, end_row, [&](auto tile_rows, int64_t row) {
     quantized_tile<kDtype, kGroup, decltype(tile_rows)::value>(
         weight, weight_stride, activations, row, input_features, bias,
         arguments.output + row * output_features + column, output_features, prefetch);
@@ -250,14 +272,20 @@ FOLIO_AVX2 void quantized_rows(const MatmulArguments& arguments,
   constexpr int kPair = 2;  // weight rows per register tile
   const int64_t weight_row_bytes = row_bytes(kDtype, arguments.input_features);
   const auto* weight = static_cast<const std::byte*>(arguments.weight);
-  int64_t column = row_begin;
-  for (; column + kPair <= row_end; column += kPair) {
-    quantized_group<kDtype, kPair>(arguments, activations, weight + column * weight_row_bytes,
-                                   weight_row_bytes, column);
-  }
-  if (column < row_end) {
-    quantized_group<kDtype, 1>(arguments, activations, weight + column * weight_row_bytes,
-                               weight_row_bytes, column);
+  Prefetch::warm_up(weight + row_begin * weight_row_bytes, kGroupRows * weight_row_bytes,
+                    (row_end - row_begin) * weight_row_bytes);
+  const int64_t pass_rows = rows_per_pass(arguments.input_features * 3);
+  for (int64_t first_row = 0; first_row < arguments.num_rows; first_row += pass_rows) {
+    const int64_t end_row = std::min(arguments.num_rows, first_row + pass_rows);
+    int64_t column = row_begin;
+    for (; column + kPair <= row_end; column += kPair) {
+      quantized_group<kDtype, kPair>(arguments, activations, weight + column * weight_row_bytes,
+                                     weight_row_bytes, column, first_row, end_row);
+    }
+    if (column < row_end) {
+      quantized_group<kDtype, 1>(arguments, activations, weight + column * weight_row_bytes,
+                                 weight_row_bytes, column, first_row, end_row);
+    }
   }
 }
 

@@ -80,7 +80,8 @@ FOLIO_AVX512 void float_tile(const std::byte* weight, int64_t weight_stride, con
 // All rows of x against kGroup weight rows starting at output column `column`.
 template <DType kDtype, int kGroup>
 FOLIO_AVX512 void float_group(const MatmulArguments& arguments, const std::byte* weight,
-                              int64_t weight_stride, int64_t column) {
+                              int64_t weight_stride, int64_t column, int64_t first_row,
+                              int64_t end_row) {
   const int64_t input_features = arguments.input_features;
   const int64_t output_features = arguments.output_features;
   const float* bias = arguments.bias != nullptr ? arguments.bias + column : nullptr;
@@ -89,8 +90,8 @@ FOLIO_AVX512 void float_group(const MatmulArguments& arguments, const std::byte*
   Prefetch prefetch;
   if constexpr (kDtype != DType::kF32)
     prefetch = Prefetch(weight, kGroup * weight_stride, input_features / 16);
-  int64_t row = 0;
-  for (; row + kTile <= arguments.num_rows; row += kTile) {
+  int64_t row = first_row;
+  for (; row + kTile <= end_row; row += kTile) {
     float_tile<kDtype, kGroup, kTile>(
         weight, weight_stride, arguments.input + row * input_features, input_features, bias,
         arguments.output + row * output_features + column, output_features, prefetch);
@@ -98,7 +99,7 @@ FOLIO_AVX512 void float_group(const MatmulArguments& arguments, const std::byte*
   }
   const float* input = arguments.input + row * input_features;
   float* output = arguments.output + row * output_features + column;
-  switch (arguments.num_rows - row) {
+  switch (end_row - row) {
     case 3:
       float_tile<kDtype, kGroup, 3>(weight, weight_stride, input, input_features, bias, output,
                                     output_features, prefetch);
@@ -116,46 +117,61 @@ FOLIO_AVX512 void float_group(const MatmulArguments& arguments, const std::byte*
   }
 }
 
+// One pass: rows [first_row, end_row) of x against the weight groups of [row_begin, row_end).
 template <DType kDtype>
-FOLIO_AVX512 void float_rows(const MatmulArguments& arguments, int64_t row_begin, int64_t row_end,
-                             float* group_scratch) {
+FOLIO_AVX512 void float_pass(const MatmulArguments& arguments, int64_t row_begin, int64_t row_end,
+                             int64_t first_row, int64_t end_row, float* group_scratch) {
   const int64_t input_features = arguments.input_features;
   const int64_t weight_row_bytes = row_bytes(kDtype, input_features);
   const auto* weight = static_cast<const std::byte*>(arguments.weight);
   const bool convert_groups = kDtype != DType::kF32 && arguments.num_rows >= kConvertedGroupMinRows;
-  if constexpr (kDtype != DType::kF32) {
-    Prefetch::warm_up(weight + row_begin * weight_row_bytes, kGroupRows * weight_row_bytes,
-                      (row_end - row_begin) * weight_row_bytes);
-  }
   for (int64_t column = row_begin; column < row_end; column += kGroupRows) {
     const int64_t group_rows = std::min(kGroupRows, row_end - column);
     const std::byte* group = weight + column * weight_row_bytes;
+    const std::byte* rows = group;
+    int64_t stride = weight_row_bytes;
     if (convert_groups) {
-      // Widen once per group instead of once per tile of x: the same f32 values either way.
+      // Widen once per group and pass instead of once per tile of x: the same f32 values.
       for (int64_t g = 0; g < group_rows; ++g) {
         for (int64_t k = 0; k < input_features; k += 16) {
           _mm512_storeu_ps(group_scratch + g * input_features + k,
                            load_widened<kDtype>(group + g * weight_row_bytes, k));
         }
       }
-      const auto* widened = reinterpret_cast<const std::byte*>(group_scratch);
-      const int64_t widened_stride = input_features * static_cast<int64_t>(sizeof(float));
-      if (group_rows == kGroupRows) {
-        float_group<DType::kF32, kGroupRows>(arguments, widened, widened_stride, column);
-      } else {
-        for (int64_t g = 0; g < group_rows; ++g) {
-          float_group<DType::kF32, 1>(arguments, widened + g * widened_stride, widened_stride,
-                                      column + g);
-        }
+      rows = reinterpret_cast<const std::byte*>(group_scratch);
+      stride = input_features * static_cast<int64_t>(sizeof(float));
+    }
+    if (convert_groups && group_rows == kGroupRows) {
+      float_group<DType::kF32, kGroupRows>(arguments, rows, stride, column, first_row, end_row);
+    } else if (convert_groups) {
+      for (int64_t g = 0; g < group_rows; ++g) {
+        float_group<DType::kF32, 1>(arguments, rows + g * stride, stride, column + g, first_row,
+                                    end_row);
       }
     } else if (group_rows == kGroupRows) {
-      float_group<kDtype, kGroupRows>(arguments, group, weight_row_bytes, column);
+      float_group<kDtype, kGroupRows>(arguments, rows, stride, column, first_row, end_row);
     } else {
       for (int64_t g = 0; g < group_rows; ++g) {
-        float_group<kDtype, 1>(arguments, group + g * weight_row_bytes, weight_row_bytes,
-                               column + g);
+        float_group<kDtype, 1>(arguments, rows + g * stride, stride, column + g, first_row,
+                               end_row);
       }
     }
+  }
+}
+
+template <DType kDtype>
+FOLIO_AVX512 void float_rows(const MatmulArguments& arguments, int64_t row_begin, int64_t row_end,
+                             float* group_scratch) {
+  const int64_t weight_row_bytes = row_bytes(kDtype, arguments.input_features);
+  if constexpr (kDtype != DType::kF32) {
+    Prefetch::warm_up(
+        static_cast<const std::byte*>(arguments.weight) + row_begin * weight_row_bytes,
+        kGroupRows * weight_row_bytes, (row_end - row_begin) * weight_row_bytes);
+  }
+  const int64_t pass_rows = rows_per_pass(arguments.input_features * 4);
+  for (int64_t first_row = 0; first_row < arguments.num_rows; first_row += pass_rows) {
+    const int64_t end_row = std::min(arguments.num_rows, first_row + pass_rows);
+    float_pass<kDtype>(arguments, row_begin, row_end, first_row, end_row, group_scratch);
   }
 }
 
@@ -281,21 +297,22 @@ FOLIO_AVX512 void quantized_tile(const std::byte* weight, int64_t weight_stride,
 template <DType kDtype, int kGroup>
 FOLIO_AVX512 void quantized_group(const MatmulArguments& arguments,
                                   const QuantizedActivations& activations, const std::byte* weight,
-                                  int64_t weight_stride, int64_t column) {
+                                  int64_t weight_stride, int64_t column, int64_t first_row,
+                                  int64_t end_row) {
   const int64_t input_features = arguments.input_features;
   const int64_t output_features = arguments.output_features;
   const float* bias = arguments.bias != nullptr ? arguments.bias + column : nullptr;
   // Only the first tile of x prefetches: the others find the group in cache.
   Prefetch prefetch(weight, kGroup * weight_stride, (input_features + 63) / 64);
-  int64_t row = 0;
-  for (; row + kTile <= arguments.num_rows; row += kTile) {
+  int64_t row = first_row;
+  for (; row + kTile <= end_row; row += kTile) {
     quantized_tile<kDtype, kGroup, kTile>(weight, weight_stride, activations, row, input_features,
                                           bias, arguments.output + row * output_features + column,
                                           output_features, prefetch);
     prefetch = {};
   }
   float* output = arguments.output + row * output_features + column;
-  switch (arguments.num_rows - row) {
+  switch (end_row - row) {
     case 3:
       quantized_tile<kDtype, kGroup, 3>(weight, weight_stride, activations, row, input_features,
                                         bias, output, output_features, prefetch);
@@ -321,15 +338,21 @@ FOLIO_AVX512 void quantized_rows(const MatmulArguments& arguments,
   const auto* weight = static_cast<const std::byte*>(arguments.weight);
   Prefetch::warm_up(weight + row_begin * weight_row_bytes, kGroupRows * weight_row_bytes,
                     (row_end - row_begin) * weight_row_bytes);
-  for (int64_t column = row_begin; column < row_end; column += kGroupRows) {
-    const int64_t group_rows = std::min(kGroupRows, row_end - column);
-    const std::byte* group = weight + column * weight_row_bytes;
-    if (group_rows == kGroupRows) {
-      quantized_group<kDtype, kGroupRows>(arguments, activations, group, weight_row_bytes, column);
-    } else {
-      for (int64_t g = 0; g < group_rows; ++g) {
-        quantized_group<kDtype, 1>(arguments, activations, group + g * weight_row_bytes,
-                                   weight_row_bytes, column + g);
+  // x takes 3 bytes per value: int8 value, and per 4 values an i32 correction and f32 scale.
+  const int64_t pass_rows = rows_per_pass(arguments.input_features * 3);
+  for (int64_t first_row = 0; first_row < arguments.num_rows; first_row += pass_rows) {
+    const int64_t end_row = std::min(arguments.num_rows, first_row + pass_rows);
+    for (int64_t column = row_begin; column < row_end; column += kGroupRows) {
+      const int64_t group_rows = std::min(kGroupRows, row_end - column);
+      const std::byte* group = weight + column * weight_row_bytes;
+      if (group_rows == kGroupRows) {
+        quantized_group<kDtype, kGroupRows>(arguments, activations, group, weight_row_bytes, column,
+                                            first_row, end_row);
+      } else {
+        for (int64_t g = 0; g < group_rows; ++g) {
+          quantized_group<kDtype, 1>(arguments, activations, group + g * weight_row_bytes,
+                                     weight_row_bytes, column + g, first_row, end_row);
+        }
       }
     }
   }

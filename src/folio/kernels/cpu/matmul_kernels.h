@@ -26,6 +26,15 @@ constexpr int64_t align_up(int64_t bytes) {
   return (bytes + kWorkspaceAlignment - 1) / kWorkspaceAlignment * kWorkspaceAlignment;
 }
 
+// Rows of x per pass over a task's weight groups. A group is multiplied by every row of x, so
+// the rows of one pass are re-read once per group: they must stay in L2 (2 MiB per core on the
+// machines measured; a pass uses at most kPassBytes). Without passes, prefill of 256 rows with
+// K = 2048 ran at 40% of the speed of 128 rows. A multiple of 4, the largest tile of x.
+inline constexpr int64_t kPassBytes = 768 * 1024;
+constexpr int64_t rows_per_pass(int64_t bytes_per_row) {
+  return std::max<int64_t>(4, kPassBytes / bytes_per_row / 4 * 4);
+}
+
 // Software prefetch of the weights a tile will need next, into L2, a few cache lines per step
 // of the tile's K loop. Without it, f16 and q8_0 decode reach only 50-75% of the read bandwidth
 // (measured: docs/design/kernels.md): their dot products retire fewer bytes per instruction
