@@ -168,8 +168,8 @@ TEST_F(BlockManagerCacheTest, PoolPressureEvictsOnlyCachedBlocks) {
   ASSERT_TRUE(manager_->free(SeqId(2)).ok());
   ASSERT_EQ(manager_->counts().cached, 8);
   // Another content type wants the whole pool: it gets the free pages and the cached ones.
-  const int32_t taken = source_->take_pages_for_other_owner(6);
-  EXPECT_EQ(taken, 5);
+  const std::vector<int32_t> taken = source_->take_pages_for_other_owner(6);
+  EXPECT_EQ(taken.size(), 5u);
   ASSERT_TRUE(manager_->process_evictions().ok());
   EXPECT_EQ(manager_->counts().cached, 0);
   EXPECT_EQ(manager_->counts().owned, 4);  // the running sequence and the dummy
@@ -179,7 +179,7 @@ TEST_F(BlockManagerCacheTest, PoolPressureEvictsOnlyCachedBlocks) {
   manager_->check_invariants();
   // The pool is exhausted now: new sequences wait, appends that need a block fail softly.
   EXPECT_EQ(manager_->allocate(SeqId(3), finished)->admission, Admission::kNoCapacityNow);
-  source_->return_pages_of_other_owner(5);
+  source_->return_pages_of_other_owner(taken);
   EXPECT_EQ(prefill(SeqId(3), finished).num_cached_tokens, 0);
   manager_->check_invariants();
 }
@@ -190,7 +190,7 @@ TEST_F(BlockManagerCacheTest, FullPoolMakesAllocationReuseOwnCachedBlocksInLruOr
   prefill(SeqId(2), tokens(32, 900));  // a whole page
   const auto cached_blocks = table(SeqId(2));
   ASSERT_TRUE(manager_->free(SeqId(2)).ok());
-  ASSERT_EQ(source_->take_pages_for_other_owner(1), 1);  // the last free page
+  ASSERT_EQ(source_->take_pages_for_other_owner(1).size(), 1u);  // the last free page
   prefill(SeqId(3), tokens(8, 5000));
   EXPECT_EQ(table(SeqId(3))[0], cached_blocks.back());  // the LRU's oldest: the tail
   EXPECT_EQ(manager_->counts().cached, 3);
@@ -204,7 +204,7 @@ TEST_F(BlockManagerCacheTest, SourceEvictingOurPageInsideAllocateIsHandled) {
   prefill(SeqId(1), tokens(24, 1));
   prefill(SeqId(2), tokens(32, 900));
   ASSERT_TRUE(manager_->free(SeqId(2)).ok());
-  ASSERT_EQ(source_->take_pages_for_other_owner(1), 1);
+  ASSERT_EQ(source_->take_pages_for_other_owner(1).size(), 1u);
   // The source claims a page to spare, then makes it by evicting our cached page and hands
   // that very page back: the notice arrives inside allocate_page.
   faulty_->override_available(1);

@@ -112,26 +112,26 @@ void FixedPageSource::set_eviction_handler(KvEvictionHandler* handler) {
   handler_ = handler;
 }
 
-int32_t FixedPageSource::take_pages_for_other_owner(int32_t num_pages) {
+std::vector<int32_t> FixedPageSource::take_pages_for_other_owner(int32_t num_pages) {
   std::lock_guard lock(mutex_);
-  int32_t taken = 0;
-  while (taken < num_pages) {
+  std::vector<int32_t> taken;
+  while (static_cast<int32_t>(taken.size()) < num_pages) {
     const int32_t index = claim_page_locked();
     if (index < 0) break;
     ++pages_[index].generation;
     pages_[index].state = PageState::kOtherOwner;
-    ++taken;
+    taken.push_back(index);
   }
   return taken;
 }
 
-void FixedPageSource::return_pages_of_other_owner(int32_t num_pages) {
+void FixedPageSource::return_pages_of_other_owner(std::span<const int32_t> page_indices) {
   std::lock_guard lock(mutex_);
-  for (PageSlot& slot : pages_) {
-    if (num_pages == 0) break;
-    if (slot.state != PageState::kOtherOwner) continue;
-    slot.state = PageState::kFree;
-    --num_pages;
+  for (int32_t index : page_indices) {
+    FOLIO_CHECK(index >= 0 && index < capacity_pages_ &&
+                    pages_[index].state == PageState::kOtherOwner,
+                "page {} is not held by the other owner", index);
+    pages_[index].state = PageState::kFree;
   }
 }
 

@@ -18,6 +18,7 @@
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <span>
 #include <vector>
 
 #include "folio/kv/kv_page_source.h"
@@ -44,10 +45,11 @@ class FixedPageSource final : public KvPageSource {
   void set_eviction_handler(KvEvictionHandler* handler) override;
 
   // Takes up to `num_pages` pages for another owner, evicting unpinned KV pages when no page is
-  // free; returns how many it took.
-  int32_t take_pages_for_other_owner(int32_t num_pages);
-  // Gives back up to `num_pages` pages taken by take_pages_for_other_owner.
-  void return_pages_of_other_owner(int32_t num_pages);
+  // free; returns the indices of the pages it took (their bytes are the caller's until given
+  // back).
+  std::vector<int32_t> take_pages_for_other_owner(int32_t num_pages);
+  // Gives back pages taken by take_pages_for_other_owner.
+  void return_pages_of_other_owner(std::span<const int32_t> page_indices);
 
   struct Counts {
     int32_t free = 0;
