@@ -128,9 +128,9 @@ std::vector<int32_t> FixedPageSource::take_pages_for_other_owner(int32_t num_pag
 void FixedPageSource::return_pages_of_other_owner(std::span<const int32_t> page_indices) {
   std::lock_guard lock(mutex_);
   for (int32_t index : page_indices) {
-    FOLIO_CHECK(index >= 0 && index < capacity_pages_ &&
-                    pages_[index].state == PageState::kOtherOwner,
-                "page {} is not held by the other owner", index);
+    FOLIO_CHECK(
+        index >= 0 && index < capacity_pages_ && pages_[index].state == PageState::kOtherOwner,
+        "page {} is not held by the other owner", index);
     pages_[index].state = PageState::kFree;
   }
 }
