@@ -310,5 +310,24 @@ TEST_F(BlockManagerTest, ChainedCopyOnWriteNeverReadsABlockWrittenInTheSameBatch
   manager_->check_invariants();
 }
 
+TEST_F(BlockManagerTest, FreedCopyTargetIsCopiedBeforeItsBlockIsReused) {
+  make(8);
+  const std::vector<int32_t> prompt = tokens(5);
+  prefill(SeqId(1), prompt);
+  ASSERT_TRUE(manager_->fork(SeqId(1), SeqId(2)).ok());
+  const auto appended = manager_->append_slot(SeqId(2), 9);
+  ASSERT_TRUE(appended.ok() && appended->copy_on_write.has_value());
+  const int32_t target = appended->copy_on_write->destination;
+  ASSERT_TRUE(manager_->free(SeqId(2)).ok());  // the queued copy's target is free again
+  const std::vector<int32_t> other = tokens(3, 900);
+  prefill(SeqId(3), other);
+  ASSERT_EQ(table(SeqId(3))[0], target) << "the test needs the target block to be reused";
+  // The stale copy must have run before the block changed hands, not after the new owner wrote.
+  EXPECT_TRUE(manager_->pending_copies().empty());
+  ASSERT_TRUE(manager_->apply_pending_copies().ok());
+  EXPECT_TRUE(KvContents::verify(*manager_, SeqId(3), other, {}, 3));
+  manager_->check_invariants();
+}
+
 }  // namespace
 }  // namespace folio::kv

@@ -127,6 +127,25 @@ TEST_F(KvParallelCacheTest, PrefixReuseChainsAcrossGroups) {
   check_all();
 }
 
+TEST_F(KvParallelCacheTest, CachedTokensStopAtTheFirstGroupThatMisses) {
+  make({2, 8, 8});  // group 0: 7 usable blocks
+  const std::vector<int32_t> prompt = tokens(65);
+  ASSERT_TRUE(cache_->allocate(SeqId(1), std::span(prompt).first(64)).ok());
+  ASSERT_TRUE(cache_->mark_computed(SeqId(1), 64).ok());
+  ASSERT_TRUE(cache_->free(SeqId(1)).ok());
+  // Group 0 loses the tail of the cached range (the LRU evicts it first); group 1 keeps its
+  // blocks, but they may not be served after a gap.
+  prefill_group(0, SeqId(2), tokens(24, 3000));
+  prefill_group(0, SeqId(3), tokens(8, 4000));
+  ASSERT_EQ(managers_[0]->prefix_stats().evicted_blocks, 1);
+  ASSERT_TRUE(managers_[0]->free(SeqId(2)).ok());
+  const auto outcome = cache_->allocate(SeqId(4), prompt);
+  ASSERT_TRUE(outcome.ok());
+  ASSERT_EQ(outcome->admission, Admission::kAdmitted);
+  EXPECT_EQ(outcome->num_cached_tokens, 24);
+  check_all();
+}
+
 // Group 0 would serve prefix hits (reviving CACHED blocks), group 1 would reuse its own CACHED
 // blocks, group 2 has no room: the allocation fails and all three groups are as they were.
 TEST_F(KvParallelCacheTest, FailedMultiGroupAllocationChangesNoGroup) {
