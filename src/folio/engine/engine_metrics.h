@@ -55,6 +55,10 @@ class EngineMetrics {
   void on_submitted(int32_t num_prompt_tokens);
   void on_step(const StepPlan& plan, int64_t num_prefill_tokens, Duration step_time);
   void on_generated_token() { generated_tokens_->increment(); }
+  void on_preemptions(const StepPlan& plan) {
+    preempted_recompute_->increment(plan.num_preempted_by_recompute);
+    preempted_swap_->increment(plan.num_preempted_by_swap);
+  }
   void on_finished(FinishReason reason, const RequestTiming& timing, int32_t num_generated);
   // Gauges of queue lengths and KV blocks; the prefix cache counters advance to `prefix`.
   void on_state(int32_t num_waiting, int32_t num_running, int32_t num_swapped,

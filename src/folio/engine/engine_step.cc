@@ -25,6 +25,7 @@ bool Engine::step_once() {
   }
   const TimePoint started = clock_.now();
   StepPlan plan = scheduler_->schedule(started);
+  metrics_.on_preemptions(plan);
   for (auto& [sequence, error] : plan.failed) {
     finish(*requests_.at(sequence->request), FinishReason::kError, std::move(error));
   }

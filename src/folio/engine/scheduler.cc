@@ -16,13 +16,6 @@ bool runs_before(const Sequence* left, const Sequence* right) {
   return left->arrival_order < right->arrival_order;
 }
 
-// Victim order: lowest priority first; among equals partial prefills (the least work lost),
-// then the latest arrival.
-bool preempted_before(const Sequence* left, const Sequence* right) {
-  if (left->priority != right->priority) return left->priority < right->priority;
-  if (left->is_prefilling() != right->is_prefilling()) return left->is_prefilling();
-  return left->arrival_order > right->arrival_order;
-}
 
 void remove_from(std::vector<Sequence*>& queue, Sequence* sequence) {
   const auto entry = std::find(queue.begin(), queue.end(), sequence);
@@ -133,6 +126,7 @@ void Scheduler::release_kv(Sequence* sequence) {
 }
 
 StepPlan Scheduler::schedule(TimePoint now) {
+  ++step_index_;
   StepPlan plan;
   int32_t budget = options_.max_num_batched_tokens;
   // Both lists are taken before any decode appends its token: from then on a decoding sequence
@@ -163,6 +157,7 @@ void Scheduler::schedule_decodes(StepPlan& plan, int32_t& budget) {
                   outcome.status().to_string());
       if (outcome->status == kv::AppendStatus::kAppended) {
         ++sequence->num_allocated;
+        sequence->last_scheduled_step = step_index_;
         plan.segments.push_back(ScheduledSegment{sequence, sequence->num_allocated - 1, 1,
                                                  /*wants_logits=*/true, /*is_decode=*/true});
         plan.num_tokens += 1;
@@ -172,10 +167,8 @@ void Scheduler::schedule_decodes(StepPlan& plan, int32_t& budget) {
       Sequence* victim = pick_victim();
       // Scheduled decodes outrank the one asking (run order), so the victim never has a segment
       // in this step already.
-      FOLIO_DCHECK(std::none_of(plan.segments.begin(), plan.segments.end(),
-                                [&](const ScheduledSegment& segment) {
-                                  return segment.sequence == victim;
-                                }));
+      FOLIO_CHECK(victim->last_scheduled_step != step_index_,
+                  "preemption victim {} is already scheduled", victim->request);
       preempt(victim, plan);
       if (victim == sequence) break;
     }
@@ -199,6 +192,7 @@ bool Scheduler::add_prefill_chunk(Sequence* sequence, StepPlan& plan, int32_t& b
   }
   if (chunk <= 0) return false;
   const bool completes = chunk == remaining;
+  sequence->last_scheduled_step = step_index_;
   plan.segments.push_back(
       ScheduledSegment{sequence, sequence->num_computed, chunk, /*wants_logits=*/completes,
                        /*is_decode=*/false});
@@ -286,9 +280,22 @@ bool Scheduler::try_admit_waiting(Sequence* sequence, StepPlan& plan, int32_t& b
 
 Sequence* Scheduler::pick_victim() const {
   FOLIO_CHECK(!running_.empty(), "preemption with nothing running");
+  // A decode scheduled in this step has appended its token, so it looks like a prefill of one;
+  // it is not a partial prefill.
+  auto partial_prefill = [&](const Sequence* sequence) {
+    return sequence->is_prefilling() && sequence->last_scheduled_step != step_index_;
+  };
+  // Lowest priority first; among equals partial prefills (the least work lost), then the latest
+  // arrival.
   return *std::min_element(running_.begin(), running_.end(),
-                           [](const Sequence* left, const Sequence* right) {
-                             return preempted_before(left, right);
+                           [&](const Sequence* left, const Sequence* right) {
+                             if (left->priority != right->priority) {
+                               return left->priority < right->priority;
+                             }
+                             if (partial_prefill(left) != partial_prefill(right)) {
+                               return partial_prefill(left);
+                             }
+                             return left->arrival_order > right->arrival_order;
                            });
 }
 

@@ -128,6 +128,7 @@ class Scheduler {
 
   SchedulerOptions options_;
   kv::BlockManager& block_manager_;
+  int64_t step_index_ = 0;  // schedule() calls so far
   std::vector<Sequence*> waiting_;
   std::vector<Sequence*> running_;
   std::vector<Sequence*> swapped_;

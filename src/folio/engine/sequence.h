@@ -51,6 +51,7 @@ struct Sequence {
   int32_t num_preemptions = 0;
   int32_t num_cached_prompt_tokens = -1;  // prefix hits at first admission; -1 before it
   bool scheduled_once = false;
+  int64_t last_scheduled_step = -1;  // the scheduler's step index when last given a segment
 
   int32_t num_generated() const { return static_cast<int32_t>(tokens.size()) - num_prompt_tokens; }
   bool is_prefilling() const {
