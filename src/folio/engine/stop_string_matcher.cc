@@ -23,10 +23,17 @@ StopStringMatcher::Output StopStringMatcher::push(std::string_view delta) {
     return output;
   }
   unreleased_.append(delta);
+  // Generation stops at the first stop string to complete; when several complete at the same
+  // character, the one starting earliest. No stop completed before this delta, so the first
+  // occurrence of each in the unreleased text is the one that matters.
+  size_t earliest_end = std::string::npos;
   size_t earliest = std::string::npos;
   for (size_t index = 0; index < stop_strings_.size(); ++index) {
     const size_t position = unreleased_.find(stop_strings_[index]);
-    if (position < earliest) {
+    if (position == std::string::npos) continue;
+    const size_t end = position + stop_strings_[index].size();
+    if (end < earliest_end || (end == earliest_end && position < earliest)) {
+      earliest_end = end;
       earliest = position;
       output.matched_stop = index;
     }

@@ -3,9 +3,11 @@
 //
 // Decoded text arrives in deltas. The matcher releases each delta except its *held* tail: the
 // longest suffix of the unreleased text that is a proper prefix of some stop string (it may
-// still grow into one). When a stop string occurs, the text before its earliest occurrence is
-// released and the rest (the stop string and anything after it) is dropped: the output never
-// contains a stop string. When the sequence ends for another reason, flush() releases the held
+// still grow into one). Generation stops at the first stop string to *complete* (the smallest
+// end; on a tie, the earliest start), as it would when text arrives one character at a time, so
+// the result does not depend on how the text is cut into deltas. The text before that
+// occurrence is released and the rest (the stop string and anything after it) is dropped: the
+// output never contains a stop string. When the sequence ends for another reason, flush() releases the held
 // tail.
 //
 // Why the unreleased text is enough to search: a stop string starting inside released text
