@@ -80,9 +80,9 @@ TEST(EngineConcurrencyTest, SubmitAndCancelFromManyThreadsWhileTheLoopRuns) {
       uint64_t state = 1000 + thread;
       SplitMix64 random(thread);
       for (int index = 0; index < kPerSubmitter; ++index) {
-        Request request = greedy_request(
-            random_prompt(state, static_cast<int32_t>(1 + random.next() % 30), 64),
-            static_cast<int32_t>(1 + random.next() % 24));
+        Request request =
+            greedy_request(random_prompt(state, static_cast<int32_t>(1 + random.next() % 30), 64),
+                           static_cast<int32_t>(1 + random.next() % 24));
         Submission submission{RequestId(), request.prompt, request.max_tokens};
         submission.id = *harness.engine().submit(recorder.attach(request));
         log.add(std::move(submission));
@@ -98,9 +98,14 @@ TEST(EngineConcurrencyTest, SubmitAndCancelFromManyThreadsWhileTheLoopRuns) {
     }
   });
   std::thread observer([&] {
+    EngineStats last;
     while (submitting.load(std::memory_order_relaxed)) {
+      // Each statistic is monotonic on its own (two of them need not be from the same moment).
       const EngineStats stats = harness.engine().stats();
-      EXPECT_LE(stats.requests_finished, stats.requests_submitted);
+      EXPECT_GE(stats.requests_submitted, last.requests_submitted);
+      EXPECT_GE(stats.requests_finished, last.requests_finished);
+      EXPECT_GE(stats.generated_tokens, last.generated_tokens);
+      last = stats;
       EXPECT_NE(harness.registry().render().find("folio_engine_steps_total"), std::string::npos);
       std::this_thread::sleep_for(std::chrono::microseconds(300));
     }

@@ -116,7 +116,8 @@ void run_workload(uint64_t seed) {
   std::vector<std::vector<int32_t>> prefixes;
   for (int index = 0; index < 3; ++index) {
     std::vector<int32_t> prefix;
-    for (int token = 0; token < 20; ++token) prefix.push_back(static_cast<int32_t>(random.next() % 64));
+    for (int token = 0; token < 20; ++token)
+      prefix.push_back(static_cast<int32_t>(random.next() % 64));
     prefixes.push_back(prefix);
   }
   Recorder recorder;

@@ -107,9 +107,9 @@ TEST(EngineTest, StopStringEndsTheTextRightBeforeIt) {
   EXPECT_EQ(recorder.completion(id).stop_string, stop);
   // Generation ended with the token that completed the stop string.
   EXPECT_GE(toy_decode(stream.tokens).size(), cut + stop.size());
-  EXPECT_LT(toy_decode(std::span<const int32_t>(stream.tokens).first(stream.tokens.size() - 1))
-                .size(),
-            cut + stop.size());
+  EXPECT_LT(
+      toy_decode(std::span<const int32_t>(stream.tokens).first(stream.tokens.size() - 1)).size(),
+      cut + stop.size());
   harness.expect_all_blocks_free_or_cached();
 }
 
@@ -169,7 +169,7 @@ TEST(EngineTest, CancellingFreesTheSequenceInTheNextStep) {
   EXPECT_GT(harness.block_manager().num_sequences(), 0);
   const RequestId waiting_id = *harness.engine().submit(recorder.attach(waiting));
   harness.engine().cancel(running_id);
-  harness.engine().cancel(waiting_id);  // cancelled in the same drain that admits it
+  harness.engine().cancel(waiting_id);        // cancelled in the same drain that admits it
   harness.engine().cancel(RequestId(12345));  // unknown: ignored
   harness.engine().step();
   EXPECT_EQ(harness.block_manager().num_sequences(), 0);
@@ -205,9 +205,8 @@ TEST(EngineTest, RunnerFailureFailsTheStepsRequestsAndTheEngineGoesOn) {
   Recorder recorder;
   Request first = greedy_request(iota_prompt(8), 5);
   const RequestId first_id = *harness.engine().submit(recorder.attach(first));
-  harness.runner().set_step_observer([](const ScheduledStep&) {
-    return unavailable("injected device failure");
-  });
+  harness.runner().set_step_observer(
+      [](const ScheduledStep&) { return unavailable("injected device failure"); });
   harness.engine().step();
   ASSERT_TRUE(recorder.finished(first_id));
   const Completion failed = recorder.completion(first_id);

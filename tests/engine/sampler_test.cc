@@ -64,11 +64,11 @@ TEST(PenaltyTest, RepetitionPresenceAndFrequencyChangeTheRightLogitsByTheRightAm
   params.frequency_penalty = 0.25f;
   std::vector<float> logits = {1.0f, 2.0f, 3.0f, -4.0f, 6.0f, 7.0f};
   apply_penalties(logits, params, history);
-  EXPECT_FLOAT_EQ(logits[0], 1.0f);                        // never seen
-  EXPECT_FLOAT_EQ(logits[1], 1.0f);                        // prompt only: 2 / 2, once
-  EXPECT_FLOAT_EQ(logits[2], 3.0f);                        // never seen
+  EXPECT_FLOAT_EQ(logits[0], 1.0f);                         // never seen
+  EXPECT_FLOAT_EQ(logits[1], 1.0f);                         // prompt only: 2 / 2, once
+  EXPECT_FLOAT_EQ(logits[2], 3.0f);                         // never seen
   EXPECT_FLOAT_EQ(logits[3], -4.0f * 2.0f - 0.5f - 0.25f);  // prompt and output: once each way
-  EXPECT_FLOAT_EQ(logits[4], 6.0f / 2.0f - 0.5f - 0.5f);   // generated twice
+  EXPECT_FLOAT_EQ(logits[4], 6.0f / 2.0f - 0.5f - 0.5f);    // generated twice
   EXPECT_FLOAT_EQ(logits[5], 7.0f);
 }
 

@@ -28,7 +28,8 @@ class SchedulerTest : public ::testing::Test {
     const int64_t block_bytes = kv_options.geometry.block_bytes();
     source_ = std::make_unique<kv::FixedPageSource>(block_bytes, num_blocks + 1);
     if (swap_blocks > 0) swap_ = std::make_unique<kv::HostSwapSpace>(block_bytes, swap_blocks);
-    manager_ = std::move(kv::BlockManager::create(kv_options, *source_, copier_, swap_.get()).value());
+    manager_ =
+        std::move(kv::BlockManager::create(kv_options, *source_, copier_, swap_.get()).value());
     scheduler_ = std::move(Scheduler::create(options, *manager_, swap_ != nullptr).value());
   }
 
@@ -146,7 +147,7 @@ TEST_F(SchedulerTest, AChunkedPrefillIsAdmittedOnlyWhenItsWholeContextFits) {
   SchedulerOptions options;
   options.prefill_chunk_size = 8;
   build(6, options);
-  Sequence* first = add(30);  // 4 blocks
+  Sequence* first = add(30);   // 4 blocks
   Sequence* second = add(20);  // 3 blocks: its first chunk would fit, its context does not
   step();
   EXPECT_EQ(first->status, SequenceStatus::kRunning);
@@ -158,8 +159,8 @@ TEST_F(SchedulerTest, AChunkedPrefillIsAdmittedOnlyWhenItsWholeContextFits) {
 
 TEST_F(SchedulerTest, ARequestThatDoesNotFitDoesNotBlockThoseBehindIt) {
   build(10, SchedulerOptions{});
-  add(40);                  // 5 of the 10 blocks, running
-  Sequence* big = add(48);  // 6 more blocks: does not fit beside the first
+  add(40);                                    // 5 of the 10 blocks, running
+  Sequence* big = add(48);                    // 6 more blocks: does not fit beside the first
   Sequence* small = add(8, /*priority=*/-1);  // 1 block, and less important than `big`
   step();
   EXPECT_EQ(big->status, SequenceStatus::kWaiting);

@@ -116,8 +116,8 @@ TEST(StopStringMatcherTest, RandomStreamsReleaseExactlyTheTextBeforeTheFirstStop
 TEST(TextDecoderTest, IncompleteUtf8SuffixCountsOnlyUnfinishedCharacters) {
   EXPECT_EQ(incomplete_utf8_suffix(""), 0u);
   EXPECT_EQ(incomplete_utf8_suffix("abc"), 0u);
-  EXPECT_EQ(incomplete_utf8_suffix("a\xC3"), 1u);              // first byte of é
-  EXPECT_EQ(incomplete_utf8_suffix("a\xC3\xA9"), 0u);          // é
+  EXPECT_EQ(incomplete_utf8_suffix("a\xC3"), 1u);             // first byte of é
+  EXPECT_EQ(incomplete_utf8_suffix("a\xC3\xA9"), 0u);         // é
   EXPECT_EQ(incomplete_utf8_suffix("\xE2\x82"), 2u);          // two of three bytes of €
   EXPECT_EQ(incomplete_utf8_suffix("\xF0\x9F\x98"), 3u);      // three of four bytes
   EXPECT_EQ(incomplete_utf8_suffix("\xF0\x9F\x98\x80"), 0u);  // 😀

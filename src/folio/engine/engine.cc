@@ -72,7 +72,9 @@ Engine::Engine(const EngineOptions& options, const EngineParts& parts, EngineMet
       scheduler_(std::move(scheduler)),
       step_inputs_(max_blocks_per_sequence_) {}
 
-Engine::~Engine() { stop(); }
+Engine::~Engine() {
+  stop();
+}
 
 Status Engine::validate(const Request& request) const {
   if (request.prompt.empty()) return invalid_argument("the prompt has no tokens");
@@ -139,11 +141,12 @@ Result<RequestId> Engine::submit(Request request) {
     // Unseeded requests still get a reproducible stream: the engine seed mixed with the id.
     state->generator = Xoshiro256StarStar(request.sampling.seed.value_or(
         SplitMix64(options_.seed ^ (static_cast<uint64_t>(id.value()) << 32)).next()));
+    // Counted before the driving thread can see (and finish) the request.
+    metrics_.on_submitted(num_prompt_tokens);
     // The driving thread may take and finish the request as soon as the lock is released.
     submissions_.push_back(std::move(state));
   }
   inbox_changed_.notify_one();
-  metrics_.on_submitted(num_prompt_tokens);
   return id;
 }
 
@@ -242,9 +245,9 @@ void Engine::check_invariants() const {
     FOLIO_CHECK(state->sequence.status != SequenceStatus::kFinished,
                 "finished request {} is still held", id);
   }
-  FOLIO_CHECK(static_cast<int64_t>(requests_.size()) ==
-              int64_t{scheduler_->num_waiting()} + scheduler_->num_running() +
-                  scheduler_->num_swapped());
+  FOLIO_CHECK(static_cast<int64_t>(requests_.size()) == int64_t{scheduler_->num_waiting()} +
+                                                            scheduler_->num_running() +
+                                                            scheduler_->num_swapped());
 }
 
 }  // namespace folio::engine

@@ -4,7 +4,9 @@ namespace folio::engine {
 
 namespace {
 
-int64_t as_count(double value) { return static_cast<int64_t>(value); }
+int64_t as_count(double value) {
+  return static_cast<int64_t>(value);
+}
 
 }  // namespace
 
@@ -36,9 +38,9 @@ Result<EngineMetrics> EngineMetrics::create(metrics::Registry& registry) {
                          registry.counter(scheduled, scheduled_help, {{"phase", "prefill"}}));
   FOLIO_ASSIGN_OR_RETURN(result.decode_tokens_,
                          registry.counter(scheduled, scheduled_help, {{"phase", "decode"}}));
-  FOLIO_ASSIGN_OR_RETURN(result.prompt_tokens_,
-                         registry.counter("folio_engine_prompt_tokens_total",
-                                          "Prompt tokens of accepted requests."));
+  FOLIO_ASSIGN_OR_RETURN(
+      result.prompt_tokens_,
+      registry.counter("folio_engine_prompt_tokens_total", "Prompt tokens of accepted requests."));
   FOLIO_ASSIGN_OR_RETURN(result.generated_tokens_,
                          registry.counter("folio_engine_generated_tokens_total",
                                           "Tokens sampled and reported to requests."));
@@ -69,8 +71,7 @@ Result<EngineMetrics> EngineMetrics::create(metrics::Registry& registry) {
   FOLIO_ASSIGN_OR_RETURN(
       result.time_to_first_token_,
       registry.histogram("folio_engine_time_to_first_token_seconds",
-                         "Seconds from submission to the first generated token.",
-                         latency_buckets));
+                         "Seconds from submission to the first generated token.", latency_buckets));
   FOLIO_ASSIGN_OR_RETURN(
       result.time_per_output_token_,
       registry.histogram("folio_engine_time_per_output_token_seconds",
@@ -88,8 +89,7 @@ void EngineMetrics::on_submitted(int32_t num_prompt_tokens) {
   prompt_tokens_->increment(num_prompt_tokens);
 }
 
-void EngineMetrics::on_step(const StepPlan& plan, int64_t num_prefill_tokens,
-                            Duration step_time) {
+void EngineMetrics::on_step(const StepPlan& plan, int64_t num_prefill_tokens, Duration step_time) {
   steps_->increment();
   prefill_tokens_->increment(static_cast<double>(num_prefill_tokens));
   decode_tokens_->increment(static_cast<double>(plan.num_tokens - num_prefill_tokens));

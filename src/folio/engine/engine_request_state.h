@@ -36,7 +36,7 @@ struct Engine::RequestState {
   std::function<void(const Completion&)> on_finish;
 
   TokenHistory history;
-  Xoshiro256StarStar generator{0};  // reseeded at submission
+  Xoshiro256StarStar generator{0};       // reseeded at submission
   std::unique_ptr<TextDecoder> decoder;  // null without a text decoder factory
   StopStringMatcher matcher;
 

@@ -155,7 +155,8 @@ void Engine::finish(RequestState& state, FinishReason reason, Status error) {
   if (sequence.scheduled_once) timing.queue_time = state.first_scheduled - sequence.arrival;
   if (state.num_reported >= 1) timing.time_to_first_token = state.first_token - sequence.arrival;
   if (state.num_reported >= 2) {
-    timing.time_per_output_token = (state.last_token - state.first_token) / (state.num_reported - 1);
+    timing.time_per_output_token =
+        (state.last_token - state.first_token) / (state.num_reported - 1);
   }
   timing.total_time = now - sequence.arrival;
   metrics_.on_finished(reason, timing, state.num_reported);
@@ -172,9 +173,8 @@ void Engine::fail_segments(const StepPlan& plan, const Status& error) {
 }
 
 void Engine::report_state() {
-  metrics_.on_state(scheduler_->num_waiting(), scheduler_->num_running(),
-                    scheduler_->num_swapped(), block_manager_.counts(),
-                    block_manager_.prefix_stats());
+  metrics_.on_state(scheduler_->num_waiting(), scheduler_->num_running(), scheduler_->num_swapped(),
+                    block_manager_.counts(), block_manager_.prefix_stats());
 }
 
 }  // namespace folio::engine

@@ -67,8 +67,9 @@ struct Completion {
   std::optional<int32_t> stop_token;  // the stop token that ended it
   std::optional<std::string> stop_string;
   int32_t num_prompt_tokens = 0;
-  int32_t num_generated_tokens = 0;    // tokens reported through on_token
-  int32_t num_cached_prompt_tokens = 0;  // prompt tokens served from the prefix cache (first admission)
+  int32_t num_generated_tokens = 0;  // tokens reported through on_token
+  int32_t num_cached_prompt_tokens =
+      0;  // prompt tokens served from the prefix cache (first admission)
   int32_t num_preemptions = 0;
   RequestTiming timing;
 };

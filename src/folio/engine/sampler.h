@@ -46,9 +46,7 @@ class TokenHistory {
   void add_generated(int32_t token) { ++generated_counts_[token]; }
   int32_t generated_count(int32_t token) const;
   std::span<const int32_t> prompt_tokens() const { return prompt_tokens_; }
-  const std::unordered_map<int32_t, int32_t>& generated_counts() const {
-    return generated_counts_;
-  }
+  const std::unordered_map<int32_t, int32_t>& generated_counts() const { return generated_counts_; }
 
  private:
   std::vector<int32_t> prompt_tokens_;
@@ -78,8 +76,7 @@ class Sampler {
 
   // Steps 1 and 3-7: the distribution a non-greedy draw picks from, in candidate order, with
   // probabilities renormalized to sum to 1. For tests and tools.
-  Result<std::vector<Candidate>> distribution(std::span<float> logits,
-                                              const SamplingParams& params,
+  Result<std::vector<Candidate>> distribution(std::span<float> logits, const SamplingParams& params,
                                               const TokenHistory& history);
 
  private:

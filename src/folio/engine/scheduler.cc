@@ -16,7 +16,6 @@ bool runs_before(const Sequence* left, const Sequence* right) {
   return left->arrival_order < right->arrival_order;
 }
 
-
 void remove_from(std::vector<Sequence*>& queue, Sequence* sequence) {
   const auto entry = std::find(queue.begin(), queue.end(), sequence);
   FOLIO_CHECK(entry != queue.end(), "sequence of request {} is not in the {} queue",
@@ -193,9 +192,9 @@ bool Scheduler::add_prefill_chunk(Sequence* sequence, StepPlan& plan, int32_t& b
   if (chunk <= 0) return false;
   const bool completes = chunk == remaining;
   sequence->last_scheduled_step = step_index_;
-  plan.segments.push_back(
-      ScheduledSegment{sequence, sequence->num_computed, chunk, /*wants_logits=*/completes,
-                       /*is_decode=*/false});
+  plan.segments.push_back(ScheduledSegment{sequence, sequence->num_computed, chunk,
+                                           /*wants_logits=*/completes,
+                                           /*is_decode=*/false});
   plan.num_tokens += chunk;
   budget = std::max(0, budget - chunk);
   return true;
@@ -205,17 +204,18 @@ void Scheduler::admit(StepPlan& plan, int32_t& budget, TimePoint now) {
   candidates_.clear();
   candidates_.insert(candidates_.end(), swapped_.begin(), swapped_.end());
   candidates_.insert(candidates_.end(), waiting_.begin(), waiting_.end());
-  std::sort(candidates_.begin(), candidates_.end(), [&](const Sequence* left, const Sequence* right) {
-    const int64_t left_priority = aged_priority(*left, now);
-    const int64_t right_priority = aged_priority(*right, now);
-    if (left_priority != right_priority) return left_priority > right_priority;
-    return left->arrival_order < right->arrival_order;
-  });
+  std::sort(candidates_.begin(), candidates_.end(),
+            [&](const Sequence* left, const Sequence* right) {
+              const int64_t left_priority = aged_priority(*left, now);
+              const int64_t right_priority = aged_priority(*right, now);
+              if (left_priority != right_priority) return left_priority > right_priority;
+              return left->arrival_order < right->arrival_order;
+            });
   // Admission moves sequences between the queues, never in or out of candidates_.
   for (Sequence* sequence : candidates_) {
     if (num_running() >= options_.max_num_sequences || budget < 1) break;
     const bool resumed = sequence->status == SequenceStatus::kSwapped
-                             ? try_resume_swapped(sequence, plan, budget)
+                             ? try_resume_swapped(sequence, plan)
                              : try_admit_waiting(sequence, plan, budget);
     if (resumed || sequence->status == SequenceStatus::kFinished) continue;
     // Did not fit now. Those behind it may still be tried, unless it is starving: then the
@@ -224,7 +224,7 @@ void Scheduler::admit(StepPlan& plan, int32_t& budget, TimePoint now) {
   }
 }
 
-bool Scheduler::try_resume_swapped(Sequence* sequence, StepPlan& plan, int32_t& budget) {
+bool Scheduler::try_resume_swapped(Sequence* sequence, StepPlan& plan) {
   const kv::SeqId seqs[] = {sequence->seq};
   Result<kv::SwapOutcome> outcome = block_manager_.swap_in(seqs);
   if (!outcome.ok()) {
@@ -237,16 +237,14 @@ bool Scheduler::try_resume_swapped(Sequence* sequence, StepPlan& plan, int32_t& 
   running_.push_back(sequence);
   // Its pending token runs in the next step's decode phase (appending now could fail, and
   // admission never preempts).
-  (void)plan;
-  (void)budget;
   return true;
 }
 
 bool Scheduler::try_admit_waiting(Sequence* sequence, StepPlan& plan, int32_t& budget) {
   const auto num_tokens = static_cast<int32_t>(sequence->tokens.size());
   if (!options_.chunked_prefill && num_tokens > budget && !plan.segments.empty()) return false;
-  Result<kv::AllocateOutcome> outcome = block_manager_.allocate(
-      sequence->seq, sequence->tokens, sequence->cache_namespace);
+  Result<kv::AllocateOutcome> outcome =
+      block_manager_.allocate(sequence->seq, sequence->tokens, sequence->cache_namespace);
   if (!outcome.ok()) {
     fail(sequence, outcome.status().with_context("allocating the request's KV"), plan);
     return false;
@@ -347,8 +345,7 @@ void Scheduler::complete(const StepPlan& plan) {
     Sequence* sequence = segment.sequence;
     FOLIO_CHECK(sequence->status == SequenceStatus::kRunning &&
                     sequence->num_computed == segment.first_position,
-                "request {} changed between scheduling and completing its step",
-                sequence->request);
+                "request {} changed between scheduling and completing its step", sequence->request);
     sequence->num_computed += segment.num_tokens;
     const Status status = block_manager_.mark_computed(sequence->seq, sequence->num_computed);
     FOLIO_CHECK(status.ok(), "mark_computed for request {}: {}", sequence->request,
@@ -379,12 +376,13 @@ void Scheduler::check_invariants() const {
       FOLIO_CHECK(held, "{} request {} holds no KV", sequence_status_name(status),
                   sequence->request);
       FOLIO_CHECK(*block_manager_.num_tokens(sequence->seq) == sequence->num_allocated);
-      FOLIO_CHECK(*block_manager_.is_swapped(sequence->seq) == (status == SequenceStatus::kSwapped));
+      FOLIO_CHECK(*block_manager_.is_swapped(sequence->seq) ==
+                  (status == SequenceStatus::kSwapped));
       FOLIO_CHECK(sequence->num_allocated == num_tokens ||
                       (sequence->num_allocated == num_tokens - 1 &&
                        sequence->num_computed == sequence->num_allocated),
-                  "request {}: {} tokens, {} allocated, {} computed", sequence->request,
-                  num_tokens, sequence->num_allocated, sequence->num_computed);
+                  "request {}: {} tokens, {} allocated, {} computed", sequence->request, num_tokens,
+                  sequence->num_allocated, sequence->num_computed);
     }
   };
   check_queue(waiting_, SequenceStatus::kWaiting);

@@ -55,6 +55,8 @@ struct SchedulerOptions {
   PreemptionMode preemption_mode = PreemptionMode::kRecompute;
   int32_t max_preemptions = 16;  // per request; one more fails it
   Duration aging_interval = std::chrono::seconds(1);
+  // Waiting this long makes a request block admissions behind it until it fits; 0 admits in
+  // strict (aged) priority order.
   Duration starvation_threshold = std::chrono::seconds(30);
 
   Status validate() const;
@@ -103,7 +105,9 @@ class Scheduler {
   int32_t num_waiting() const { return static_cast<int32_t>(waiting_.size()); }
   int32_t num_running() const { return static_cast<int32_t>(running_.size()); }
   int32_t num_swapped() const { return static_cast<int32_t>(swapped_.size()); }
-  bool has_unfinished() const { return !waiting_.empty() || !running_.empty() || !swapped_.empty(); }
+  bool has_unfinished() const {
+    return !waiting_.empty() || !running_.empty() || !swapped_.empty();
+  }
   const SchedulerOptions& options() const { return options_; }
   // Aborts unless the invariants above hold (and the sequences' own, sequence.h).
   void check_invariants() const;
@@ -115,7 +119,7 @@ class Scheduler {
   void schedule_prefill_chunks(StepPlan& plan, int32_t& budget);
   void admit(StepPlan& plan, int32_t& budget, TimePoint now);
   // One admission candidate; false when it did not fit now.
-  bool try_resume_swapped(Sequence* sequence, StepPlan& plan, int32_t& budget);
+  bool try_resume_swapped(Sequence* sequence, StepPlan& plan);
   bool try_admit_waiting(Sequence* sequence, StepPlan& plan, int32_t& budget);
   // Adds a prefill chunk of `sequence` if the budget allows; returns whether it did.
   bool add_prefill_chunk(Sequence* sequence, StepPlan& plan, int32_t& budget) const;

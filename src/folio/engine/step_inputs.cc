@@ -28,8 +28,8 @@ Status StepInputs::build(const StepPlan& plan, const kv::BlockManager& block_man
     if (segment.wants_logits) logit_indices_.push_back(query_start_.back() - 1);
     adapter_ids_.push_back(sequence.cache_namespace.adapter_id);
     seqs_.push_back(sequence.seq);
-    kv_segments_.push_back(kv::StepSegment{sequence.seq, segment.first_position,
-                                           segment.num_tokens});
+    kv_segments_.push_back(
+        kv::StepSegment{sequence.seq, segment.first_position, segment.num_tokens});
     max_query_length_ = std::max(max_query_length_, segment.num_tokens);
     max_seq_len_ = std::max(max_seq_len_, seq_len);
   }

@@ -50,7 +50,9 @@ StopStringMatcher::Output StopStringMatcher::push(std::string_view delta) {
   return output;
 }
 
-std::string StopStringMatcher::flush() { return std::exchange(unreleased_, std::string()); }
+std::string StopStringMatcher::flush() {
+  return std::exchange(unreleased_, std::string());
+}
 
 size_t StopStringMatcher::held_suffix_length() const {
   const size_t most = std::min(unreleased_.size(), longest_stop_ - 1);

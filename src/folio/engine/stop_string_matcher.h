@@ -7,8 +7,8 @@
 // end; on a tie, the earliest start), as it would when text arrives one character at a time, so
 // the result does not depend on how the text is cut into deltas. The text before that
 // occurrence is released and the rest (the stop string and anything after it) is dropped: the
-// output never contains a stop string. When the sequence ends for another reason, flush() releases the held
-// tail.
+// output never contains a stop string. When the sequence ends for another reason, flush() releases
+// the held tail.
 //
 // Why the unreleased text is enough to search: a stop string starting inside released text
 // would have made that text's suffix a prefix of the stop string, which is held, not released.
@@ -31,7 +31,7 @@ class StopStringMatcher {
   explicit StopStringMatcher(std::vector<std::string> stop_strings);
 
   struct Output {
-    std::string released;                   // text final now
+    std::string released;                // text final now
     std::optional<size_t> matched_stop;  // index into the stop strings, when one occurred
   };
   // Requires: !stopped().

@@ -33,8 +33,7 @@ class ToyStepRunner final : public StepRunner {
  public:
   // Errors: a layout whose K row cannot hold a record, a vocabulary below 2.
   static Result<std::unique_ptr<ToyStepRunner>> create(const kv::KvLayoutNumbers& layout,
-                                                       int32_t vocab_size,
-                                                       uint64_t model_seed = 0,
+                                                       int32_t vocab_size, uint64_t model_seed = 0,
                                                        int64_t num_adapters = 1);
 
   Result<StepOutput> run(const ScheduledStep& step) override;
