@@ -1,0 +1,253 @@
+// Engine: construction, submission, cancellation and the loop thread. The step itself is in
+// engine_step.cc.
+#include "folio/engine/engine.h"
+
+#include <algorithm>
+
+#include "folio/base/check.h"
+#include "folio/engine/engine_request_state.h"
+
+namespace folio::engine {
+
+std::string_view finish_reason_name(FinishReason reason) {
+  switch (reason) {
+    case FinishReason::kStop:
+      return "stop";
+    case FinishReason::kLength:
+      return "length";
+    case FinishReason::kCancelled:
+      return "cancelled";
+    case FinishReason::kError:
+      return "error";
+  }
+  FOLIO_UNREACHABLE("bad FinishReason");
+}
+
+Result<std::unique_ptr<Engine>> Engine::create(const EngineOptions& options,
+                                               const EngineParts& parts) {
+  if (parts.block_manager == nullptr || parts.runner == nullptr) {
+    return invalid_argument("an engine needs a block manager and a step runner");
+  }
+  if (parts.runner->vocab_size() < 1) {
+    return invalid_argument("the step runner reports a vocabulary of {} tokens",
+                            parts.runner->vocab_size());
+  }
+  if (options.eos_token.has_value() &&
+      (*options.eos_token < 0 || *options.eos_token >= parts.runner->vocab_size())) {
+    return invalid_argument("EOS token {} is outside the vocabulary of {} tokens",
+                            *options.eos_token, parts.runner->vocab_size());
+  }
+  FOLIO_ASSIGN_OR_RETURN(
+      std::unique_ptr<Scheduler> scheduler,
+      Scheduler::create(options.scheduler, *parts.block_manager, parts.has_swap_space));
+  std::unique_ptr<Clock> owned_clock;
+  if (parts.clock == nullptr) owned_clock = std::make_unique<SteadyClock>();
+  std::unique_ptr<metrics::Registry> owned_registry;
+  if (parts.registry == nullptr) owned_registry = std::make_unique<metrics::Registry>();
+  metrics::Registry& registry = parts.registry != nullptr ? *parts.registry : *owned_registry;
+  FOLIO_ASSIGN_OR_RETURN(EngineMetrics metrics, EngineMetrics::create(registry));
+  return std::unique_ptr<Engine>(new Engine(options, parts, std::move(metrics),
+                                            std::move(owned_clock), std::move(owned_registry),
+                                            std::move(scheduler)));
+}
+
+Engine::Engine(const EngineOptions& options, const EngineParts& parts, EngineMetrics metrics,
+               std::unique_ptr<Clock> owned_clock,
+               std::unique_ptr<metrics::Registry> owned_registry,
+               std::unique_ptr<Scheduler> scheduler)
+    : options_(options),
+      block_manager_(*parts.block_manager),
+      runner_(*parts.runner),
+      owned_clock_(std::move(owned_clock)),
+      clock_(parts.clock != nullptr ? *parts.clock : *owned_clock_),
+      owned_registry_(std::move(owned_registry)),
+      registry_(parts.registry != nullptr ? parts.registry : owned_registry_.get()),
+      text_decoder_factory_(parts.text_decoder_factory),
+      vocab_size_(parts.runner->vocab_size()),
+      max_context_tokens_(parts.block_manager->options().max_context_tokens),
+      max_blocks_per_sequence_(
+          (max_context_tokens_ + parts.block_manager->options().geometry.block_size - 1) /
+          parts.block_manager->options().geometry.block_size),
+      metrics_(std::move(metrics)),
+      scheduler_(std::move(scheduler)),
+      step_inputs_(max_blocks_per_sequence_) {}
+
+Engine::~Engine() {
+  stop();
+}
+
+Status Engine::validate(const Request& request) const {
+  if (request.prompt.empty()) return invalid_argument("the prompt has no tokens");
+  if (static_cast<int64_t>(request.prompt.size()) >= max_context_tokens_) {
+    return invalid_argument(
+        "the prompt has {} tokens; the context limit of {} leaves room for at most {}",
+        request.prompt.size(), max_context_tokens_, max_context_tokens_ - 1);
+  }
+  for (size_t index = 0; index < request.prompt.size(); ++index) {
+    if (request.prompt[index] < 0 || request.prompt[index] >= vocab_size_) {
+      return invalid_argument("prompt token {} (at {}) is outside the vocabulary of {} tokens",
+                              request.prompt[index], index, vocab_size_);
+    }
+  }
+  if (request.max_tokens < 1) {
+    return invalid_argument("max_tokens must be at least 1, got {}", request.max_tokens);
+  }
+  FOLIO_RETURN_IF_ERROR(request.sampling.validate(vocab_size_));
+  for (int32_t token : request.stop_token_ids) {
+    if (token < 0 || token >= vocab_size_) {
+      return invalid_argument("stop token {} is outside the vocabulary of {} tokens", token,
+                              vocab_size_);
+    }
+  }
+  for (const std::string& stop : request.stop_strings) {
+    if (stop.empty()) return invalid_argument("stop strings must not be empty");
+  }
+  if (!request.stop_strings.empty() && !text_decoder_factory_) {
+    return invalid_argument("stop strings need a text decoder, and this engine has none");
+  }
+  if (!runner_.supports_adapter(request.adapter_id)) {
+    return invalid_argument("adapter {} is not served by this model", request.adapter_id);
+  }
+  return Status();
+}
+
+Result<RequestId> Engine::submit(Request request) {
+  FOLIO_RETURN_IF_ERROR(validate(request));
+  const auto num_prompt_tokens = static_cast<int32_t>(request.prompt.size());
+  auto state = std::make_unique<RequestState>(request);
+  std::vector<int32_t>& stop_token_ids = state->stop_token_ids;
+  if (options_.eos_token.has_value() && !request.ignore_eos) {
+    stop_token_ids.push_back(*options_.eos_token);
+  }
+  std::sort(stop_token_ids.begin(), stop_token_ids.end());
+  stop_token_ids.erase(std::unique(stop_token_ids.begin(), stop_token_ids.end()),
+                       stop_token_ids.end());
+  Sequence& sequence = state->sequence;
+  sequence.priority = request.priority;
+  sequence.cache_namespace.adapter_id = request.adapter_id;
+  sequence.tokens = std::move(request.prompt);
+  sequence.num_prompt_tokens = num_prompt_tokens;
+  sequence.arrival = clock_.now();
+  RequestId id;
+  {
+    std::lock_guard lock(inbox_mutex_);
+    if (!accepting_) {
+      return failed_precondition("the engine is stopped and accepts no more requests");
+    }
+    id = RequestId(next_request_id_++);
+    sequence.request = id;
+    sequence.seq = kv::SeqId(id.value());
+    sequence.arrival_order = id.value();
+    // Unseeded requests still get a reproducible stream: the engine seed mixed with the id.
+    state->generator = Xoshiro256StarStar(request.sampling.seed.value_or(
+        SplitMix64(options_.seed ^ (static_cast<uint64_t>(id.value()) << 32)).next()));
+    // Counted before the driving thread can see (and finish) the request.
+    metrics_.on_submitted(num_prompt_tokens);
+    // The driving thread may take and finish the request as soon as the lock is released.
+    submissions_.push_back(std::move(state));
+  }
+  inbox_changed_.notify_one();
+  return id;
+}
+
+void Engine::cancel(RequestId request) {
+  {
+    std::lock_guard lock(inbox_mutex_);
+    cancellations_.push_back(request);
+  }
+  inbox_changed_.notify_one();
+}
+
+void Engine::start() {
+  {
+    std::lock_guard lock(inbox_mutex_);
+    FOLIO_CHECK(!stop_requested_, "an engine cannot be restarted after stop()");
+  }
+  FOLIO_CHECK(!loop_thread_.joinable(), "the engine loop is already running");
+  loop_thread_ = std::thread([this] { loop(); });
+}
+
+void Engine::stop() {
+  {
+    std::lock_guard lock(inbox_mutex_);
+    stop_requested_ = true;
+    accepting_ = false;
+  }
+  inbox_changed_.notify_all();
+  if (loop_thread_.joinable()) loop_thread_.join();
+  // This thread drives from here on: end whatever is left.
+  drain_inbox();
+  std::vector<RequestId> unfinished;
+  unfinished.reserve(requests_.size());
+  for (const auto& [id, state] : requests_) unfinished.push_back(id);
+  std::sort(unfinished.begin(), unfinished.end());
+  for (RequestId id : unfinished) {
+    finish(*requests_.at(id), FinishReason::kError,
+           unavailable("the engine stopped before the request finished"));
+  }
+  report_state();
+}
+
+void Engine::loop() {
+  while (true) {
+    const bool busy = scheduler_->has_unfinished();
+    {
+      std::unique_lock lock(inbox_mutex_);
+      inbox_changed_.wait(lock, [&] {
+        return stop_requested_ || busy || !submissions_.empty() || !cancellations_.empty();
+      });
+      if (stop_requested_) return;
+    }
+    if (step_once() || !scheduler_->has_unfinished()) continue;
+    // Work is left but nothing could run (waiting requests need memory another owner holds):
+    // wait a little for the inbox rather than spin.
+    std::unique_lock lock(inbox_mutex_);
+    inbox_changed_.wait_for(lock, std::chrono::milliseconds(1), [&] {
+      return stop_requested_ || !submissions_.empty() || !cancellations_.empty();
+    });
+  }
+}
+
+void Engine::drain_inbox() {
+  std::vector<std::unique_ptr<RequestState>> submissions;
+  std::vector<RequestId> cancellations;
+  {
+    std::lock_guard lock(inbox_mutex_);
+    submissions.swap(submissions_);
+    cancellations.swap(cancellations_);
+  }
+  for (std::unique_ptr<RequestState>& state : submissions) accept(std::move(state));
+  for (RequestId id : cancellations) {
+    const auto entry = requests_.find(id);
+    if (entry != requests_.end()) finish(*entry->second, FinishReason::kCancelled, Status());
+  }
+}
+
+void Engine::accept(std::unique_ptr<RequestState> state) {
+  if (text_decoder_factory_) state->decoder = text_decoder_factory_();
+  Sequence* sequence = &state->sequence;
+  requests_.emplace(sequence->request, std::move(state));
+  scheduler_->add(sequence);
+}
+
+bool Engine::has_unfinished_requests() {
+  {
+    std::lock_guard lock(inbox_mutex_);
+    if (!submissions_.empty()) return true;
+  }
+  return !requests_.empty();
+}
+
+void Engine::check_invariants() const {
+  scheduler_->check_invariants();
+  block_manager_.check_invariants();
+  for (const auto& [id, state] : requests_) {
+    FOLIO_CHECK(state->sequence.status != SequenceStatus::kFinished,
+                "finished request {} is still held", id);
+  }
+  FOLIO_CHECK(static_cast<int64_t>(requests_.size()) == int64_t{scheduler_->num_waiting()} +
+                                                            scheduler_->num_running() +
+                                                            scheduler_->num_swapped());
+}
+
+}  // namespace folio::engine

@@ -1,0 +1,147 @@
+#include "folio/engine/engine_metrics.h"
+
+namespace folio::engine {
+
+namespace {
+
+int64_t as_count(double value) {
+  return static_cast<int64_t>(value);
+}
+
+}  // namespace
+
+Result<EngineMetrics> EngineMetrics::create(metrics::Registry& registry) {
+  EngineMetrics result;
+  const std::string requests = "folio_engine_requests";
+  const std::string requests_help = "Requests in the engine, by scheduler queue.";
+  FOLIO_ASSIGN_OR_RETURN(result.waiting_,
+                         registry.gauge(requests, requests_help, {{"state", "waiting"}}));
+  FOLIO_ASSIGN_OR_RETURN(result.running_,
+                         registry.gauge(requests, requests_help, {{"state", "running"}}));
+  FOLIO_ASSIGN_OR_RETURN(result.swapped_,
+                         registry.gauge(requests, requests_help, {{"state", "swapped"}}));
+  FOLIO_ASSIGN_OR_RETURN(result.submitted_,
+                         registry.counter("folio_engine_requests_submitted_total",
+                                          "Requests accepted by the engine."));
+  for (FinishReason reason : {FinishReason::kStop, FinishReason::kLength, FinishReason::kCancelled,
+                              FinishReason::kError}) {
+    FOLIO_ASSIGN_OR_RETURN(
+        result.finished_[static_cast<int>(reason)],
+        registry.counter("folio_engine_requests_finished_total", "Requests ended, by reason.",
+                         {{"reason", std::string(finish_reason_name(reason))}}));
+  }
+  FOLIO_ASSIGN_OR_RETURN(result.steps_, registry.counter("folio_engine_steps_total",
+                                                         "Forward steps run by the engine."));
+  const std::string scheduled = "folio_engine_scheduled_tokens_total";
+  const std::string scheduled_help = "Query tokens run in forward steps, by phase.";
+  FOLIO_ASSIGN_OR_RETURN(result.prefill_tokens_,
+                         registry.counter(scheduled, scheduled_help, {{"phase", "prefill"}}));
+  FOLIO_ASSIGN_OR_RETURN(result.decode_tokens_,
+                         registry.counter(scheduled, scheduled_help, {{"phase", "decode"}}));
+  FOLIO_ASSIGN_OR_RETURN(
+      result.prompt_tokens_,
+      registry.counter("folio_engine_prompt_tokens_total", "Prompt tokens of accepted requests."));
+  FOLIO_ASSIGN_OR_RETURN(result.generated_tokens_,
+                         registry.counter("folio_engine_generated_tokens_total",
+                                          "Tokens sampled and reported to requests."));
+  const std::string preemptions = "folio_engine_preemptions_total";
+  const std::string preemptions_help = "Sequences preempted for lack of KV memory, by mode.";
+  FOLIO_ASSIGN_OR_RETURN(result.preempted_recompute_,
+                         registry.counter(preemptions, preemptions_help, {{"mode", "recompute"}}));
+  FOLIO_ASSIGN_OR_RETURN(result.preempted_swap_,
+                         registry.counter(preemptions, preemptions_help, {{"mode", "swap"}}));
+  FOLIO_ASSIGN_OR_RETURN(result.prefix_queried_,
+                         registry.counter("folio_engine_prefix_cache_queried_blocks_total",
+                                          "Full prompt blocks looked up in the prefix cache."));
+  FOLIO_ASSIGN_OR_RETURN(result.prefix_hits_,
+                         registry.counter("folio_engine_prefix_cache_hit_blocks_total",
+                                          "Full prompt blocks served by the prefix cache."));
+  FOLIO_ASSIGN_OR_RETURN(result.prefix_hit_rate_,
+                         registry.gauge("folio_engine_prefix_cache_hit_rate",
+                                        "Prefix cache hit blocks / queried blocks so far."));
+  const std::string blocks = "folio_engine_kv_blocks";
+  const std::string blocks_help = "KV cache blocks of held pages, by state.";
+  FOLIO_ASSIGN_OR_RETURN(result.blocks_free_,
+                         registry.gauge(blocks, blocks_help, {{"state", "free"}}));
+  FOLIO_ASSIGN_OR_RETURN(result.blocks_owned_,
+                         registry.gauge(blocks, blocks_help, {{"state", "owned"}}));
+  FOLIO_ASSIGN_OR_RETURN(result.blocks_cached_,
+                         registry.gauge(blocks, blocks_help, {{"state", "cached"}}));
+  const std::vector<double> latency_buckets = metrics::exponential_buckets(0.001, 2.0, 16);
+  FOLIO_ASSIGN_OR_RETURN(
+      result.time_to_first_token_,
+      registry.histogram("folio_engine_time_to_first_token_seconds",
+                         "Seconds from submission to the first generated token.", latency_buckets));
+  FOLIO_ASSIGN_OR_RETURN(
+      result.time_per_output_token_,
+      registry.histogram("folio_engine_time_per_output_token_seconds",
+                         "Mean seconds between generated tokens after the first, per request.",
+                         metrics::exponential_buckets(0.0001, 2.0, 16)));
+  FOLIO_ASSIGN_OR_RETURN(result.step_time_,
+                         registry.histogram("folio_engine_step_seconds",
+                                            "Seconds per engine step (schedule, run, sample).",
+                                            metrics::exponential_buckets(0.0001, 2.0, 16)));
+  return result;
+}
+
+void EngineMetrics::on_submitted(int32_t num_prompt_tokens) {
+  submitted_->increment();
+  prompt_tokens_->increment(num_prompt_tokens);
+}
+
+void EngineMetrics::on_step(const StepPlan& plan, int64_t num_prefill_tokens, Duration step_time) {
+  steps_->increment();
+  prefill_tokens_->increment(static_cast<double>(num_prefill_tokens));
+  decode_tokens_->increment(static_cast<double>(plan.num_tokens - num_prefill_tokens));
+  step_time_->observe(to_seconds(step_time));
+}
+
+void EngineMetrics::on_finished(FinishReason reason, const RequestTiming& timing,
+                                int32_t num_generated) {
+  finished_[static_cast<int>(reason)]->increment();
+  if (num_generated >= 1) time_to_first_token_->observe(to_seconds(timing.time_to_first_token));
+  if (num_generated >= 2) {
+    time_per_output_token_->observe(to_seconds(timing.time_per_output_token));
+  }
+}
+
+void EngineMetrics::on_state(int32_t num_waiting, int32_t num_running, int32_t num_swapped,
+                             const kv::BlockCounts& blocks, const kv::PrefixCacheStats& prefix) {
+  waiting_->set(num_waiting);
+  running_->set(num_running);
+  swapped_->set(num_swapped);
+  blocks_free_->set(static_cast<double>(blocks.free));
+  blocks_owned_->set(static_cast<double>(blocks.owned));
+  blocks_cached_->set(static_cast<double>(blocks.cached));
+  prefix_queried_->increment(
+      static_cast<double>(prefix.queried_blocks - reported_prefix_.queried_blocks));
+  prefix_hits_->increment(static_cast<double>(prefix.hit_blocks - reported_prefix_.hit_blocks));
+  reported_prefix_ = prefix;
+  if (prefix.queried_blocks > 0) {
+    prefix_hit_rate_->set(static_cast<double>(prefix.hit_blocks) /
+                          static_cast<double>(prefix.queried_blocks));
+  }
+}
+
+EngineStats EngineMetrics::snapshot() const {
+  EngineStats stats;
+  stats.num_waiting = as_count(waiting_->value());
+  stats.num_running = as_count(running_->value());
+  stats.num_swapped = as_count(swapped_->value());
+  stats.requests_submitted = as_count(submitted_->value());
+  for (const metrics::Counter* finished : finished_) {
+    stats.requests_finished += as_count(finished->value());
+  }
+  stats.steps = as_count(steps_->value());
+  stats.prefill_tokens = as_count(prefill_tokens_->value());
+  stats.decode_tokens = as_count(decode_tokens_->value());
+  stats.prompt_tokens = as_count(prompt_tokens_->value());
+  stats.generated_tokens = as_count(generated_tokens_->value());
+  stats.preemptions_by_recompute = as_count(preempted_recompute_->value());
+  stats.preemptions_by_swap = as_count(preempted_swap_->value());
+  stats.prefix_cache_queried_blocks = as_count(prefix_queried_->value());
+  stats.prefix_cache_hit_blocks = as_count(prefix_hits_->value());
+  return stats;
+}
+
+}  // namespace folio::engine

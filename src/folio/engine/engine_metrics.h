@@ -1,0 +1,97 @@
+// EngineMetrics: the engine's statistics, kept in a base/metrics Registry (names prefixed
+// folio_engine_) so the server's /metrics endpoint exports them, and readable as one snapshot
+// (EngineStats) by tests, benchmarks and tools.
+//
+// Series:
+//   folio_engine_requests{state="waiting|running|swapped"}          gauge, after every step
+//   folio_engine_requests_submitted_total                            counter
+//   folio_engine_requests_finished_total{reason="stop|length|cancelled|error"}  counter
+//   folio_engine_steps_total                                         counter (steps that ran)
+//   folio_engine_scheduled_tokens_total{phase="prefill|decode"}      counter (query tokens)
+//   folio_engine_prompt_tokens_total, folio_engine_generated_tokens_total  counters
+//   folio_engine_preemptions_total{mode="recompute|swap"}            counter
+//   folio_engine_prefix_cache_queried_blocks_total, _hit_blocks_total  counters
+//   folio_engine_prefix_cache_hit_rate                               gauge (hit / queried blocks)
+//   folio_engine_kv_blocks{state="free|owned|cached"}                gauge
+//   folio_engine_time_to_first_token_seconds, folio_engine_time_per_output_token_seconds,
+//   folio_engine_step_seconds                                        histograms
+//
+// Thread-safety: updates come from the engine thread; snapshot() and the registry's render()
+// may run on any thread (the metrics are atomics; see metrics.h).
+#pragma once
+
+#include <cstdint>
+
+#include "folio/base/metrics.h"
+#include "folio/base/result.h"
+#include "folio/engine/request.h"
+#include "folio/engine/scheduler.h"
+#include "folio/kv/block_allocator.h"
+
+namespace folio::engine {
+
+struct EngineStats {
+  int64_t num_waiting = 0;
+  int64_t num_running = 0;
+  int64_t num_swapped = 0;
+  int64_t requests_submitted = 0;
+  int64_t requests_finished = 0;
+  int64_t steps = 0;
+  int64_t prefill_tokens = 0;  // query tokens run in prefill chunks
+  int64_t decode_tokens = 0;
+  int64_t prompt_tokens = 0;
+  int64_t generated_tokens = 0;
+  int64_t preemptions_by_recompute = 0;
+  int64_t preemptions_by_swap = 0;
+  int64_t prefix_cache_queried_blocks = 0;
+  int64_t prefix_cache_hit_blocks = 0;
+};
+
+class EngineMetrics {
+ public:
+  // Registers every series; errors if the registry holds a conflicting family.
+  static Result<EngineMetrics> create(metrics::Registry& registry);
+
+  void on_submitted(int32_t num_prompt_tokens);
+  void on_step(const StepPlan& plan, int64_t num_prefill_tokens, Duration step_time);
+  void on_generated_token() { generated_tokens_->increment(); }
+  void on_preemptions(const StepPlan& plan) {
+    preempted_recompute_->increment(plan.num_preempted_by_recompute);
+    preempted_swap_->increment(plan.num_preempted_by_swap);
+  }
+  void on_finished(FinishReason reason, const RequestTiming& timing, int32_t num_generated);
+  // Gauges of queue lengths and KV blocks; the prefix cache counters advance to `prefix`.
+  void on_state(int32_t num_waiting, int32_t num_running, int32_t num_swapped,
+                const kv::BlockCounts& blocks, const kv::PrefixCacheStats& prefix);
+
+  EngineStats snapshot() const;
+
+ private:
+  EngineMetrics() = default;
+
+  metrics::Gauge* waiting_ = nullptr;
+  metrics::Gauge* running_ = nullptr;
+  metrics::Gauge* swapped_ = nullptr;
+  metrics::Counter* submitted_ = nullptr;
+  metrics::Counter* finished_[4] = {};  // indexed by FinishReason
+  metrics::Counter* steps_ = nullptr;
+  metrics::Counter* prefill_tokens_ = nullptr;
+  metrics::Counter* decode_tokens_ = nullptr;
+  metrics::Counter* prompt_tokens_ = nullptr;
+  metrics::Counter* generated_tokens_ = nullptr;
+  metrics::Counter* preempted_recompute_ = nullptr;
+  metrics::Counter* preempted_swap_ = nullptr;
+  metrics::Counter* prefix_queried_ = nullptr;
+  metrics::Counter* prefix_hits_ = nullptr;
+  metrics::Gauge* prefix_hit_rate_ = nullptr;
+  metrics::Gauge* blocks_free_ = nullptr;
+  metrics::Gauge* blocks_owned_ = nullptr;
+  metrics::Gauge* blocks_cached_ = nullptr;
+  metrics::Histogram* time_to_first_token_ = nullptr;
+  metrics::Histogram* time_per_output_token_ = nullptr;
+  metrics::Histogram* step_time_ = nullptr;
+  // The block manager's cumulative prefix statistics at the last on_state (engine thread only).
+  kv::PrefixCacheStats reported_prefix_;
+};
+
+}  // namespace folio::engine

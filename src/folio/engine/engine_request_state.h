@@ -1,0 +1,51 @@
+// Engine::RequestState: everything the engine keeps about one accepted request. Internal to the
+// engine's implementation files.
+#pragma once
+
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "folio/engine/engine.h"
+#include "folio/engine/random.h"
+#include "folio/engine/sampler.h"
+#include "folio/engine/sequence.h"
+#include "folio/engine/stop_string_matcher.h"
+
+namespace folio::engine {
+
+// Thread-safety: built by submit() on any thread, handed to the driving thread through the
+// inbox (the mutex orders the hand-off), used by the driving thread only afterwards.
+struct Engine::RequestState {
+  // Takes the request's callbacks, stop token ids and stop strings; leaves its prompt.
+  explicit RequestState(Request& request)
+      : sampling(request.sampling),
+        max_tokens(request.max_tokens),
+        stop_token_ids(std::move(request.stop_token_ids)),
+        on_token(std::move(request.on_token)),
+        on_finish(std::move(request.on_finish)),
+        history(request.prompt),
+        matcher(std::move(request.stop_strings)) {}
+
+  Sequence sequence;
+  SamplingParams sampling;
+  int32_t max_tokens = 0;
+  std::vector<int32_t> stop_token_ids;  // sorted; the EOS included unless ignore_eos
+  std::function<void(const TokenEvent&)> on_token;
+  std::function<void(const Completion&)> on_finish;
+
+  TokenHistory history;
+  Xoshiro256StarStar generator{0};       // reseeded at submission
+  std::unique_ptr<TextDecoder> decoder;  // null without a text decoder factory
+  StopStringMatcher matcher;
+
+  int32_t num_reported = 0;  // tokens streamed through on_token
+  std::optional<int32_t> stop_token;
+  std::optional<std::string> stop_string;
+  TimePoint first_scheduled;
+  TimePoint first_token;
+  TimePoint last_token;
+};
+
+}  // namespace folio::engine

@@ -1,0 +1,90 @@
+// Requests: what a caller submits to the engine, and what it hears back.
+//
+// A request is a prompt (token ids) plus how to continue it: sampling parameters, when to stop
+// (stop token ids, the model's end-of-sequence token unless ignore_eos, stop strings matched on
+// the decoded text, max_tokens), its priority, an optional LoRA adapter, and two callbacks. The
+// engine calls on_token once per generated token, in order, and then on_finish exactly once;
+// every accepted request ends with on_finish, whatever happens (completion, cancellation,
+// preemption limit, runner failure, engine stop).
+//
+// Text: each TokenEvent carries the text that became final with its token. Text is held back
+// while it could be the start of a stop string, so one token's text may be empty and a later
+// one may carry several tokens' worth; the concatenation of every event's text is the output
+// text, which stops right before the first stop string. The token that completes a stop string,
+// and a stop token, are still reported as tokens (their text is what precedes the stop).
+//
+// Priority: a larger value is more important. Waiting requests age: each `aging_interval`
+// (SchedulerOptions) spent waiting counts as one more priority level when admitting.
+//
+// Callbacks run on the engine thread, between steps. They may call Engine::submit and
+// Engine::cancel (which only queue) but must not block on the engine.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "folio/base/status.h"
+#include "folio/base/strong_id.h"
+#include "folio/engine/clock.h"
+#include "folio/engine/sampling_params.h"
+
+namespace folio::engine {
+
+struct RequestIdTag {};
+using RequestId = StrongId<RequestIdTag, int64_t>;
+
+// Lifecycle end states; exhaustive switches, no default.
+enum class FinishReason : uint8_t {
+  kStop,       // a stop token or stop string
+  kLength,     // max_tokens, or the context limit
+  kCancelled,  // Engine::cancel
+  kError,      // see Completion::error
+};
+std::string_view finish_reason_name(FinishReason reason);
+
+struct TokenEvent {
+  RequestId request;
+  int32_t token = 0;
+  int32_t index = 0;      // 0 for the first generated token
+  std::string_view text;  // text made final by this token; valid during the callback only
+};
+
+struct RequestTiming {
+  Duration queue_time{0};             // arrival -> first scheduled
+  Duration time_to_first_token{0};    // arrival -> first token sampled
+  Duration time_per_output_token{0};  // mean gap between later tokens (0 if fewer than 2)
+  Duration total_time{0};             // arrival -> finish
+};
+
+struct Completion {
+  RequestId request;
+  FinishReason reason = FinishReason::kError;
+  Status error;                       // non-OK exactly when reason == kError
+  std::optional<int32_t> stop_token;  // the stop token that ended it
+  std::optional<std::string> stop_string;
+  int32_t num_prompt_tokens = 0;
+  int32_t num_generated_tokens = 0;  // tokens reported through on_token
+  int32_t num_cached_prompt_tokens =
+      0;  // prompt tokens served from the prefix cache (first admission)
+  int32_t num_preemptions = 0;
+  RequestTiming timing;
+};
+
+struct Request {
+  std::vector<int32_t> prompt;  // token ids, non-empty, each in [0, vocab size)
+  SamplingParams sampling;
+  int32_t max_tokens = 16;  // >= 1; generation also ends at the engine's context limit
+  std::vector<int32_t> stop_token_ids;
+  bool ignore_eos = false;                // the model's EOS is a stop token unless set
+  std::vector<std::string> stop_strings;  // non-empty strings; needs a text decoder
+  int32_t priority = 0;                   // larger is more important
+  int64_t adapter_id = 0;                 // 0: the base model
+  std::function<void(const TokenEvent&)> on_token;
+  std::function<void(const Completion&)> on_finish;
+};
+
+}  // namespace folio::engine

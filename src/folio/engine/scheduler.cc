@@ -1,0 +1,396 @@
+#include "folio/engine/scheduler.h"
+
+#include <algorithm>
+#include <limits>
+
+#include "folio/base/check.h"
+#include "folio/base/log.h"
+
+namespace folio::engine {
+
+namespace {
+
+// Run order: most important first, then first come.
+bool runs_before(const Sequence* left, const Sequence* right) {
+  if (left->priority != right->priority) return left->priority > right->priority;
+  return left->arrival_order < right->arrival_order;
+}
+
+void remove_from(std::vector<Sequence*>& queue, Sequence* sequence) {
+  const auto entry = std::find(queue.begin(), queue.end(), sequence);
+  FOLIO_CHECK(entry != queue.end(), "sequence of request {} is not in the {} queue",
+              sequence->request, sequence_status_name(sequence->status));
+  queue.erase(entry);
+}
+
+}  // namespace
+
+std::string_view preemption_mode_name(PreemptionMode mode) {
+  switch (mode) {
+    case PreemptionMode::kRecompute:
+      return "recompute";
+    case PreemptionMode::kSwap:
+      return "swap";
+  }
+  FOLIO_UNREACHABLE("bad PreemptionMode");
+}
+
+std::string_view sequence_status_name(SequenceStatus status) {
+  switch (status) {
+    case SequenceStatus::kWaiting:
+      return "waiting";
+    case SequenceStatus::kRunning:
+      return "running";
+    case SequenceStatus::kSwapped:
+      return "swapped";
+    case SequenceStatus::kFinished:
+      return "finished";
+  }
+  FOLIO_UNREACHABLE("bad SequenceStatus");
+}
+
+Status SchedulerOptions::validate() const {
+  if (max_num_sequences < 1) {
+    return invalid_argument("max_num_sequences must be at least 1, got {}", max_num_sequences);
+  }
+  if (max_num_batched_tokens < max_num_sequences) {
+    return invalid_argument(
+        "max_num_batched_tokens ({}) must be at least max_num_sequences ({}) so every running "
+        "sequence can decode in each step",
+        max_num_batched_tokens, max_num_sequences);
+  }
+  if (prefill_chunk_size < 1) {
+    return invalid_argument("prefill_chunk_size must be at least 1, got {}", prefill_chunk_size);
+  }
+  if (max_preemptions < 0) {
+    return invalid_argument("max_preemptions must not be negative, got {}", max_preemptions);
+  }
+  if (aging_interval <= Duration::zero()) {
+    return invalid_argument("aging_interval must be positive");
+  }
+  if (starvation_threshold < Duration::zero()) {
+    return invalid_argument("starvation_threshold must not be negative");
+  }
+  return Status();
+}
+
+Result<std::unique_ptr<Scheduler>> Scheduler::create(const SchedulerOptions& options,
+                                                     kv::BlockManager& block_manager,
+                                                     bool has_swap_space) {
+  FOLIO_RETURN_IF_ERROR(options.validate());
+  if (options.preemption_mode == PreemptionMode::kSwap && !has_swap_space) {
+    return invalid_argument(
+        "preemption by swap needs a host swap space; give the block manager one or preempt by "
+        "recompute");
+  }
+  return std::unique_ptr<Scheduler>(new Scheduler(options, block_manager));
+}
+
+Scheduler::Scheduler(const SchedulerOptions& options, kv::BlockManager& block_manager)
+    : options_(options), block_manager_(block_manager) {}
+
+void Scheduler::add(Sequence* sequence) {
+  FOLIO_DCHECK(sequence->status == SequenceStatus::kWaiting && sequence->num_allocated == 0);
+  FOLIO_DCHECK(std::find(waiting_.begin(), waiting_.end(), sequence) == waiting_.end());
+  waiting_.push_back(sequence);
+}
+
+void Scheduler::finish(Sequence* sequence) {
+  switch (sequence->status) {
+    case SequenceStatus::kWaiting:
+      remove_from(waiting_, sequence);
+      break;
+    case SequenceStatus::kRunning:
+      remove_from(running_, sequence);
+      break;
+    case SequenceStatus::kSwapped:
+      remove_from(swapped_, sequence);
+      break;
+    case SequenceStatus::kFinished:
+      FOLIO_UNREACHABLE("request {} finished twice", sequence->request);
+  }
+  release_kv(sequence);
+  sequence->status = SequenceStatus::kFinished;
+}
+
+void Scheduler::release_kv(Sequence* sequence) {
+  if (sequence->status == SequenceStatus::kRunning ||
+      sequence->status == SequenceStatus::kSwapped) {
+    const Status status = block_manager_.free(sequence->seq);
+    FOLIO_CHECK(status.ok(), "freeing the KV of request {}: {}", sequence->request,
+                status.to_string());
+  }
+  sequence->num_allocated = 0;
+  sequence->num_computed = 0;
+}
+
+StepPlan Scheduler::schedule(TimePoint now) {
+  ++step_index_;
+  StepPlan plan;
+  int32_t budget = options_.max_num_batched_tokens;
+  // Both lists are taken before any decode appends its token: from then on a decoding sequence
+  // looks like a one-token prefill.
+  decodes_.clear();
+  prefills_.clear();
+  for (Sequence* sequence : running_) {
+    (sequence->is_decoding() ? decodes_ : prefills_).push_back(sequence);
+  }
+  std::sort(decodes_.begin(), decodes_.end(), runs_before);
+  std::sort(prefills_.begin(), prefills_.end(), runs_before);
+  schedule_decodes(plan, budget);
+  schedule_prefill_chunks(plan, budget);
+  if (plan.num_preempted_by_recompute == 0 && plan.num_preempted_by_swap == 0) {
+    admit(plan, budget, now);
+  }
+  return plan;
+}
+
+void Scheduler::schedule_decodes(StepPlan& plan, int32_t& budget) {
+  for (Sequence* sequence : decodes_) {
+    // Preempted earlier in this loop (as a victim) or the budget ran out.
+    if (sequence->status != SequenceStatus::kRunning || budget < 1) continue;
+    while (true) {
+      Result<kv::AppendOutcome> outcome =
+          block_manager_.append_slot(sequence->seq, sequence->tokens.back());
+      FOLIO_CHECK(outcome.ok(), "append_slot for request {}: {}", sequence->request,
+                  outcome.status().to_string());
+      if (outcome->status == kv::AppendStatus::kAppended) {
+        ++sequence->num_allocated;
+        sequence->last_scheduled_step = step_index_;
+        plan.segments.push_back(ScheduledSegment{sequence, sequence->num_allocated - 1, 1,
+                                                 /*wants_logits=*/true, /*is_decode=*/true});
+        plan.num_tokens += 1;
+        budget -= 1;
+        break;
+      }
+      Sequence* victim = pick_victim();
+      // Scheduled decodes outrank the one asking (run order), so the victim never has a segment
+      // in this step already.
+      FOLIO_CHECK(victim->last_scheduled_step != step_index_,
+                  "preemption victim {} is already scheduled", victim->request);
+      preempt(victim, plan);
+      if (victim == sequence) break;
+    }
+  }
+}
+
+void Scheduler::schedule_prefill_chunks(StepPlan& plan, int32_t& budget) {
+  for (Sequence* sequence : prefills_) {
+    if (sequence->status == SequenceStatus::kRunning) add_prefill_chunk(sequence, plan, budget);
+  }
+}
+
+bool Scheduler::add_prefill_chunk(Sequence* sequence, StepPlan& plan, int32_t& budget) const {
+  const int32_t remaining = sequence->num_allocated - sequence->num_computed;
+  int32_t chunk = 0;
+  if (options_.chunked_prefill) {
+    chunk = std::min({remaining, options_.prefill_chunk_size, budget});
+  } else if (remaining <= budget || plan.segments.empty()) {
+    // Alone in its step, an over-budget prefill still runs: it would otherwise never run.
+    chunk = remaining;
+  }
+  if (chunk <= 0) return false;
+  const bool completes = chunk == remaining;
+  sequence->last_scheduled_step = step_index_;
+  plan.segments.push_back(ScheduledSegment{sequence, sequence->num_computed, chunk,
+                                           /*wants_logits=*/completes,
+                                           /*is_decode=*/false});
+  plan.num_tokens += chunk;
+  budget = std::max(0, budget - chunk);
+  return true;
+}
+
+void Scheduler::admit(StepPlan& plan, int32_t& budget, TimePoint now) {
+  candidates_.clear();
+  candidates_.insert(candidates_.end(), swapped_.begin(), swapped_.end());
+  candidates_.insert(candidates_.end(), waiting_.begin(), waiting_.end());
+  std::sort(candidates_.begin(), candidates_.end(),
+            [&](const Sequence* left, const Sequence* right) {
+              const int64_t left_priority = aged_priority(*left, now);
+              const int64_t right_priority = aged_priority(*right, now);
+              if (left_priority != right_priority) return left_priority > right_priority;
+              return left->arrival_order < right->arrival_order;
+            });
+  // Admission moves sequences between the queues, never in or out of candidates_.
+  for (Sequence* sequence : candidates_) {
+    if (num_running() >= options_.max_num_sequences || budget < 1) break;
+    const bool resumed = sequence->status == SequenceStatus::kSwapped
+                             ? try_resume_swapped(sequence, plan)
+                             : try_admit_waiting(sequence, plan, budget);
+    if (resumed || sequence->status == SequenceStatus::kFinished) continue;
+    // Did not fit now. Those behind it may still be tried, unless it is starving: then the
+    // capacity freed from now on is kept for it.
+    if (now - sequence->arrival >= options_.starvation_threshold) break;
+  }
+}
+
+bool Scheduler::try_resume_swapped(Sequence* sequence, StepPlan& plan) {
+  const kv::SeqId seqs[] = {sequence->seq};
+  Result<kv::SwapOutcome> outcome = block_manager_.swap_in(seqs);
+  if (!outcome.ok()) {
+    fail(sequence, outcome.status().with_context("swapping the request's KV back in"), plan);
+    return false;
+  }
+  if (outcome->status == kv::SwapStatus::kNoCapacityNow) return false;
+  remove_from(swapped_, sequence);
+  sequence->status = SequenceStatus::kRunning;
+  running_.push_back(sequence);
+  // Its pending token runs in the next step's decode phase (appending now could fail, and
+  // admission never preempts).
+  return true;
+}
+
+bool Scheduler::try_admit_waiting(Sequence* sequence, StepPlan& plan, int32_t& budget) {
+  const auto num_tokens = static_cast<int32_t>(sequence->tokens.size());
+  if (!options_.chunked_prefill && num_tokens > budget && !plan.segments.empty()) return false;
+  Result<kv::AllocateOutcome> outcome =
+      block_manager_.allocate(sequence->seq, sequence->tokens, sequence->cache_namespace);
+  if (!outcome.ok()) {
+    fail(sequence, outcome.status().with_context("allocating the request's KV"), plan);
+    return false;
+  }
+  switch (outcome->admission) {
+    case kv::Admission::kAdmitted:
+      break;
+    case kv::Admission::kNoCapacityNow:
+      return false;
+    case kv::Admission::kNeverFits:
+      fail(sequence,
+           resource_exhausted(
+               "request needs KV for {} tokens, more than the KV cache can ever hold above its "
+               "watermark; shorten the prompt or max_tokens, or give the KV cache more memory",
+               num_tokens),
+           plan);
+      return false;
+  }
+  remove_from(waiting_, sequence);
+  sequence->status = SequenceStatus::kRunning;
+  sequence->num_allocated = num_tokens;
+  sequence->num_computed = outcome->num_cached_tokens;
+  if (sequence->num_cached_prompt_tokens < 0) {
+    sequence->num_cached_prompt_tokens =
+        std::min(outcome->num_cached_tokens, sequence->num_prompt_tokens);
+  }
+  running_.push_back(sequence);
+  add_prefill_chunk(sequence, plan, budget);
+  return true;
+}
+
+Sequence* Scheduler::pick_victim() const {
+  FOLIO_CHECK(!running_.empty(), "preemption with nothing running");
+  // A decode scheduled in this step has appended its token, so it looks like a prefill of one;
+  // it is not a partial prefill.
+  auto partial_prefill = [&](const Sequence* sequence) {
+    return sequence->is_prefilling() && sequence->last_scheduled_step != step_index_;
+  };
+  // Lowest priority first; among equals partial prefills (the least work lost), then the latest
+  // arrival.
+  return *std::min_element(running_.begin(), running_.end(),
+                           [&](const Sequence* left, const Sequence* right) {
+                             if (left->priority != right->priority) {
+                               return left->priority < right->priority;
+                             }
+                             if (partial_prefill(left) != partial_prefill(right)) {
+                               return partial_prefill(left);
+                             }
+                             return left->arrival_order > right->arrival_order;
+                           });
+}
+
+void Scheduler::preempt(Sequence* victim, StepPlan& plan) {
+  ++victim->num_preemptions;
+  if (victim->num_preemptions > options_.max_preemptions) {
+    fail(victim,
+         resource_exhausted(
+             "request was preempted {} times (limit {}) for lack of KV cache memory; lower the "
+             "load, raise max_preemptions, or give the KV cache more memory",
+             victim->num_preemptions, options_.max_preemptions),
+         plan);
+    return;
+  }
+  if (options_.preemption_mode == PreemptionMode::kSwap && victim->is_decoding()) {
+    const kv::SeqId seqs[] = {victim->seq};
+    Result<kv::SwapOutcome> outcome = block_manager_.swap_out(seqs);
+    if (outcome.ok() && outcome->status == kv::SwapStatus::kSwapped) {
+      remove_from(running_, victim);
+      victim->status = SequenceStatus::kSwapped;
+      swapped_.push_back(victim);
+      ++plan.num_preempted_by_swap;
+      return;
+    }
+    if (!outcome.ok()) {
+      log::warn("swap-out of request {} failed ({}); preempting by recompute", victim->request,
+                outcome.status().to_string());
+    }
+    // The host swap space is full (or failed): recompute instead.
+  }
+  preempt_by_recompute(victim);
+  ++plan.num_preempted_by_recompute;
+}
+
+void Scheduler::preempt_by_recompute(Sequence* victim) {
+  remove_from(running_, victim);
+  release_kv(victim);
+  victim->status = SequenceStatus::kWaiting;
+  waiting_.push_back(victim);
+}
+
+void Scheduler::fail(Sequence* sequence, Status error, StepPlan& plan) {
+  finish(sequence);
+  plan.failed.emplace_back(sequence, std::move(error));
+}
+
+void Scheduler::complete(const StepPlan& plan) {
+  for (const ScheduledSegment& segment : plan.segments) {
+    Sequence* sequence = segment.sequence;
+    FOLIO_CHECK(sequence->status == SequenceStatus::kRunning &&
+                    sequence->num_computed == segment.first_position,
+                "request {} changed between scheduling and completing its step", sequence->request);
+    sequence->num_computed += segment.num_tokens;
+    const Status status = block_manager_.mark_computed(sequence->seq, sequence->num_computed);
+    FOLIO_CHECK(status.ok(), "mark_computed for request {}: {}", sequence->request,
+                status.to_string());
+  }
+}
+
+int64_t Scheduler::aged_priority(const Sequence& sequence, TimePoint now) const {
+  const int64_t levels = (now - sequence.arrival) / options_.aging_interval;
+  return int64_t{sequence.priority} + std::max<int64_t>(levels, 0);
+}
+
+void Scheduler::check_invariants() const {
+  auto check_queue = [&](const std::vector<Sequence*>& queue, SequenceStatus status) {
+    for (const Sequence* sequence : queue) {
+      FOLIO_CHECK(sequence->status == status, "request {} is {} but queued as {}",
+                  sequence->request, sequence_status_name(sequence->status),
+                  sequence_status_name(status));
+      const auto num_tokens = static_cast<int32_t>(sequence->tokens.size());
+      FOLIO_CHECK(sequence->num_computed <= sequence->num_allocated &&
+                  sequence->num_allocated <= num_tokens);
+      const bool held = block_manager_.contains(sequence->seq);
+      if (status == SequenceStatus::kWaiting) {
+        FOLIO_CHECK(!held && sequence->num_allocated == 0, "waiting request {} holds KV",
+                    sequence->request);
+        continue;
+      }
+      FOLIO_CHECK(held, "{} request {} holds no KV", sequence_status_name(status),
+                  sequence->request);
+      FOLIO_CHECK(*block_manager_.num_tokens(sequence->seq) == sequence->num_allocated);
+      FOLIO_CHECK(*block_manager_.is_swapped(sequence->seq) ==
+                  (status == SequenceStatus::kSwapped));
+      FOLIO_CHECK(sequence->num_allocated == num_tokens ||
+                      (sequence->num_allocated == num_tokens - 1 &&
+                       sequence->num_computed == sequence->num_allocated),
+                  "request {}: {} tokens, {} allocated, {} computed", sequence->request, num_tokens,
+                  sequence->num_allocated, sequence->num_computed);
+    }
+  };
+  check_queue(waiting_, SequenceStatus::kWaiting);
+  check_queue(running_, SequenceStatus::kRunning);
+  check_queue(swapped_, SequenceStatus::kSwapped);
+  FOLIO_CHECK(block_manager_.num_sequences() ==
+              static_cast<int64_t>(running_.size() + swapped_.size()));
+  FOLIO_CHECK(num_running() <= options_.max_num_sequences);
+}
+
+}  // namespace folio::engine

@@ -1,0 +1,145 @@
+// Scheduler: continuous batching over the paged KV cache. Each step it picks which tokens of
+// which sequences run, admitting, preempting and resuming sequences as memory allows
+// (DESIGN.md "One step of the engine", seed 003).
+//
+// Queues: WAITING (new and recompute-preempted sequences), RUNNING (prefilling or decoding),
+// SWAPPED (preempted to host memory). One step, under a budget of max_num_batched_tokens query
+// tokens and at most max_num_sequences running:
+//   1. Decodes first, most important first (priority desc, then arrival). Each appends its
+//      pending token's slot; when the cache has no block, the scheduler preempts the running
+//      sequence with the lowest priority, among those partial prefills first, then the latest
+//      arrival (possibly the decoding sequence itself), and retries.
+//   2. Chunks of running prefills, in the same order: min(remaining, prefill_chunk_size,
+//      budget left) tokens each. Without chunked prefill a prefill runs whole, when it fits the
+//      budget left or is alone in the step.
+//   3. Unless step 1 preempted anything (admitting right after evicting is thrashing), resume
+//      and admit, over SWAPPED and WAITING together in order of aged priority (priority plus
+//      one per aging_interval waited), then arrival: a swapped sequence is swapped in, a
+//      waiting one gets its whole context allocated (prefix hits included) under the block
+//      manager's watermark and starts its first chunk. A candidate that does not fit now is
+//      skipped and those behind it are tried (no head-of-line blocking), unless it has waited
+//      starvation_threshold or longer: then admission stops behind it until it fits, so no
+//      request starves. One that can never fit fails.
+// Preemption by recompute frees the sequence's blocks (computed full blocks stay CACHED) and
+// re-queues it as WAITING; by swap (decoding sequences, when configured and the host swap space
+// has room) copies its blocks to host memory. A partial prefill is always recomputed. A
+// sequence preempted more than max_preemptions times fails.
+//
+// Invariants: every sequence handed to add() is in exactly one queue matching its status until
+// finish() or a failure reported in a StepPlan; the block manager holds a sequence iff it is
+// RUNNING or SWAPPED.
+// Thread-safety: owned by one thread (the engine's), like the block manager it drives.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "folio/base/result.h"
+#include "folio/engine/clock.h"
+#include "folio/engine/sequence.h"
+#include "folio/kv/block_manager.h"
+
+namespace folio::engine {
+
+enum class PreemptionMode : uint8_t { kRecompute, kSwap };
+std::string_view preemption_mode_name(PreemptionMode mode);
+
+struct SchedulerOptions {
+  int32_t max_num_batched_tokens = 2048;  // query tokens per step; >= max_num_sequences
+  int32_t max_num_sequences = 64;         // running sequences
+  bool chunked_prefill = true;
+  int32_t prefill_chunk_size = 512;  // most prefill tokens of one sequence per step
+  PreemptionMode preemption_mode = PreemptionMode::kRecompute;
+  int32_t max_preemptions = 16;  // per request; one more fails it
+  Duration aging_interval = std::chrono::seconds(1);
+  // Waiting this long makes a request block admissions behind it until it fits; 0 admits in
+  // strict (aged) priority order.
+  Duration starvation_threshold = std::chrono::seconds(30);
+
+  Status validate() const;
+};
+
+// One sequence's share of a step: query tokens [first_position, first_position + num_tokens).
+struct ScheduledSegment {
+  Sequence* sequence = nullptr;
+  int32_t first_position = 0;
+  int32_t num_tokens = 0;
+  bool wants_logits = false;  // completes the prefill, or decodes
+  bool is_decode = false;     // the sequence's pending token (else a prefill chunk)
+};
+
+struct StepPlan {
+  std::vector<ScheduledSegment> segments;  // decodes first, then prefill chunks
+  // Sequences that failed while scheduling (never fit, preempted too often, a KV copy error).
+  // The scheduler has already released them and set them FINISHED; the caller reports them.
+  std::vector<std::pair<Sequence*, Status>> failed;
+  int32_t num_tokens = 0;
+  int32_t num_preempted_by_recompute = 0;
+  int32_t num_preempted_by_swap = 0;
+
+  bool empty() const { return segments.empty(); }
+};
+
+class Scheduler {
+ public:
+  // Errors: invalid options, or a swap mode without a host swap space.
+  static Result<std::unique_ptr<Scheduler>> create(const SchedulerOptions& options,
+                                                   kv::BlockManager& block_manager,
+                                                   bool has_swap_space);
+  Scheduler(const Scheduler&) = delete;
+  Scheduler& operator=(const Scheduler&) = delete;
+
+  // Queues a new sequence. Requires: status WAITING, num_allocated == 0, not already added.
+  void add(Sequence* sequence);
+  // Removes the sequence from its queue and releases its KV; status becomes FINISHED.
+  // Requires: added and not finished.
+  void finish(Sequence* sequence);
+
+  StepPlan schedule(TimePoint now);
+  // Records that the plan's segments ran: their tokens' KV is now written.
+  void complete(const StepPlan& plan);
+
+  int32_t num_waiting() const { return static_cast<int32_t>(waiting_.size()); }
+  int32_t num_running() const { return static_cast<int32_t>(running_.size()); }
+  int32_t num_swapped() const { return static_cast<int32_t>(swapped_.size()); }
+  bool has_unfinished() const {
+    return !waiting_.empty() || !running_.empty() || !swapped_.empty();
+  }
+  const SchedulerOptions& options() const { return options_; }
+  // Aborts unless the invariants above hold (and the sequences' own, sequence.h).
+  void check_invariants() const;
+
+ private:
+  Scheduler(const SchedulerOptions& options, kv::BlockManager& block_manager);
+
+  void schedule_decodes(StepPlan& plan, int32_t& budget);
+  void schedule_prefill_chunks(StepPlan& plan, int32_t& budget);
+  void admit(StepPlan& plan, int32_t& budget, TimePoint now);
+  // One admission candidate; false when it did not fit now.
+  bool try_resume_swapped(Sequence* sequence, StepPlan& plan);
+  bool try_admit_waiting(Sequence* sequence, StepPlan& plan, int32_t& budget);
+  // Adds a prefill chunk of `sequence` if the budget allows; returns whether it did.
+  bool add_prefill_chunk(Sequence* sequence, StepPlan& plan, int32_t& budget) const;
+  Sequence* pick_victim() const;
+  void preempt(Sequence* victim, StepPlan& plan);
+  void preempt_by_recompute(Sequence* victim);
+  void fail(Sequence* sequence, Status error, StepPlan& plan);
+  void release_kv(Sequence* sequence);
+  int64_t aged_priority(const Sequence& sequence, TimePoint now) const;
+
+  SchedulerOptions options_;
+  kv::BlockManager& block_manager_;
+  int64_t step_index_ = 0;  // schedule() calls so far
+  std::vector<Sequence*> waiting_;
+  std::vector<Sequence*> running_;
+  std::vector<Sequence*> swapped_;
+  // Per-step scratch, in run order.
+  std::vector<Sequence*> decodes_;
+  std::vector<Sequence*> prefills_;
+  std::vector<Sequence*> candidates_;
+};
+
+}  // namespace folio::engine

@@ -1,0 +1,208 @@
+#include "folio/kv/kv_parallel_cache.h"
+
+#include <algorithm>
+
+#include "folio/base/check.h"
+#include "folio/kv/prefix_hash.h"
+
+namespace folio::kv {
+
+Result<std::unique_ptr<KvParallelCache>> KvParallelCache::create(std::vector<BlockManager*> groups,
+                                                                 int32_t tokens_per_group) {
+  if (groups.empty()) return invalid_argument("KV-parallel cache needs at least one group");
+  const int32_t block_size = groups.front()->options().geometry.block_size;
+  for (size_t index = 0; index < groups.size(); ++index) {
+    const BlockManagerOptions& options = groups[index]->options();
+    if (options.geometry.block_size != block_size) {
+      return invalid_argument("KV-parallel group {} has block size {} but group 0 has {}", index,
+                              options.geometry.block_size, block_size);
+    }
+    if (options.max_context_tokens < tokens_per_group) {
+      return invalid_argument(
+          "KV-parallel group {} accepts {} tokens per sequence, fewer than "
+          "tokens_per_group {}",
+          index, options.max_context_tokens, tokens_per_group);
+    }
+  }
+  if (tokens_per_group <= 0 || tokens_per_group % block_size != 0) {
+    return invalid_argument("tokens_per_group {} is not a positive multiple of the block size {}",
+                            tokens_per_group, block_size);
+  }
+  return std::unique_ptr<KvParallelCache>(new KvParallelCache(std::move(groups), tokens_per_group));
+}
+
+Result<KvpAllocateOutcome> KvParallelCache::allocate(SeqId seq, std::span<const int32_t> tokens,
+                                                     const CacheNamespace& cache_namespace) {
+  const auto num_tokens = static_cast<int64_t>(tokens.size());
+  if (sequences_.contains(seq)) {
+    return already_exists("allocate: sequence {} is already in the KV-parallel cache", seq);
+  }
+  if (num_tokens == 0) return invalid_argument("allocate: sequence {} has no tokens", seq);
+  if (num_tokens > max_context_tokens()) {
+    return out_of_range("allocate: sequence {} has {} tokens, more than the {} groups x {} tokens",
+                        seq, num_tokens, num_groups(), tokens_per_group_);
+  }
+  const int32_t block_size = groups_.front()->options().geometry.block_size;
+  const int32_t num_spanned = groups_for(num_tokens);
+  KvpAllocateOutcome outcome;
+  outcome.num_groups = num_spanned;
+  // Destroying an open reservation rolls it back, so every early return below leaves each
+  // group as it was.
+  std::vector<BlockManager::Reservation> prepared;
+  prepared.reserve(static_cast<size_t>(num_spanned));
+  uint64_t parent_hash = kRootPrefixHash;
+  bool whole_prefix_cached = true;
+  std::vector<uint64_t> hashes;
+  for (int32_t group = 0; group < num_spanned; ++group) {
+    const int64_t begin = int64_t{group} * tokens_per_group_;
+    const int64_t end = std::min<int64_t>(num_tokens, begin + tokens_per_group_);
+    const bool last = group + 1 == num_spanned;
+    AllocationRequest request;
+    request.tokens = tokens.subspan(static_cast<size_t>(begin), static_cast<size_t>(end - begin));
+    request.cache_namespace = cache_namespace;
+    request.parent_hash = parent_hash;
+    // The sequence's last token is always computed (its logits are needed).
+    request.max_hit_tokens =
+        whole_prefix_cached ? static_cast<int32_t>(last ? num_tokens - 1 - begin : end - begin) : 0;
+    auto reservation = groups_[group]->prepare_allocate(seq, request);
+    if (!reservation.ok()) return reservation.status().with_context(fmt::format("group {}", group));
+    const AllocateOutcome& group_outcome = reservation->outcome();
+    if (group_outcome.admission != Admission::kAdmitted) {
+      outcome.admission = group_outcome.admission;
+      return outcome;
+    }
+    outcome.num_cached_tokens += group_outcome.num_cached_tokens;
+    whole_prefix_cached = whole_prefix_cached && group_outcome.num_cached_tokens == end - begin;
+    prepared.push_back(std::move(reservation).value());
+    if (!last) {
+      hashes.clear();
+      append_full_block_hashes(parent_hash, request.tokens, block_size, cache_namespace, hashes);
+      parent_hash = hashes.back();
+    }
+  }
+  for (int32_t group = 0; group < num_spanned; ++group) {
+    groups_[group]->commit(std::move(prepared[group]));
+  }
+  sequences_.emplace(
+      seq, Sequence{static_cast<int32_t>(num_tokens), outcome.num_cached_tokens, cache_namespace});
+  outcome.admission = Admission::kAdmitted;
+  return outcome;
+}
+
+Result<KvpAppendOutcome> KvParallelCache::open_next_group(SeqId seq, Sequence& sequence,
+                                                          int32_t token) {
+  const int32_t group = sequence.num_tokens / tokens_per_group_;
+  FOLIO_ASSIGN_OR_RETURN(const uint64_t parent_hash, groups_[group - 1]->last_block_hash(seq));
+  const int32_t tokens[1] = {token};
+  AllocationRequest request;
+  request.tokens = tokens;
+  request.cache_namespace = sequence.cache_namespace;
+  request.parent_hash = parent_hash;
+  request.max_hit_tokens = 0;
+  request.apply_watermark = false;  // an append, not an admission
+  FOLIO_ASSIGN_OR_RETURN(auto reservation, groups_[group]->prepare_allocate(seq, request));
+  KvpAppendOutcome outcome;
+  outcome.group = group;
+  if (reservation.outcome().admission != Admission::kAdmitted) return outcome;
+  groups_[group]->commit(std::move(reservation));
+  FOLIO_ASSIGN_OR_RETURN(const auto table, groups_[group]->block_table(seq));
+  outcome.status = AppendStatus::kAppended;
+  outcome.slot = int64_t{table.front()} * groups_[group]->options().geometry.block_size;
+  return outcome;
+}
+
+Result<KvpAppendOutcome> KvParallelCache::append_slot(SeqId seq, int32_t token) {
+  const auto entry = sequences_.find(seq);
+  if (entry == sequences_.end()) {
+    return not_found("append_slot: sequence {} is not in the KV-parallel cache", seq);
+  }
+  Sequence& sequence = entry->second;
+  if (sequence.num_tokens + int64_t{1} > max_context_tokens()) {
+    return out_of_range("append_slot: sequence {} already has {} tokens, the context limit", seq,
+                        sequence.num_tokens);
+  }
+  KvpAppendOutcome outcome;
+  if (sequence.num_tokens % tokens_per_group_ == 0) {
+    FOLIO_ASSIGN_OR_RETURN(outcome, open_next_group(seq, sequence, token));
+  } else {
+    outcome.group = sequence.num_tokens / tokens_per_group_;
+    FOLIO_ASSIGN_OR_RETURN(const AppendOutcome appended,
+                           groups_[outcome.group]->append_slot(seq, token));
+    outcome.status = appended.status;
+    outcome.slot = appended.slot;
+    outcome.copy_on_write = appended.copy_on_write;
+  }
+  if (outcome.status == AppendStatus::kAppended) ++sequence.num_tokens;
+  return outcome;
+}
+
+Status KvParallelCache::mark_computed(SeqId seq, int32_t num_computed_tokens) {
+  const auto entry = sequences_.find(seq);
+  if (entry == sequences_.end()) {
+    return not_found("mark_computed: sequence {} is not in the KV-parallel cache", seq);
+  }
+  Sequence& sequence = entry->second;
+  if (num_computed_tokens < sequence.num_computed || num_computed_tokens > sequence.num_tokens) {
+    return out_of_range("mark_computed: {} is not in [{}, {}] for sequence {}", num_computed_tokens,
+                        sequence.num_computed, sequence.num_tokens, seq);
+  }
+  for (int32_t group = 0; group < groups_for(sequence.num_tokens); ++group) {
+    const int32_t begin = group * tokens_per_group_;
+    const int32_t in_group = std::clamp(num_computed_tokens - begin, 0, tokens_per_group_);
+    const int32_t already = std::clamp(sequence.num_computed - begin, 0, tokens_per_group_);
+    if (in_group == already) continue;
+    const Status status = groups_[group]->mark_computed(seq, in_group);
+    FOLIO_CHECK(status.ok(), "KV-parallel group {} disagrees about sequence {}: {}", group, seq,
+                status);
+  }
+  sequence.num_computed = num_computed_tokens;
+  return Status();
+}
+
+Status KvParallelCache::free(SeqId seq) {
+  const auto entry = sequences_.find(seq);
+  if (entry == sequences_.end()) {
+    return not_found(
+        "free: sequence {} is not in the KV-parallel cache (never allocated, or already freed)",
+        seq);
+  }
+  for (int32_t group = 0; group < groups_for(entry->second.num_tokens); ++group) {
+    const Status status = groups_[group]->free(seq);
+    FOLIO_CHECK(status.ok(), "KV-parallel group {} disagrees about sequence {}: {}", group, seq,
+                status);
+  }
+  sequences_.erase(entry);
+  return Status();
+}
+
+Status KvParallelCache::fork(SeqId parent, SeqId child) {
+  const auto entry = sequences_.find(parent);
+  if (entry == sequences_.end()) {
+    return not_found("fork: sequence {} is not in the KV-parallel cache", parent);
+  }
+  if (sequences_.contains(child)) {
+    return already_exists("fork: child sequence {} is already in the KV-parallel cache", child);
+  }
+  for (int32_t group = 0; group < groups_for(entry->second.num_tokens); ++group) {
+    const Status status = groups_[group]->fork(parent, child);
+    FOLIO_CHECK(status.ok(), "KV-parallel group {} cannot fork sequence {}: {}", group, parent,
+                status);
+  }
+  const Sequence copy = entry->second;
+  sequences_.emplace(child, copy);
+  return Status();
+}
+
+Result<int32_t> KvParallelCache::num_tokens(SeqId seq) const {
+  const auto entry = sequences_.find(seq);
+  if (entry == sequences_.end())
+    return not_found("sequence {} is not in the KV-parallel cache", seq);
+  return entry->second.num_tokens;
+}
+
+Result<int32_t> KvParallelCache::num_groups_spanned(SeqId seq) const {
+  FOLIO_ASSIGN_OR_RETURN(const int32_t tokens, num_tokens(seq));
+  return groups_for(tokens);
+}
+
+}  // namespace folio::kv
