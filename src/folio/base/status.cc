@@ -2,6 +2,7 @@
 
 #include <cerrno>
 #include <cstring>
+#include <ostream>
 
 namespace folio {
 
@@ -37,6 +38,10 @@ std::string Status::to_string() const {
 Status Status::with_context(std::string_view context) const {
   if (ok()) return *this;
   return Status(code(), fmt::format("{}: {}", context, message()));
+}
+
+std::ostream& operator<<(std::ostream& out, const Status& status) {
+  return out << status.to_string();
 }
 
 Status errno_status(std::string_view call, std::string_view what) {

@@ -6,6 +6,7 @@
 // Broken invariants are not statuses: they abort through FOLIO_CHECK (check.h).
 #pragma once
 
+#include <iosfwd>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -83,6 +84,9 @@ FOLIO_DEFINE_STATUS_BUILDER(deadline_exceeded, StatusCode::kDeadlineExceeded)
 FOLIO_DEFINE_STATUS_BUILDER(data_loss, StatusCode::kDataLoss)
 FOLIO_DEFINE_STATUS_BUILDER(internal_error, StatusCode::kInternal)
 #undef FOLIO_DEFINE_STATUS_BUILDER
+
+// Writes to_string(), so tests can stream a status (`EXPECT_TRUE(s.ok()) << s`).
+std::ostream& operator<<(std::ostream& out, const Status& status);
 
 // Status from the current errno, naming the call that failed: errno_status("mmap", "reserving 4 GiB").
 Status errno_status(std::string_view call, std::string_view what);

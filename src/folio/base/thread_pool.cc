@@ -9,9 +9,31 @@
 namespace folio {
 namespace {
 
-// True while this thread runs a parallel_for task, so nested calls run inline instead of
-// deadlocking on job_mutex_.
-thread_local bool tls_inside_parallel_for = false;
+// The pool whose parallel_for task this thread is running (null outside tasks) and the
+// thread_index it runs it as. A nested parallel_for on the same pool runs inline, instead of
+// deadlocking on job_mutex_, and keeps that index, so per-thread scratch stays private.
+thread_local const ThreadPool* tls_task_pool = nullptr;
+thread_local int tls_task_thread_index = 0;
+
+// Marks this thread as running tasks of `pool` as `thread_index` for its lifetime.
+class TaskScope {
+ public:
+  TaskScope(const ThreadPool* pool, int thread_index)
+      : outer_pool_(tls_task_pool), outer_thread_index_(tls_task_thread_index) {
+    tls_task_pool = pool;
+    tls_task_thread_index = thread_index;
+  }
+  ~TaskScope() {
+    tls_task_pool = outer_pool_;
+    tls_task_thread_index = outer_thread_index_;
+  }
+  TaskScope(const TaskScope&) = delete;
+  TaskScope& operator=(const TaskScope&) = delete;
+
+ private:
+  const ThreadPool* outer_pool_;
+  int outer_thread_index_;
+};
 
 // Spins this many times checking for a new job before a worker goes to sleep.
 constexpr int kSpinIterations = 20000;
@@ -69,10 +91,10 @@ void ThreadPool::run_tasks(int thread_index) {
                                            std::memory_order_acquire)) {
       continue;
     }
-    const bool was_inside = tls_inside_parallel_for;
-    tls_inside_parallel_for = true;
-    (*job_task_)(static_cast<int64_t>(next_task(cursor)), thread_index);
-    tls_inside_parallel_for = was_inside;
+    {
+      TaskScope scope(this, thread_index);
+      (*job_task_)(static_cast<int64_t>(next_task(cursor)), thread_index);
+    }
     // Release: publishes the task's writes to the caller's acquire load of job_completed_.
     job_completed_.fetch_add(1, std::memory_order_release);
     cursor = job_cursor_.load(std::memory_order_acquire);
@@ -82,17 +104,24 @@ void ThreadPool::run_tasks(int thread_index) {
 void ThreadPool::parallel_for(int64_t num_tasks,
                               FunctionRef<void(int64_t task_index, int thread_index)> task) {
   if (num_tasks <= 0) return;
-  if (workers_.empty() || num_tasks == 1 || tls_inside_parallel_for) {
-    const bool was_inside = tls_inside_parallel_for;
-    tls_inside_parallel_for = true;
+  if (tls_task_pool == this) {
+    // Nested in one of this pool's tasks: the outer job holds job_mutex_ and this thread's
+    // index is its own, so run inline under the same index.
+    const int thread_index = tls_task_thread_index;
+    for (int64_t i = 0; i < num_tasks; ++i) task(i, thread_index);
+    return;
+  }
+  // Even the inline cases below hold job_mutex_: thread_index 0 belongs to whichever caller
+  // holds it, and two unserialized callers would both run as 0.
+  std::lock_guard job_lock(job_mutex_);
+  if (workers_.empty() || num_tasks == 1) {
+    TaskScope scope(this, 0);
     for (int64_t i = 0; i < num_tasks; ++i) task(i, 0);
-    tls_inside_parallel_for = was_inside;
     return;
   }
   FOLIO_CHECK(static_cast<uint64_t>(num_tasks) <= kFieldMask,
               "parallel_for over {} tasks; split the work into fewer, larger tasks", num_tasks);
 
-  std::lock_guard job_lock(job_mutex_);
   job_generation_ = static_cast<uint32_t>((job_generation_ + 1) & kGenerationMask);
   job_task_ = &task;
   job_completed_.store(0, std::memory_order_relaxed);
@@ -160,7 +189,12 @@ void ThreadPool::worker_loop(int thread_index) {
       });
       num_sleeping_.fetch_sub(1, std::memory_order_relaxed);
       if (has_unclaimed_task()) continue;
-      if (background_tasks_.empty()) return;  // stopping, nothing left to run
+      if (background_tasks_.empty()) {
+        // Either stopping with nothing left to run, or woken for a job whose last task was
+        // claimed between the wait's check and this one: that worker must sleep again, not exit.
+        if (stopping_) return;
+        continue;
+      }
       background = std::move(background_tasks_.front());
       background_tasks_.pop_front();
     }

@@ -3,8 +3,11 @@
 // - parallel_for(num_tasks, fn): fork-join data parallelism for kernels. The caller takes part,
 //   so a pool of N threads has N-1 workers. Idle workers spin briefly before sleeping, because a
 //   decode step issues one parallel_for every few microseconds and waking a sleeping thread costs
-//   more than that. One parallel_for runs at a time per pool; concurrent callers are serialized,
-//   and a parallel_for issued from inside a task runs inline on the calling thread.
+//   more than that. One parallel_for runs at a time per pool; concurrent callers are serialized
+//   (also those that run inline), and a parallel_for issued from inside one of this pool's tasks
+//   runs inline on the calling thread with that task's thread_index. A task of pool A may call
+//   pool B's parallel_for (it waits its turn on B), but not in a cycle: a task of B then calling
+//   A's parallel_for would wait on A's running job forever.
 // - submit(task): fire-and-forget background work (loading, copying), run by the same workers
 //   when no parallel_for is in progress.
 //
@@ -38,7 +41,8 @@ class ThreadPool {
 
   // Runs task(task_index, thread_index) for every task_index in [0, num_tasks), spread over the
   // pool's threads; returns when all have finished. thread_index is in [0, num_threads()) and
-  // identifies the running thread (for per-thread scratch space).
+  // identifies the running thread (for per-thread scratch space): no two tasks run at the same
+  // time with the same thread_index.
   void parallel_for(int64_t num_tasks, FunctionRef<void(int64_t task_index, int thread_index)> task);
 
   // Splits [0, num_items) into ranges of at least `grain` items, at most a few per thread, and
