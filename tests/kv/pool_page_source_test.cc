@@ -158,7 +158,8 @@ TEST_F(PoolPageSourceTest, KvAllocationEvictsUnpinnedAdapterPagesFirst) {
   EXPECT_EQ(source_->num_pages_available(), 7) << "evictable adapter pages count as available";
   EXPECT_EQ(manager_->can_allocate(300), Admission::kAdmitted);
   prefill(SeqId(1), tokens(300));  // 38 blocks: the dummy's page is not enough
-  EXPECT_EQ(pool_->stats().per_content[memory::content_index(memory::ContentType::kAdapterWeights)]
+  EXPECT_EQ(pool_->stats()
+                .per_content[memory::content_index(memory::ContentType::kAdapterWeights)]
                 .evictions,
             1);
   EXPECT_TRUE(KvContents::verify(*manager_, SeqId(1), tokens(300), {}, 300));

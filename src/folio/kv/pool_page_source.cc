@@ -46,8 +46,7 @@ Result<KvPage> PoolPageSource::allocate_page() {
     refs_[page_index] = ref;
     ++num_held_;
   }
-  return KvPage{KvPageHandle(ref.generation()), page_index,
-                pool_.page_address(ref.first_page())};
+  return KvPage{KvPageHandle(ref.generation()), page_index, pool_.page_address(ref.first_page())};
 }
 
 Status PoolPageSource::release_page(const KvPage& page) {

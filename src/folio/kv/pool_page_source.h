@@ -62,8 +62,8 @@ class PoolPageSource final : public KvPageSource, private memory::EvictionListen
 
   mutable std::mutex mutex_;
   std::vector<memory::AllocationRef> refs_;  // [pool pages]; guarded by mutex_
-  int32_t num_held_ = 0;                      // guarded by mutex_
-  KvEvictionHandler* handler_ = nullptr;      // guarded by mutex_
+  int32_t num_held_ = 0;                     // guarded by mutex_
+  KvEvictionHandler* handler_ = nullptr;     // guarded by mutex_
 };
 
 }  // namespace folio::kv
