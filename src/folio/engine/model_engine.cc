@@ -1,0 +1,140 @@
+#include "folio/engine/model_engine.h"
+
+#include <algorithm>
+
+#include "folio/device/host_virtual_memory.h"
+#include "folio/exec/arena_memory.h"
+
+namespace folio::engine {
+namespace {
+
+kernels::PagedKvLayout to_kernel_layout(const kv::KvLayoutNumbers& numbers) {
+  kernels::PagedKvLayout layout;
+  layout.base = numbers.base;
+  layout.page_bytes = numbers.page_bytes;
+  layout.blocks_per_page = numbers.blocks_per_page;
+  layout.block_bytes = numbers.block_bytes;
+  layout.block_size = numbers.block_size;
+  layout.num_layers = numbers.num_layers;
+  layout.num_kv_heads = numbers.num_kv_heads;
+  layout.head_dim = numbers.head_dim;
+  layout.dtype = numbers.dtype;
+  return layout;
+}
+
+int32_t ceil_div(int32_t a, int32_t b) { return (a + b - 1) / b; }
+
+}  // namespace
+
+ModelEngine::~ModelEngine() {
+  // The engine stops first (it ends unfinished requests), then the block manager gives its
+  // pages back before the page source and the pool go.
+  engine_.reset();
+  runner_.reset();
+  executor_.reset();
+  block_manager_.reset();
+}
+
+Status ModelEngine::build_memory(const ModelEngineOptions& options) {
+  if (options.page_bytes <= 0 || options.memory_budget_bytes < options.page_bytes) {
+    return invalid_argument("memory budget {} B must hold at least one page of {} B",
+                            options.memory_budget_bytes, options.page_bytes);
+  }
+  FOLIO_ASSIGN_OR_RETURN(virtual_memory_, device::make_host_virtual_memory());
+  memory::PagePoolOptions pool_options;
+  pool_options.name = "model";
+  pool_options.page_size = static_cast<size_t>(options.page_bytes);
+  pool_options.num_pages = options.memory_budget_bytes / options.page_bytes;
+  pool_options.metrics = &registry_;
+  FOLIO_ASSIGN_OR_RETURN(pool_, memory::PagePool::create(*virtual_memory_, pool_options));
+  arena_ = exec::MultiShapeArena::create(std::make_unique<exec::PoolArenaMemory>(*pool_, 1));
+  page_source_ = std::make_unique<kv::PoolPageSource>(*pool_, 2);
+
+  const model::LlamaShape& shape = model_->shape();
+  kv::BlockManagerOptions kv_options;
+  kv_options.geometry.block_size = options.block_size;
+  kv_options.geometry.num_layers = static_cast<int32_t>(shape.num_layers);
+  kv_options.geometry.num_kv_heads = static_cast<int32_t>(shape.num_kv_heads);
+  kv_options.geometry.head_dim = static_cast<int32_t>(shape.head_dim());
+  kv_options.geometry.dtype = options.kv_dtype;
+  kv_options.max_context_tokens = options.max_context_tokens > 0
+                                      ? options.max_context_tokens
+                                      : static_cast<int32_t>(shape.context_length);
+  if (options.swap_bytes > 0) {
+    const int64_t block_bytes = kv_options.geometry.block_bytes();
+    swap_space_ = std::make_unique<kv::HostSwapSpace>(
+        block_bytes, static_cast<int32_t>(options.swap_bytes / block_bytes));
+  }
+  FOLIO_ASSIGN_OR_RETURN(block_manager_, kv::BlockManager::create(kv_options, *page_source_,
+                                                                  copier_, swap_space_.get()));
+  return Status();
+}
+
+Status ModelEngine::build_executor(const ModelEngineOptions& options) {
+  const kv::BlockManagerOptions& kv_options = block_manager_->options();
+  const kv::KvLayoutNumbers numbers = block_manager_->layout();
+  const int64_t num_blocks = int64_t{page_source_->capacity_pages()} * numbers.blocks_per_page;
+  const int32_t max_blocks_per_sequence =
+      ceil_div(kv_options.max_context_tokens, kv_options.geometry.block_size);
+  model::KvCacheGeometry geometry{num_blocks, kv_options.geometry.block_size,
+                                  max_blocks_per_sequence, kv_options.geometry.dtype};
+
+  exec::ExecutorOptions executor_options;
+  executor_options.name = "model";
+  executor_options.max_sequences = options.scheduler.max_num_sequences;
+  executor_options.max_num_tokens = std::max(options.scheduler.max_num_batched_tokens,
+                                             exec::BucketPolicy::default_ladder().back());
+  executor_options.first_dummy_block = block_manager_->dummy_block().value();
+  executor_options.num_dummy_blocks = 1;
+  executor_options.mode = options.use_graphs ? exec::ExecutionMode::kGraph
+                                             : exec::ExecutionMode::kEager;
+  executor_options.metrics = &registry_;
+  exec::ExecutorResources resources{*thread_pool_, *arena_, model_->weights(),
+                                    exec::KvCacheBinding{to_kernel_layout(numbers), num_blocks}};
+  FOLIO_ASSIGN_OR_RETURN(executor_, exec::Executor::create(model_->graph_factory(geometry),
+                                                           resources, executor_options));
+  if (options.use_graphs && options.precapture_seconds > 0) {
+    const exec::StepPhase decode = exec::StepPhase::kDecode;
+    FOLIO_RETURN_IF_ERROR(
+        executor_->precapture(std::span(&decode, 1), options.precapture_seconds).status());
+  }
+  runner_ = std::make_unique<ModelStepRunner>(
+      *executor_, static_cast<int32_t>(model_->shape().vocab_size), max_blocks_per_sequence);
+  return Status();
+}
+
+Result<std::unique_ptr<ModelEngine>> ModelEngine::create(
+    std::unique_ptr<model::LlamaModel> model, const ModelEngineOptions& options) {
+  if (options.num_threads < 1) {
+    return invalid_argument("thread count must be at least 1, got {}", options.num_threads);
+  }
+  std::unique_ptr<ModelEngine> bundle(new ModelEngine());
+  bundle->model_ = std::move(model);
+  bundle->thread_pool_ = std::make_unique<ThreadPool>(options.num_threads);
+  FOLIO_RETURN_IF_ERROR(bundle->build_memory(options));
+  FOLIO_RETURN_IF_ERROR(bundle->build_executor(options));
+
+  EngineOptions engine_options;
+  engine_options.scheduler = options.scheduler;
+  engine_options.seed = options.seed;
+  if (std::optional<model::TokenId> eos = bundle->model_->tokenizer().eos()) {
+    engine_options.eos_token = static_cast<int32_t>(*eos);
+  }
+  EngineParts parts;
+  parts.block_manager = bundle->block_manager_.get();
+  parts.runner = bundle->runner_.get();
+  parts.has_swap_space = bundle->swap_space_ != nullptr;
+  parts.registry = &bundle->registry_;
+  const model::Tokenizer* tokenizer = &bundle->model_->tokenizer();
+  parts.text_decoder_factory =
+      make_span_text_decoder_factory([tokenizer](std::span<const int32_t> ids) {
+        // The sampler only draws ids inside the vocabulary, so decoding cannot fail.
+        Result<std::string> text = tokenizer->decode(ids);
+        FOLIO_CHECK(text.ok(), "decoding generated tokens: {}", text.status().to_string());
+        return std::move(*text);
+      });
+  FOLIO_ASSIGN_OR_RETURN(bundle->engine_, Engine::create(engine_options, parts));
+  return bundle;
+}
+
+}  // namespace folio::engine

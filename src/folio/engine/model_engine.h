@@ -1,0 +1,78 @@
+// ModelEngine: a Llama-family model served by the engine, with everything it runs on: one page
+// pool (the one memory budget, shared by the KV cache and the graph arena), the paged KV cache
+// on it, the multi-shape graph arena on it, the graph executor, the real step runner and the
+// engine. This is what `folio generate`, `folio bench` and `folio serve` start.
+//
+// Thread-safety: as Engine: submit/cancel/stats from any thread once started.
+#pragma once
+
+#include <memory>
+
+#include "folio/base/metrics.h"
+#include "folio/base/thread_pool.h"
+#include "folio/device/virtual_memory.h"
+#include "folio/engine/engine.h"
+#include "folio/engine/model_step_runner.h"
+#include "folio/exec/executor.h"
+#include "folio/exec/multi_shape_arena.h"
+#include "folio/kv/block_copier.h"
+#include "folio/kv/block_manager.h"
+#include "folio/kv/host_swap_space.h"
+#include "folio/kv/pool_page_source.h"
+#include "folio/memory/page_pool.h"
+#include "folio/model/llama_model.h"
+
+namespace folio::engine {
+
+struct ModelEngineOptions {
+  int num_threads = ThreadPool::default_num_threads();
+  int64_t memory_budget_bytes = int64_t{512} << 20;  // the page pool: KV cache + graph arena
+  int64_t page_bytes = int64_t{2} << 20;
+  int32_t block_size = 16;
+  DType kv_dtype = DType::kF16;
+  int32_t max_context_tokens = 0;  // 0: the model's context length
+  bool use_graphs = true;          // false: every step eagerly (the reference)
+  // Capture decode buckets at start-up, largest first, within this many seconds, so the graph
+  // arena is sized before the KV cache fills the pool. 0: capture on first use only.
+  double precapture_seconds = 2.0;
+  int64_t swap_bytes = 0;  // host swap space for preemption by swap; 0: none
+  SchedulerOptions scheduler;
+  uint64_t seed = 0;
+};
+
+class ModelEngine {
+ public:
+  static Result<std::unique_ptr<ModelEngine>> create(std::unique_ptr<model::LlamaModel> model,
+                                                     const ModelEngineOptions& options);
+  ~ModelEngine();
+
+  Engine& engine() { return *engine_; }
+  const model::LlamaModel& model() const { return *model_; }
+  memory::PagePool& pool() { return *pool_; }
+  exec::Executor& executor() { return *executor_; }
+  kv::BlockManager& block_manager() { return *block_manager_; }
+  metrics::Registry& registry() { return registry_; }
+  ThreadPool& thread_pool() { return *thread_pool_; }
+
+ private:
+  ModelEngine() = default;
+  Status build_memory(const ModelEngineOptions& options);
+  Status build_executor(const ModelEngineOptions& options);
+
+  // Declared in construction order; destroyed in reverse.
+  metrics::Registry registry_;
+  std::unique_ptr<model::LlamaModel> model_;
+  std::unique_ptr<ThreadPool> thread_pool_;
+  std::unique_ptr<device::VirtualMemory> virtual_memory_;
+  std::unique_ptr<memory::PagePool> pool_;
+  std::unique_ptr<exec::MultiShapeArena> arena_;
+  std::unique_ptr<kv::PoolPageSource> page_source_;
+  kv::HostKvBlockCopier copier_;
+  std::unique_ptr<kv::HostSwapSpace> swap_space_;
+  std::unique_ptr<kv::BlockManager> block_manager_;
+  std::unique_ptr<exec::Executor> executor_;
+  std::unique_ptr<ModelStepRunner> runner_;
+  std::unique_ptr<Engine> engine_;
+};
+
+}  // namespace folio::engine
