@@ -86,6 +86,32 @@ struct Running {
   int32_t generated;
 };
 
+// One decode token for every running sequence; finished ones are freed. When an append finds
+// no block, the newest sequence is preempted by recompute (it may be this one).
+void decode_step(BlockManager& manager, const std::vector<Request>& requests,
+                 std::vector<Running>& running, std::deque<size_t>& waiting, TraceResult& result) {
+  for (size_t index = 0; index < running.size();) {
+    Running& item = running[index];
+    const AppendOutcome appended = *manager.append_slot(SeqId(item.seq), 7);
+    if (appended.status != AppendStatus::kAppended) {
+      const Running victim = running.back();
+      running.pop_back();
+      FOLIO_CHECK(manager.free(SeqId(victim.seq)).ok());
+      waiting.push_front(victim.request);
+      ++result.preemptions;
+      continue;
+    }
+    FOLIO_CHECK(manager.mark_computed(SeqId(item.seq), *manager.num_tokens(SeqId(item.seq))).ok());
+    if (++item.generated == requests[item.request].output_length) {
+      FOLIO_CHECK(manager.free(SeqId(item.seq)).ok());
+      running[index] = running.back();
+      running.pop_back();
+      continue;
+    }
+    ++index;
+  }
+}
+
 TraceResult run_trace(const std::vector<Request>& requests, int32_t block_size,
                       int32_t capacity_blocks, size_t max_running) {
   KvCacheGeometry geometry;
@@ -120,28 +146,7 @@ TraceResult run_trace(const std::vector<Request>& requests, int32_t block_size,
       running.push_back({seq.value(), waiting.front(), 0});
       waiting.pop_front();
     }
-    for (size_t index = 0; index < running.size();) {
-      Running& item = running[index];
-      const AppendOutcome appended = *manager->append_slot(SeqId(item.seq), 7);
-      if (appended.status != AppendStatus::kAppended) {
-        // Preempt the newest by recompute (it may be this one) and retry this sequence.
-        Running victim = running.back();
-        running.pop_back();
-        FOLIO_CHECK(manager->free(SeqId(victim.seq)).ok());
-        waiting.push_front(victim.request);
-        ++result.preemptions;
-        continue;
-      }
-      FOLIO_CHECK(
-          manager->mark_computed(SeqId(item.seq), *manager->num_tokens(SeqId(item.seq))).ok());
-      if (++item.generated == requests[item.request].output_length) {
-        FOLIO_CHECK(manager->free(SeqId(item.seq)).ok());
-        running[index] = running.back();
-        running.pop_back();
-        continue;
-      }
-      ++index;
-    }
+    decode_step(*manager, requests, running, waiting, result);
     for (const Running& item : running) {
       result.allocated_slot_steps +=
           static_cast<int64_t>(manager->block_table(SeqId(item.seq))->size()) * block_size;
