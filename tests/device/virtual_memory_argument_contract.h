@@ -15,7 +15,29 @@
 namespace folio::device::testing {
 
 template <typename Backend>
-using VirtualMemoryArgumentTest = VirtualMemoryFixture<Backend>;
+class VirtualMemoryArgumentTest : public VirtualMemoryFixture<Backend> {
+ protected:
+  // Which (memory index, granule) a granule of a view shows, if any.
+  using Slot = std::optional<std::pair<size_t, size_t>>;
+  // The word last written into each granule of each memory; unknown until written (CUDA memory
+  // starts as junk).
+  using Words = std::vector<std::vector<std::optional<uint64_t>>>;
+
+  // Reads back every granule of every view that shows a granule with a known word.
+  void expect_views_show(const std::vector<AddressRange>& views,
+                         const std::vector<std::vector<Slot>>& shown, const Words& words,
+                         int step) {
+    for (size_t view = 0; view < views.size(); ++view) {
+      for (size_t i = 0; i < shown[view].size(); ++i) {
+        if (!shown[view][i]) continue;
+        const std::optional<uint64_t> word = words[shown[view][i]->first][shown[view][i]->second];
+        if (!word) continue;
+        ASSERT_EQ(this->read_word(views[view], i * this->granule_), *word)
+            << "step " << step << ", view " << view << ", granule " << i;
+      }
+    }
+  }
+};
 
 TYPED_TEST_SUITE_P(VirtualMemoryArgumentTest);
 
@@ -129,13 +151,12 @@ TYPED_TEST_P(VirtualMemoryArgumentTest, RandomOperationsMatchAModel) {
   constexpr int kSteps = 300;
   std::mt19937_64 random(20240601);
   std::vector<PhysicalMemory> memories = {this->create(2 * g), this->create(3 * g)};
-  // The word last written into each granule; unknown until written (CUDA memory starts as junk).
-  std::vector<std::vector<std::optional<uint64_t>>> words(2);
+  typename TestFixture::Words words(2);
   words[0].resize(2);
   words[1].resize(3);
   std::vector<AddressRange> views = {this->reserve(kViewGranules * g),
                                      this->reserve(kViewGranules * g)};
-  using Slot = std::optional<std::pair<size_t, size_t>>;  // (memory index, granule)
+  using Slot = typename TestFixture::Slot;
   std::vector<std::vector<Slot>> shown(views.size(), std::vector<Slot>(kViewGranules));
   const auto pick = [&](size_t bound) { return static_cast<size_t>(random() % bound); };
   for (int step = 0; step < kSteps; ++step) {
@@ -180,15 +201,8 @@ TYPED_TEST_P(VirtualMemoryArgumentTest, RandomOperationsMatchAModel) {
         break;
       }
     }
-    for (size_t view = 0; view < views.size(); ++view) {
-      for (size_t i = 0; i < kViewGranules; ++i) {
-        if (!shown[view][i]) continue;
-        const std::optional<uint64_t> word = words[shown[view][i]->first][shown[view][i]->second];
-        if (!word) continue;
-        ASSERT_EQ(this->read_word(views[view], i * g), *word)
-            << "step " << step << ", view " << view << ", granule " << i;
-      }
-    }
+    this->expect_views_show(views, shown, words, step);
+    if (::testing::Test::HasFatalFailure()) return;
   }
 }
 

@@ -167,6 +167,9 @@ class Registry {
   // series or adds one made by `make`; `*added` says which. Bad input changes nothing.
   Result<Series*> find_or_add_series(const FamilySpec& spec, const Labels& labels,
                                      FunctionRef<Series()> make, bool* added);
+  // Requires: mutex_ held. OK when an existing family can take a series of this spec.
+  Status check_compatible(const Family& family, const FamilySpec& spec,
+                          const std::vector<std::string>& label_names) const;
   // Requires: mutex_ held. OK when `name` may be used for a new family of this spec.
   Status check_name_is_free(const FamilySpec& spec) const;
   void render_family(const std::string& name, const Family& family, std::string& out) const;

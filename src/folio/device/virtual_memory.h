@@ -12,12 +12,20 @@
 // Contract, for every implementation:
 // - Sizes and offsets are multiples of granularity(); anything else is kInvalidArgument, as is
 //   a region that overflows its range or memory, and mapping over an already mapped region.
+//   unmap() and set_access() take any region whose every granule is mapped (it may span several
+//   mappings, or part of one, which is then split); a region with an unmapped granule is
+//   kInvalidArgument. grow() below the current size is kInvalidArgument.
 // - A failing call leaves no leak and changes nothing: a create that fails halfway releases
 //   what it made; a map that fails halfway unmaps what it mapped.
 // - release() of a range unmaps everything still mapped in it and never stops halfway: it
 //   continues past individual failures and reports the first. Releasing a physical memory
 //   while mapped is allowed; its bytes live until the last mapping goes.
-// - Using a released or foreign handle is kFailedPrecondition, never a crash.
+// - Using a released or foreign handle is kFailedPrecondition, never a crash. Handle ids are
+//   unique across every VirtualMemory in the process, and a range whose base or size differs
+//   from what reserve() returned counts as foreign.
+// - A failure of the OS or the driver itself carries its error text; running out of memory (or,
+//   on the host, out of kernel mappings) is kResourceExhausted.
+// See docs/design/device.md for the full statement.
 //
 // Thread-safety: implementations are safe to call from any thread.
 #pragma once

@@ -23,9 +23,11 @@
 // AllocationRef (freed, evicted, double free, unpin below zero) is kFailedPrecondition and
 // changes nothing. Bad options or requests are kInvalidArgument.
 //
-// Thread-safety: every method may be called from any thread. Pin, unpin and touch are lock-free
-// (one compare-and-swap on the page's word); single-page allocate and free take only the calling
-// thread's cache lock in the common case. Locks, in the order they nest: eviction mutex
+// Thread-safety: every method may be called from any thread. Pin, unpin and touch are one
+// compare-and-swap on the page's word, lock-free (except an unpin to zero of an allocation the
+// evictor dropped from its index while pinned: that one relinks it under the index mutex);
+// single-page allocate and free of pinned allocations take only the calling thread's cache lock
+// in the common case. Locks, in the order they nest: eviction mutex
 // (serializes evictors, held while listeners run), thread cache registry, a thread cache, free
 // mutex (free index); the eviction index mutex never nests with another.
 //
