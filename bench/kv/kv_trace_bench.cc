@@ -6,11 +6,10 @@
 //   BM_KvWaste/<block size>: 1,000 requests with log-normal prompt (median 256, 8..2048) and
 //   output (median 192, 1..1024) lengths. waste_percent = allocated-but-unused token slots /
 //   allocated slots, summed over steps (slots of running sequences' blocks vs their tokens).
-//   BM_PrefixHitRate/<block size>: 1,000 requests, each one of 8 system prompts (200..800
-//   tokens) followed by a 16..200-token user message. hit_rate_percent = prompt tokens served
-//   from the prefix cache / prompt tokens; ideal_hit_percent = the same if every earlier system
-//   prompt's whole blocks were always cached (first use of each prompt misses, the last token
-//   is always computed).
+//   BM_PrefixHitRate/<block size>/<capacity blocks>: 1,000 requests, each one of 8 system prompts
+//   (200..800 tokens) followed by a 16..200-token user message. hit_rate_percent = prompt tokens
+//   served from the prefix cache / prompt tokens; ideal_hit_percent = the same for an unbounded
+//   cache holding every full block of every earlier prompt (the last token is always computed).
 #include <benchmark/benchmark.h>
 
 #include <algorithm>
@@ -18,6 +17,7 @@
 #include <deque>
 #include <memory>
 #include <random>
+#include <unordered_set>
 #include <vector>
 
 #include "folio/base/check.h"
@@ -86,6 +86,32 @@ struct Running {
   int32_t generated;
 };
 
+// One decode token for every running sequence; finished ones are freed. When an append finds
+// no block, the newest sequence is preempted by recompute (it may be this one).
+void decode_step(BlockManager& manager, const std::vector<Request>& requests,
+                 std::vector<Running>& running, std::deque<size_t>& waiting, TraceResult& result) {
+  for (size_t index = 0; index < running.size();) {
+    Running& item = running[index];
+    const AppendOutcome appended = *manager.append_slot(SeqId(item.seq), 7);
+    if (appended.status != AppendStatus::kAppended) {
+      const Running victim = running.back();
+      running.pop_back();
+      FOLIO_CHECK(manager.free(SeqId(victim.seq)).ok());
+      waiting.push_front(victim.request);
+      ++result.preemptions;
+      continue;
+    }
+    FOLIO_CHECK(manager.mark_computed(SeqId(item.seq), *manager.num_tokens(SeqId(item.seq))).ok());
+    if (++item.generated == requests[item.request].output_length) {
+      FOLIO_CHECK(manager.free(SeqId(item.seq)).ok());
+      running[index] = running.back();
+      running.pop_back();
+      continue;
+    }
+    ++index;
+  }
+}
+
 TraceResult run_trace(const std::vector<Request>& requests, int32_t block_size,
                       int32_t capacity_blocks, size_t max_running) {
   KvCacheGeometry geometry;
@@ -120,28 +146,7 @@ TraceResult run_trace(const std::vector<Request>& requests, int32_t block_size,
       running.push_back({seq.value(), waiting.front(), 0});
       waiting.pop_front();
     }
-    for (size_t index = 0; index < running.size();) {
-      Running& item = running[index];
-      const AppendOutcome appended = *manager->append_slot(SeqId(item.seq), 7);
-      if (appended.status != AppendStatus::kAppended) {
-        // Preempt the newest by recompute (it may be this one) and retry this sequence.
-        Running victim = running.back();
-        running.pop_back();
-        FOLIO_CHECK(manager->free(SeqId(victim.seq)).ok());
-        waiting.push_front(victim.request);
-        ++result.preemptions;
-        continue;
-      }
-      FOLIO_CHECK(
-          manager->mark_computed(SeqId(item.seq), *manager->num_tokens(SeqId(item.seq))).ok());
-      if (++item.generated == requests[item.request].output_length) {
-        FOLIO_CHECK(manager->free(SeqId(item.seq)).ok());
-        running[index] = running.back();
-        running.pop_back();
-        continue;
-      }
-      ++index;
-    }
+    decode_step(*manager, requests, running, waiting, result);
     for (const Running& item : running) {
       result.allocated_slot_steps +=
           static_cast<int64_t>(manager->block_table(SeqId(item.seq))->size()) * block_size;
@@ -167,14 +172,19 @@ void BM_PrefixHitRate(benchmark::State& state) {
   const auto block_size = static_cast<int32_t>(state.range(0));
   const std::vector<Request> requests = shared_prefix_trace(7);
   TraceResult result;
-  for (auto _ : state) result = run_trace(requests, block_size, 1 << 15, 64);
+  const auto capacity_blocks = static_cast<int32_t>(state.range(1));
+  for (auto _ : state) result = run_trace(requests, block_size, capacity_blocks, 64);
+  // An unbounded cache holding every full block of every earlier prompt.
   int64_t ideal = 0;
-  std::vector<bool> seen(8, false);
+  std::unordered_set<uint64_t> cached;
   for (const Request& request : requests) {
-    const auto cacheable =
-        std::min<int64_t>(request.shared_length, static_cast<int64_t>(request.prompt.size()) - 1);
-    if (seen[request.system_prompt]) ideal += cacheable / block_size * block_size;
-    seen[request.system_prompt] = true;
+    std::vector<uint64_t> keys;
+    append_full_block_hashes(kRootPrefixHash, request.prompt, block_size, {}, keys);
+    const size_t reusable = (request.prompt.size() - 1) / static_cast<size_t>(block_size);
+    size_t hits = 0;
+    while (hits < std::min(reusable, keys.size()) && cached.contains(keys[hits])) ++hits;
+    ideal += static_cast<int64_t>(hits) * block_size;
+    cached.insert(keys.begin(), keys.end());
   }
   state.counters["hit_rate_percent"] =
       100.0 * static_cast<double>(result.hit_tokens) / static_cast<double>(result.prompt_tokens);
@@ -184,7 +194,12 @@ void BM_PrefixHitRate(benchmark::State& state) {
 }
 
 BENCHMARK(BM_KvWaste)->Arg(8)->Arg(16)->Arg(32)->Iterations(1)->Unit(benchmark::kMillisecond);
-BENCHMARK(BM_PrefixHitRate)->Arg(8)->Arg(16)->Arg(32)->Iterations(1)->Unit(benchmark::kMillisecond);
+// Capacity in blocks: ample (every system prompt stays cached), and tight (running sequences
+// crowd the cache, so what the LRU keeps matters).
+BENCHMARK(BM_PrefixHitRate)
+    ->ArgsProduct({{8, 16, 32}, {32768, 2048}})
+    ->Iterations(1)
+    ->Unit(benchmark::kMillisecond);
 
 }  // namespace
 }  // namespace folio::kv

@@ -73,6 +73,26 @@ TEST(BlockManagerConcurrencyTest, PoolEvictionFromAnotherThreadTakesOnlyUnpinned
                                   static_cast<int>((*manager)->prefix_stats().evicted_blocks));
 }
 
+// Until `done`: allocates a few adapter-weight pages (evicting unpinned KV pages when the pool
+// is full), scribbles over them, holds them a moment and frees them.
+void take_adapter_pages(memory::PagePool& pool, const std::atomic<bool>& done,
+                        std::atomic<int64_t>& pages_taken) {
+  std::mt19937 random(5);
+  while (!done.load(std::memory_order_acquire)) {
+    std::vector<memory::PageAllocation> taken;
+    for (int count = 1 + static_cast<int>(random() % 6); count > 0; --count) {
+      memory::AllocationRequest request;
+      request.content = memory::ContentType::kAdapterWeights;
+      auto allocation = pool.allocate(request);
+      if (!allocation.ok()) break;
+      std::memset(allocation->data(), 0xCD, allocation->size_bytes());
+      taken.push_back(std::move(allocation).value());
+    }
+    pages_taken.fetch_add(static_cast<int64_t>(taken.size()), std::memory_order_relaxed);
+    std::this_thread::sleep_for(std::chrono::microseconds(50 + random() % 200));
+  }
+}
+
 // The same on the real page pool: another thread allocates adapter weights (which makes the
 // pool evict unpinned KV pages through the eviction listener) and scribbles over them.
 TEST(BlockManagerConcurrencyTest, PagePoolEvictionFromAnotherThreadTakesOnlyUnpinnedPages) {
@@ -103,22 +123,7 @@ TEST(BlockManagerConcurrencyTest, PagePoolEvictionFromAnotherThreadTakesOnlyUnpi
     ASSERT_TRUE(manager.ok()) << manager.status().to_string();
     // Set (release) by the scheduler thread when it is done; read (acquire) by the other owner.
     std::atomic<bool> done{false};
-    std::thread other_owner([&] {
-      std::mt19937 random(5);
-      while (!done.load(std::memory_order_acquire)) {
-        std::vector<memory::PageAllocation> taken;
-        for (int count = 1 + static_cast<int>(random() % 6); count > 0; --count) {
-          memory::AllocationRequest request;
-          request.content = memory::ContentType::kAdapterWeights;
-          auto allocation = (*pool)->allocate(request);
-          if (!allocation.ok()) break;
-          std::memset(allocation->data(), 0xCD, allocation->size_bytes());
-          taken.push_back(std::move(allocation).value());
-        }
-        pages_taken.fetch_add(static_cast<int64_t>(taken.size()), std::memory_order_relaxed);
-        std::this_thread::sleep_for(std::chrono::microseconds(50 + random() % 200));
-      }
-    });
+    std::thread other_owner([&] { take_adapter_pages(**pool, done, pages_taken); });
     testing::RandomWorkload workload(**manager, 77, /*concurrent_evictions=*/true);
     for (int operation = 0; failed_at < 0 && operation < 30000 &&
                             (operation < 1500 || pages_taken.load(std::memory_order_relaxed) < 20);

@@ -193,6 +193,29 @@ void BlockManager::register_computed_blocks(Sequence& sequence) {
   sequence.num_registered = std::max(sequence.num_registered, num_full);
 }
 
+AcquireRequest BlockManager::prefix_request(Sequence& sequence, int32_t num_queried) {
+  const int32_t block_size = options_.geometry.block_size;
+  // Hash only as far as the cache answers: the candidates end at the first miss.
+  int32_t num_candidates = 0;
+  while (num_candidates < num_queried) {
+    const uint64_t hash = block_hash(sequence, num_candidates);
+    const uint64_t parent =
+        num_candidates == 0 ? sequence.parent_hash : sequence.block_hashes[num_candidates - 1];
+    const auto tokens = std::span<const int32_t>(sequence.tokens)
+                            .subspan(static_cast<size_t>(num_candidates) * block_size, block_size);
+    if (!allocator_->has_verified_hit(hash, parent, tokens, sequence.cache_namespace)) break;
+    ++num_candidates;
+  }
+  AcquireRequest acquire;
+  acquire.hit_candidates = std::span<const uint64_t>(sequence.block_hashes).first(num_candidates);
+  acquire.candidate_tokens = std::span<const int32_t>(sequence.tokens)
+                                 .first(static_cast<size_t>(num_candidates) * block_size);
+  acquire.num_queried_blocks = num_queried;
+  acquire.parent_hash = sequence.parent_hash;
+  acquire.cache_namespace = sequence.cache_namespace;
+  return acquire;
+}
+
 // --- Admission and allocation.
 
 Admission BlockManager::can_allocate(int32_t num_tokens) const {
@@ -249,25 +272,8 @@ Result<BlockManager::Reservation> BlockManager::prepare_allocate(SeqId seq,
   sequence.tokens.assign(request.tokens.begin(), request.tokens.end());
   const int64_t max_hit_tokens = std::clamp<int64_t>(
       request.max_hit_tokens < 0 ? num_tokens - 1 : request.max_hit_tokens, 0, num_tokens);
-  const auto num_queried = static_cast<int32_t>(max_hit_tokens / block_size);
-  // Hash only as far as the cache answers: the candidates end at the first miss.
-  int32_t num_candidates = 0;
-  while (num_candidates < num_queried) {
-    const uint64_t hash = block_hash(sequence, num_candidates);
-    const uint64_t parent =
-        num_candidates == 0 ? sequence.parent_hash : sequence.block_hashes[num_candidates - 1];
-    const auto tokens = std::span<const int32_t>(sequence.tokens)
-                            .subspan(static_cast<size_t>(num_candidates) * block_size, block_size);
-    if (!allocator_->has_verified_hit(hash, parent, tokens, sequence.cache_namespace)) break;
-    ++num_candidates;
-  }
-  AcquireRequest acquire;
-  acquire.hit_candidates = std::span<const uint64_t>(sequence.block_hashes).first(num_candidates);
-  acquire.candidate_tokens = std::span<const int32_t>(sequence.tokens)
-                                 .first(static_cast<size_t>(num_candidates) * block_size);
-  acquire.num_queried_blocks = num_queried;
-  acquire.parent_hash = sequence.parent_hash;
-  acquire.cache_namespace = sequence.cache_namespace;
+  AcquireRequest acquire =
+      prefix_request(sequence, static_cast<int32_t>(max_hit_tokens / block_size));
   acquire.num_blocks = static_cast<int32_t>(num_blocks);
   acquire.watermark_blocks = watermark;
   int32_t num_hits = 0;

@@ -208,6 +208,9 @@ class BlockManager {
   // outcome.copy_on_write empty when no block is available.
   Status copy_on_write(Sequence& sequence, AppendOutcome& outcome);
   void register_computed_blocks(Sequence& sequence);
+  // The prefix-cache part of an acquisition: the leading full blocks (of the first
+  // num_queried) that the cache holds now.
+  AcquireRequest prefix_request(Sequence& sequence, int32_t num_queried);
   // The chain key of full block `index` of the sequence. Requires: the block is full.
   uint64_t block_hash(Sequence& sequence, int32_t index) const;
   void recycle(Sequence&& sequence);
