@@ -20,7 +20,7 @@ test: build
 # Tests labelled `concurrency`, under ThreadSanitizer.
 test-tsan: deps
 	cmake --preset tsan
-	cmake --build --preset tsan
+	cmake --build --preset tsan --target folio_concurrency_tests
 	ctest --preset tsan
 
 # The whole suite under AddressSanitizer + UndefinedBehaviorSanitizer.

@@ -3,17 +3,61 @@
 #include <cmath>
 #include <cstdlib>
 #include <limits>
-#include <regex>
 #include <set>
 #include <utility>
 
 namespace folio::metrics::testing {
 namespace {
 
-const std::regex kMetricName("[a-zA-Z_:][a-zA-Z0-9_:]*");
-const std::regex kLabelName("[a-zA-Z_][a-zA-Z0-9_]*");
-// Go's ParseFloat decimal syntax, as the Prometheus parser accepts it (plus the three specials).
-const std::regex kFloat("[-+]?([0-9]+\\.?[0-9]*|\\.[0-9]+)([eE][-+]?[0-9]+)?");
+bool is_letter_or_underscore(char c) {
+  return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '_';
+}
+bool is_digit(char c) {
+  return c >= '0' && c <= '9';
+}
+
+// [a-zA-Z_:][a-zA-Z0-9_:]* for metric names; without ':' for label names.
+bool is_name(std::string_view name, bool allow_colon) {
+  if (name.empty()) return false;
+  for (size_t i = 0; i < name.size(); ++i) {
+    const char c = name[i];
+    if (!is_letter_or_underscore(c) && !(allow_colon && c == ':') && !(i > 0 && is_digit(c))) {
+      return false;
+    }
+  }
+  return true;
+}
+bool is_metric_name(std::string_view name) {
+  return is_name(name, true);
+}
+bool is_label_name(std::string_view name) {
+  return is_name(name, false);
+}
+
+// Go's ParseFloat decimal syntax, as the Prometheus parser accepts it:
+// [-+]?(digits[.digits*]|.digits)([eE][-+]?digits)?
+bool is_decimal_float(std::string_view text) {
+  size_t i = 0;
+  auto digits = [&] {
+    const size_t start = i;
+    while (i < text.size() && is_digit(text[i])) ++i;
+    return i - start;
+  };
+  if (i < text.size() && (text[i] == '-' || text[i] == '+')) ++i;
+  size_t mantissa_digits = digits();
+  if (i < text.size() && text[i] == '.') {
+    ++i;
+    mantissa_digits += digits();
+  }
+  if (mantissa_digits == 0) return false;
+  if (i < text.size() && (text[i] == 'e' || text[i] == 'E')) {
+    ++i;
+    if (i < text.size() && (text[i] == '-' || text[i] == '+')) ++i;
+    if (digits() == 0) return false;
+  }
+  return i == text.size();
+}
+
 const std::set<std::string> kTypes = {"counter", "gauge", "histogram", "summary", "untyped"};
 
 bool valid_utf8(std::string_view text) {
@@ -49,7 +93,7 @@ Result<double> parse_value(const std::string& token) {
   if (token == "+Inf") return std::numeric_limits<double>::infinity();
   if (token == "-Inf") return -std::numeric_limits<double>::infinity();
   if (token == "NaN") return std::numeric_limits<double>::quiet_NaN();
-  if (!std::regex_match(token, kFloat)) return invalid_argument("'{}' is not a float", token);
+  if (!is_decimal_float(token)) return invalid_argument("'{}' is not a float", token);
   return std::strtod(token.c_str(), nullptr);
 }
 
@@ -76,7 +120,7 @@ Result<ParsedSample> parse_sample_line(const std::string& line) {
   size_t position = line.find_first_of("{ ");
   if (position == std::string::npos) return invalid_argument("sample without a value");
   sample.name = line.substr(0, position);
-  if (!std::regex_match(sample.name, kMetricName)) {
+  if (!is_metric_name(sample.name)) {
     return invalid_argument("bad metric name '{}'", sample.name);
   }
   if (line[position] == '{') {
@@ -85,7 +129,7 @@ Result<ParsedSample> parse_sample_line(const std::string& line) {
       const size_t equals = line.find('=', position);
       if (equals == std::string::npos) return invalid_argument("label without '='");
       const std::string label = line.substr(position, equals - position);
-      if (!std::regex_match(label, kLabelName) || label.starts_with("__")) {
+      if (!is_label_name(label) || label.starts_with("__")) {
         return invalid_argument("bad label name '{}'", label);
       }
       if (equals + 1 >= line.size() || line[equals + 1] != '"') {
@@ -198,7 +242,7 @@ Status parse_line(const std::string& line, std::vector<ParsedFamily>& families,
     if (space == std::string::npos) return invalid_argument("HELP without a space after the name");
     ParsedFamily family;
     family.name = line.substr(7, space - 7);
-    if (!std::regex_match(family.name, kMetricName)) {
+    if (!is_metric_name(family.name)) {
       return invalid_argument("bad metric name '{}' in HELP", family.name);
     }
     auto help = unescape(std::string_view(line).substr(space + 1), "\\n");

@@ -209,7 +209,8 @@ TEST(MetricsTest, FormatsValuesAsPrometheusExpects) {
   EXPECT_EQ(format_value(1048576), "1048576");
   EXPECT_EQ(format_value(123456789012.0), "123456789012");
   EXPECT_EQ(format_value(0x1p53 - 1), "9007199254740991");
-  EXPECT_EQ(format_value(1e17), "1e+17");  // beyond 2^53: shortest round-trip text
+  EXPECT_EQ(format_value(1e15), "1000000000000000");
+  EXPECT_EQ(format_value(1e16), "1e+16");  // beyond 2^53: shortest round-trip text
   EXPECT_EQ(format_value(0.25), "0.25");
   EXPECT_EQ(format_value(0.1), "0.1");
   EXPECT_EQ(format_value(1e-9), "1e-09");

@@ -6,6 +6,7 @@
 #include <numeric>
 
 #include "folio/base/check.h"
+#include "folio/device/host_stream.h"
 #include "folio/tensor/half.h"
 
 namespace folio::kernels::testing {
@@ -158,6 +159,39 @@ std::vector<double> AttentionHarness::reference() const {
     }
   }
   return expected;
+}
+
+std::vector<SequenceSpec> random_batch(std::mt19937& rng, int32_t max_context, int32_t max_tokens) {
+  std::uniform_int_distribution<int32_t> context(1, max_context);
+  std::vector<SequenceSpec> batch;
+  int32_t tokens = 0;
+  const auto add = [&](SequenceSpec spec) {
+    if (tokens + spec.query_length > max_tokens) return;
+    batch.push_back(spec);
+    tokens += spec.query_length;
+  };
+  for (int i = 0; i < 4; ++i) add({context(rng), 1});  // decodes
+  for (int i = 0; i < 2; ++i) {                        // chunked prefill: context > query
+    const int32_t length = std::max(2, context(rng));
+    add({length, std::uniform_int_distribution<int32_t>(1, std::min(length - 1, 12))(rng)});
+  }
+  const int32_t prompt = std::uniform_int_distribution<int32_t>(1, 20)(rng);
+  add({prompt, prompt});  // a whole prefill
+  std::shuffle(batch.begin(), batch.end(), rng);
+  return batch;
+}
+
+std::vector<float> run_attention_eager(ThreadPool& pool, AttentionHarness& harness) {
+  device::HostStream stream(pool);
+  std::vector<float> output = harness.make_output();
+  cpu::paged_attention(stream, harness.arguments(output.data()));
+  return output;
+}
+
+void expect_matches_reference(const std::vector<float>& output, const AttentionHarness& harness,
+                              const std::string& what) {
+  expect_near_all(output, harness.reference(), kAttentionAbsoluteTolerance,
+                  kAttentionRelativeTolerance, what);
 }
 
 }  // namespace folio::kernels::testing

@@ -5,8 +5,10 @@
 
 #include <cstdint>
 #include <random>
+#include <string>
 #include <vector>
 
+#include "folio/base/thread_pool.h"
 #include "folio/kernels/cpu/paged_attention.h"
 #include "kernel_test_util.h"
 
@@ -78,5 +80,22 @@ class AttentionHarness {
 
   int64_t query_row_stride() const;
 };
+
+// Tolerances against the double reference. Values are in [-1, 1]; the output is a convex
+// combination of V rows, so an absolute bound fits. f32 rounding in the dot products, the
+// polynomial exp and the accumulation stay below 4e-7 (measured); the f16 cache's rounding is
+// already in the reference (it reads the stored values), so both cache types share the bound.
+inline constexpr double kAttentionAbsoluteTolerance = 2e-6;
+inline constexpr double kAttentionRelativeTolerance = 2e-6;
+
+// A random step of at most max_tokens tokens: decodes, chunks of longer prefills (context
+// longer than the query) and a whole prefill, in random order.
+std::vector<SequenceSpec> random_batch(std::mt19937& rng, int32_t max_context, int32_t max_tokens);
+
+// Runs the harness's step eagerly on `pool` into a fresh (NaN-filled) output.
+std::vector<float> run_attention_eager(ThreadPool& pool, AttentionHarness& harness);
+
+void expect_matches_reference(const std::vector<float>& output, const AttentionHarness& harness,
+                              const std::string& what);
 
 }  // namespace folio::kernels::testing

@@ -109,6 +109,7 @@ TEST(EmbeddingTest, ReleaseBuildsWriteZerosForAnOutOfRangeId) {
 }
 #else
 TEST(EmbeddingDeathTest, DebugBuildsStopAtAnOutOfRangeId) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
   ThreadPool pool(1);
   device::HostStream stream(pool);
   const Table table(DType::kF16, 7);

@@ -85,6 +85,52 @@ TEST_P(KvWriteTest, WritesEachTokenToItsSlotAndNothingElse) {
   }
 }
 
+TEST_P(KvWriteTest, SkipsPaddingTokensPastTheValidCount) {
+  const auto [path, dtype] = GetParam();
+  ScopedSimdPath scoped(path);
+  constexpr int32_t kBlockSize = 16, kKvHeads = 2, kHeadDim = 64;
+  constexpr int64_t kRow = int64_t{kKvHeads} * kHeadDim, kTokens = 12;
+  TestKvCache actual(1, kBlockSize, kKvHeads, kHeadDim, dtype, 4, 4);
+  TestKvCache expected(1, kBlockSize, kKvHeads, kHeadDim, dtype, 4, 4);
+  std::mt19937 rng(3);
+  const std::vector<float> keys = random_floats(rng, kTokens * kRow);
+  const std::vector<float> values = random_floats(rng, kTokens * kRow);
+  // Five real tokens in block 2, then padding that all points at the dummy slot 0.
+  std::vector<int32_t> slots(kTokens, 0);
+  for (int32_t t = 0; t < 5; ++t) slots[t] = 2 * kBlockSize + 3 * t;
+  int32_t num_valid = 5;
+  cpu::KvWriteArguments arguments{.key = keys.data(),
+                                  .value = values.data(),
+                                  .key_row_stride = kRow,
+                                  .value_row_stride = kRow,
+                                  .slot_mapping = slots.data(),
+                                  .num_valid_tokens = &num_valid,
+                                  .cache = actual.layout(),
+                                  .layer = 0,
+                                  .num_tokens = kTokens};
+  ThreadPool pool(3);
+  device::HostStream stream(pool);
+  stream.begin_capture();
+  cpu::kv_write(stream, arguments);
+  const device::HostGraph graph = stream.end_capture();
+  stream.replay(graph);
+  for (int32_t t = 0; t < num_valid; ++t) {
+    expected.store_row(0, 0, slots[t], keys.data() + t * kRow);
+    expected.store_row(0, 1, slots[t], values.data() + t * kRow);
+  }
+  EXPECT_EQ(actual.storage(), expected.storage()) << "5 valid tokens";
+
+  num_valid = 7;  // the replay reads the new count
+  slots[5] = 3 * kBlockSize;
+  slots[6] = 3 * kBlockSize + 1;
+  stream.replay(graph);
+  for (int32_t t = 5; t < num_valid; ++t) {
+    expected.store_row(0, 0, slots[t], keys.data() + t * kRow);
+    expected.store_row(0, 1, slots[t], values.data() + t * kRow);
+  }
+  EXPECT_EQ(actual.storage(), expected.storage()) << "7 valid tokens";
+}
+
 std::string config_name(const ::testing::TestParamInfo<Config>& info) {
   return std::string(cpu::simd_path_name(std::get<0>(info.param))) + "_" +
          std::string(dtype_name(std::get<1>(info.param)));

@@ -111,59 +111,84 @@ TEST_P(VectorOpsTest, ExpOfMinusInfinityIsZero) {
 }
 
 TEST_P(VectorOpsTest, KeyScoresEqualScaledDotExactly) {
-  // The attention kernel's results must not depend on how keys are grouped: every score is
-  // bit-identical to scale * dot(query, key).
+  // The attention kernel's results must not depend on how heads and keys are tiled: every score
+  // is bit-identical to scale * dot(query, key), for any number of queries (more than one
+  // pass's worth too) and keys.
   for (int64_t head_dim : {13, 40, 64, 128}) {
-    const int64_t stride = head_dim * 3;
-    const int64_t max_keys = 11;
-    const std::vector<float> query = random_floats(rng_, head_dim, -2.0f, 2.0f);
-    const std::vector<float> keys = random_floats(rng_, max_keys * stride);
+    const int64_t key_stride = head_dim * 3;
+    const int64_t max_keys = 11, max_queries = 10, score_stride = 12;
+    const std::vector<float> queries = random_floats(rng_, max_queries * head_dim, -2.0f, 2.0f);
+    const std::vector<float> keys = random_floats(rng_, max_keys * key_stride);
     std::vector<uint16_t> keys_f16(keys.size());
     std::vector<float> keys_rounded(keys.size());
     for (size_t i = 0; i < keys.size(); ++i) {
       keys_f16[i] = f32_to_f16(keys[i]);
       keys_rounded[i] = f16_to_f32(keys_f16[i]);
     }
-    for (int64_t num_keys = 1; num_keys <= max_keys; ++num_keys) {
-      std::vector<float> scores(num_keys), scores_f16(num_keys);
-      ops().key_scores_f32(scores.data(), query.data(), keys.data(), stride, num_keys, head_dim,
-                           0.125f);
-      ops().key_scores_f16(scores_f16.data(), query.data(), keys_f16.data(), stride, num_keys,
-                           head_dim, 0.125f);
-      for (int64_t t = 0; t < num_keys; ++t) {
-        EXPECT_EQ(scores[t], ops().dot(query.data(), keys.data() + t * stride, head_dim) * 0.125f);
-        EXPECT_EQ(scores_f16[t],
-                  ops().dot(query.data(), keys_rounded.data() + t * stride, head_dim) * 0.125f);
+    for (int64_t num_queries = 1; num_queries <= max_queries; ++num_queries) {
+      for (int64_t num_keys = 1; num_keys <= max_keys; ++num_keys) {
+        std::vector<float> scores(max_queries * score_stride), scores_f16(scores.size());
+        ops().key_scores_f32(scores.data(), score_stride, queries.data(), head_dim, num_queries,
+                             keys.data(), key_stride, num_keys, head_dim, 0.125f);
+        ops().key_scores_f16(scores_f16.data(), score_stride, queries.data(), head_dim, num_queries,
+                             keys_f16.data(), key_stride, num_keys, head_dim, 0.125f);
+        for (int64_t q = 0; q < num_queries; ++q) {
+          const float* query = queries.data() + q * head_dim;
+          for (int64_t t = 0; t < num_keys; ++t) {
+            ASSERT_EQ(scores[q * score_stride + t],
+                      ops().dot(query, keys.data() + t * key_stride, head_dim) * 0.125f)
+                << "query " << q << " of " << num_queries << ", key " << t << " of " << num_keys;
+            ASSERT_EQ(scores_f16[q * score_stride + t],
+                      ops().dot(query, keys_rounded.data() + t * key_stride, head_dim) * 0.125f);
+          }
+        }
       }
     }
   }
 }
 
-TEST_P(VectorOpsTest, AccumulateValuesMatchesReference) {
+TEST_P(VectorOpsTest, AccumulateValuesMatchesReferenceAndIgnoresGrouping) {
   for (int64_t head_dim : {13, 40, 64, 72, 128}) {
-    const int64_t stride = head_dim * 2 + 8;
-    for (int64_t num_values : {1, 5, 16}) {
-      const std::vector<float> weights = random_floats(rng_, num_values, 0.0f, 1.0f);
-      const std::vector<float> values = random_floats(rng_, num_values * stride);
-      std::vector<uint16_t> values_f16(values.size());
-      for (size_t i = 0; i < values.size(); ++i) values_f16[i] = f32_to_f16(values[i]);
-      const std::vector<float> start = random_floats(rng_, head_dim);
-      std::vector<double> expected(head_dim), expected_f16(head_dim);
-      for (int64_t d = 0; d < head_dim; ++d) {
-        expected[d] = expected_f16[d] = start[d];
-        for (int64_t t = 0; t < num_values; ++t) {
-          expected[d] += double{weights[t]} * values[t * stride + d];
-          expected_f16[d] += double{weights[t]} * f16_to_f32(values_f16[t * stride + d]);
+    const int64_t value_stride = head_dim * 2 + 8;
+    const int64_t weight_stride = 16;
+    for (int64_t num_queries : {1, 2, 3, 8, 9}) {
+      for (int64_t num_values : {1, 5, 16}) {
+        const std::vector<float> weights =
+            random_floats(rng_, num_queries * weight_stride, 0.0f, 1.0f);
+        const std::vector<float> values = random_floats(rng_, num_values * value_stride);
+        std::vector<uint16_t> values_f16(values.size());
+        for (size_t i = 0; i < values.size(); ++i) values_f16[i] = f32_to_f16(values[i]);
+        const std::vector<float> start = random_floats(rng_, num_queries * head_dim);
+        std::vector<double> expected(start.size()), expected_f16(start.size());
+        for (int64_t q = 0; q < num_queries; ++q) {
+          for (int64_t d = 0; d < head_dim; ++d) {
+            double sum = start[q * head_dim + d], sum_f16 = sum;
+            for (int64_t t = 0; t < num_values; ++t) {
+              const double weight = weights[q * weight_stride + t];
+              sum += weight * values[t * value_stride + d];
+              sum_f16 += weight * f16_to_f32(values_f16[t * value_stride + d]);
+            }
+            expected[q * head_dim + d] = sum;
+            expected_f16[q * head_dim + d] = sum_f16;
+          }
         }
+        std::vector<float> together = start;
+        ops().accumulate_values_f32(together.data(), head_dim, weights.data(), weight_stride,
+                                    num_queries, values.data(), value_stride, num_values, head_dim);
+        expect_near_all(together, expected, 2e-6, 1e-6, "accumulate_values_f32");
+        std::vector<float> alone = start;  // one query at a time: the same bits
+        for (int64_t q = 0; q < num_queries; ++q) {
+          ops().accumulate_values_f32(alone.data() + q * head_dim, head_dim,
+                                      weights.data() + q * weight_stride, weight_stride, 1,
+                                      values.data(), value_stride, num_values, head_dim);
+        }
+        EXPECT_EQ(alone, together) << num_queries << " queries, head_dim " << head_dim;
+        std::vector<float> half = start;
+        ops().accumulate_values_f16(half.data(), head_dim, weights.data(), weight_stride,
+                                    num_queries, values_f16.data(), value_stride, num_values,
+                                    head_dim);
+        expect_near_all(half, expected_f16, 2e-6, 1e-6, "accumulate_values_f16");
       }
-      std::vector<float> accumulator = start;
-      ops().accumulate_values_f32(accumulator.data(), weights.data(), values.data(), stride,
-                                  num_values, head_dim);
-      expect_near_all(accumulator, expected, 2e-6, 1e-6, "accumulate_values_f32");
-      accumulator = start;
-      ops().accumulate_values_f16(accumulator.data(), weights.data(), values_f16.data(), stride,
-                                  num_values, head_dim);
-      expect_near_all(accumulator, expected_f16, 2e-6, 1e-6, "accumulate_values_f16");
     }
   }
 }

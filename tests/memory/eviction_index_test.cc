@@ -93,77 +93,106 @@ TEST_F(EvictionIndexTest, TouchedEntriesAreReKeyedBeforeBeingChosen) {
 // Random links, pins, unpins, touches and evictions. Each victim must be evictable and score
 // within the size-class slack of the best evictable allocation; with single pages only the
 // choice is exact.
-void run_randomized(uint32_t seed, uint32_t max_pages) {
-  PageTable table(kPages);
-  EvictionIndex index(table, EvictionWeights{}, kDefaultContentPriority);
-  std::map<uint32_t, uint32_t> pins_of;  // every allocation made, head -> pins
-  std::mt19937 random(seed);
-  uint64_t now = 1;
-  std::vector<uint32_t> free_heads;  // allocations are 8 pages apart, so up to 8 pages long
-  for (uint32_t head = 0; head < table.num_pages(); head += 8) free_heads.push_back(head);
-  for (int step = 0; step < 4000; ++step) {
-    now += random() % 3;
-    const int op = static_cast<int>(random() % 10);
-    if (op < 3 && !free_heads.empty()) {
-      const uint32_t head = free_heads.back();
-      free_heads.pop_back();
-      const uint32_t pages = 1 + random() % max_pages;
-      PageSlot& slot = table[head];
-      slot.allocation_pages.store(pages);
-      slot.content.store(static_cast<uint8_t>(random() % kNumContentTypes));
-      slot.last_use.store(now);
-      slot.word.store(PageWord::make(PageState::kUnpinned, true, 0, 1).bits());
-      index.link(head);
-      pins_of[head] = 0;
-    } else if (op < 8 && !pins_of.empty()) {
-      auto it = pins_of.begin();
-      std::advance(it, random() % pins_of.size());
-      std::atomic<uint64_t>& word = table[it->first].word;
-      const PageWord current(word.load());
-      if (op < 5) {  // pin
-        word.store(current.with_pins(current.pins() + 1).bits());
-        ++it->second;
-      } else if (op < 7 && it->second > 0) {  // unpin, relinking as the pool does
-        word.store(current.with_pins(current.pins() - 1).bits());
-        --it->second;
-        table[it->first].last_use.store(now);
-        if (it->second == 0 && !current.linked()) {
-          word.store(PageWord(word.load()).with_linked(true).bits());
-          index.link(it->first);
-        }
-      } else {  // touch
-        table[it->first].last_use.store(now);
+class RandomIndexRun {
+ public:
+  RandomIndexRun(uint32_t seed, uint32_t max_pages) : random_(seed), max_pages_(max_pages) {
+    // Allocations are 8 pages apart, so up to 8 pages long.
+    for (uint32_t head = 0; head < table_.num_pages(); head += 8) free_heads_.push_back(head);
+  }
+
+  void run(int steps) {
+    for (int step = 0; step < steps; ++step) {
+      now_ += random_() % 3;
+      const int op = static_cast<int>(random_() % 10);
+      if (op < 3 && !free_heads_.empty()) {
+        add();
+      } else if (op < 8 && !pins_of_.empty()) {
+        use(op);
+      } else {
+        evict();
+      }
+      if (::testing::Test::HasFatalFailure()) {
+        ADD_FAILURE() << "step " << step;
+        return;
+      }
+      index_.check_invariants();
+    }
+  }
+
+ private:
+  void add() {
+    const uint32_t head = free_heads_.back();
+    free_heads_.pop_back();
+    PageSlot& slot = table_[head];
+    slot.allocation_pages.store(1 + random_() % max_pages_);
+    slot.content.store(static_cast<uint8_t>(random_() % kNumContentTypes));
+    slot.last_use.store(now_);
+    slot.word.store(PageWord::make(PageState::kUnpinned, true, 0, 1).bits());
+    index_.link(head);
+    pins_of_[head] = 0;
+  }
+
+  // Pin, unpin (relinking as the pool does) or touch a random allocation.
+  void use(int op) {
+    auto it = pins_of_.begin();
+    std::advance(it, random_() % pins_of_.size());
+    std::atomic<uint64_t>& word = table_[it->first].word;
+    const PageWord current(word.load());
+    if (op < 5) {
+      word.store(current.with_pins(current.pins() + 1).bits());
+      ++it->second;
+    } else if (op < 7 && it->second > 0) {
+      word.store(current.with_pins(current.pins() - 1).bits());
+      --it->second;
+      table_[it->first].last_use.store(now_);
+      if (it->second == 0 && !current.linked()) {
+        word.store(PageWord(word.load()).with_linked(true).bits());
+        index_.link(it->first);
       }
     } else {
-      double best = std::numeric_limits<double>::infinity();
-      for (const auto& [head, pins] : pins_of) {
-        if (pins > 0) continue;
-        const PageSlot& slot = table[head];
-        best = std::min(best, index.score(slot.last_use.load(), slot.allocation_pages.load(),
-                                          static_cast<ContentType>(slot.content.load()), now));
-      }
-      const uint32_t victim = index.select_victim(now);
-      if (best == std::numeric_limits<double>::infinity()) {
-        ASSERT_EQ(victim, kNoPage) << "step " << step;
-      } else {
-        ASSERT_NE(victim, kNoPage) << "step " << step;
-        ASSERT_EQ(pins_of.at(victim), 0u) << "chose a pinned allocation at step " << step;
-        const PageSlot& slot = table[victim];
-        const uint32_t pages = slot.allocation_pages.load();
-        const double score = index.score(slot.last_use.load(), pages,
-                                         static_cast<ContentType>(slot.content.load()), now);
-        const double slack = max_pages == 1 ? 1e-12 : index.size_class_slack(pages);
-        ASSERT_LE(score, best + slack) << "step " << step;
-        std::atomic<uint64_t>& word = table[victim].word;
-        word.store(
-            PageWord(word.load()).with_state(PageState::kReleasing).with_linked(false).bits());
-        index.remove(victim);
-        pins_of.erase(victim);
-        free_heads.push_back(victim);
-      }
+      table_[it->first].last_use.store(now_);
     }
-    index.check_invariants();
   }
+
+  double score_of(uint32_t head) const {
+    const PageSlot& slot = table_[head];
+    return index_.score(slot.last_use.load(), slot.allocation_pages.load(),
+                        static_cast<ContentType>(slot.content.load()), now_);
+  }
+
+  void evict() {
+    double best = std::numeric_limits<double>::infinity();
+    for (const auto& [head, pins] : pins_of_) {
+      if (pins == 0) best = std::min(best, score_of(head));
+    }
+    const uint32_t victim = index_.select_victim(now_);
+    if (best == std::numeric_limits<double>::infinity()) {
+      ASSERT_EQ(victim, kNoPage);
+      return;
+    }
+    ASSERT_NE(victim, kNoPage);
+    ASSERT_EQ(pins_of_.at(victim), 0u) << "chose a pinned allocation";
+    const double slack =
+        max_pages_ == 1 ? 1e-12 : index_.size_class_slack(table_[victim].allocation_pages.load());
+    ASSERT_LE(score_of(victim), best + slack);
+    std::atomic<uint64_t>& word = table_[victim].word;
+    word.store(PageWord(word.load()).with_state(PageState::kReleasing).with_linked(false).bits());
+    index_.remove(victim);
+    pins_of_.erase(victim);
+    free_heads_.push_back(victim);
+  }
+
+  PageTable table_{kPages};
+  EvictionIndex index_{table_, EvictionWeights{}, kDefaultContentPriority};
+  std::map<uint32_t, uint32_t> pins_of_;  // live allocations, head -> pins
+  std::vector<uint32_t> free_heads_;
+  std::mt19937 random_;
+  uint32_t max_pages_;
+  uint64_t now_ = 1;
+};
+
+void run_randomized(uint32_t seed, uint32_t max_pages) {
+  RandomIndexRun(seed, max_pages).run(4000);
 }
 
 TEST(EvictionIndexRandomTest, SinglePageChoicesAreExactlyTheSeedsScoreOrder) {

@@ -315,18 +315,43 @@ Status Registry::check_name_is_free(const FamilySpec& spec) const {
       auto it = families_.find(base);
       if (it != families_.end() && it->second->type == MetricType::kHistogram) {
         return invalid_argument(
-            "metric '{}' collides with the '{}' series of histogram '{}'; "
-            "choose another name",
+            "metric '{}' collides with the '{}' series of histogram '{}'; choose another name",
             spec.name, suffix, base);
       }
     }
     if (spec.type == MetricType::kHistogram &&
         families_.contains(spec.name + std::string(suffix))) {
       return invalid_argument(
-          "histogram '{}' would render '{}{}', which is already a metric; "
-          "choose another name",
+          "histogram '{}' would render '{}{}', which is already a metric; choose another name",
           spec.name, spec.name, suffix);
     }
+  }
+  return Status();
+}
+
+Status Registry::check_compatible(const Family& family, const FamilySpec& spec,
+                                  const std::vector<std::string>& label_names) const {
+  if (family.type != spec.type) {
+    return invalid_argument("metric '{}' is already registered as a {}, not a {}; use another name",
+                            spec.name, detail::type_name(family.type),
+                            detail::type_name(spec.type));
+  }
+  if (family.help != spec.help) {
+    return invalid_argument(
+        "metric '{}' is already registered with help {:?}; every registration must give the "
+        "same help, got {:?}",
+        spec.name, family.help, spec.help);
+  }
+  if (family.label_names != label_names) {
+    return invalid_argument(
+        "metric '{}' has label names {}, got {}; every series of a metric has the same label "
+        "names",
+        spec.name, describe_labels(family.label_names), describe_labels(label_names));
+  }
+  if (spec.upper_bounds != nullptr && family.upper_bounds != *spec.upper_bounds) {
+    return invalid_argument(
+        "histogram '{}' is already registered with bucket bounds [{}], got [{}]", spec.name,
+        fmt::join(family.upper_bounds, ", "), fmt::join(*spec.upper_bounds, ", "));
   }
   return Status();
 }
@@ -340,30 +365,7 @@ Result<Registry::Series*> Registry::find_or_add_series(const FamilySpec& spec, c
   *added = false;
   if (auto it = families_.find(spec.name); it != families_.end()) {
     Family& family = *it->second;
-    if (family.type != spec.type) {
-      return invalid_argument(
-          "metric '{}' is already registered as a {}, not a {}; use another "
-          "name",
-          spec.name, detail::type_name(family.type), detail::type_name(spec.type));
-    }
-    if (family.help != spec.help) {
-      return invalid_argument(
-          "metric '{}' is already registered with help {:?}; every "
-          "registration must give the same help, got {:?}",
-          spec.name, family.help, spec.help);
-    }
-    if (family.label_names != canonical.names) {
-      return invalid_argument(
-          "metric '{}' has label names {}, got {}; every series of a metric "
-          "has the same label names",
-          spec.name, describe_labels(family.label_names), describe_labels(canonical.names));
-    }
-    if (spec.upper_bounds != nullptr && family.upper_bounds != *spec.upper_bounds) {
-      return invalid_argument(
-          "histogram '{}' is already registered with bucket bounds [{}], "
-          "got [{}]",
-          spec.name, fmt::join(family.upper_bounds, ", "), fmt::join(*spec.upper_bounds, ", "));
-    }
+    FOLIO_RETURN_IF_ERROR(check_compatible(family, spec, canonical.names));
     auto [series, inserted] = family.series.try_emplace(std::move(canonical.values));
     if (inserted) series->second = make();
     *added = inserted;
@@ -405,8 +407,8 @@ Result<Gauge*> Registry::gauge(const std::string& name, const std::string& help,
   auto* gauge = std::get_if<std::unique_ptr<Gauge>>(&series->metric);
   if (gauge == nullptr) {
     return already_exists(
-        "gauge '{}' with labels {} is registered as a gauge function, so it "
-        "has no Gauge to return; remove the gauge function first",
+        "gauge '{}' with labels {} is registered as a gauge function, so it has no Gauge to "
+        "return; remove the gauge function first",
         name, describe_labels(labels));
   }
   return gauge->get();
@@ -528,8 +530,8 @@ std::vector<double> linear_buckets(double start, double width, int count) {
 std::string format_value(double value) {
   if (std::isnan(value)) return "NaN";
   if (std::isinf(value)) return value > 0 ? "+Inf" : "-Inf";
-  // Below 2^53 every integer is exact, so print it plainly ("1048576", not "1.048576e+06").
-  if (value == std::trunc(value) && std::fabs(value) < 0x1p53) return fmt::format("{:.0f}", value);
+  // fmt's default is the shortest text that reads back to the same double, in fixed notation
+  // while the exponent is below 16: every integer up to 2^53 (exact in a double) prints plainly.
   return fmt::format("{}", value);
 }
 

@@ -167,6 +167,9 @@ class Registry {
   // series or adds one made by `make`; `*added` says which. Bad input changes nothing.
   Result<Series*> find_or_add_series(const FamilySpec& spec, const Labels& labels,
                                      FunctionRef<Series()> make, bool* added);
+  // Requires: mutex_ held. OK when an existing family can take a series of this spec.
+  Status check_compatible(const Family& family, const FamilySpec& spec,
+                          const std::vector<std::string>& label_names) const;
   // Requires: mutex_ held. OK when `name` may be used for a new family of this spec.
   Status check_name_is_free(const FamilySpec& spec) const;
   void render_family(const std::string& name, const Family& family, std::string& out) const;
@@ -184,9 +187,9 @@ std::vector<double> exponential_buckets(double start, double factor, int count);
 // `count` bounds start, start+width, start+2*width, ...  Requires: width > 0, count >= 1.
 std::vector<double> linear_buckets(double start, double width, int count);
 
-// Formats a sample value as the exposition format expects: "+Inf", "-Inf", "NaN", integers
-// below 2^53 in magnitude without exponent or fraction ("1048576"), anything else as the
-// shortest text that reads back to the same double ("0.25", "1e-09").
+// Formats a sample value as the exposition format expects: "+Inf", "-Inf", "NaN", otherwise
+// the shortest text that reads back to the same double ("0.25", "1e-09"), without exponent or
+// fraction for integers below 10^16 in magnitude ("1048576"), so every exact integer count does.
 std::string format_value(double value);
 
 }  // namespace folio::metrics

@@ -9,6 +9,7 @@
 #include <optional>
 
 #include "folio/base/log.h"
+#include "folio/memory/pool_metrics.h"
 
 namespace folio::memory {
 namespace {
@@ -103,7 +104,14 @@ Result<std::unique_ptr<PagePool>> PagePool::create(device::VirtualMemory& vm,
     vm.release(*memory).ignore();
     return mapped.with_context(context);
   }
-  return std::unique_ptr<PagePool>(new PagePool(vm, std::move(options), *range, *memory));
+  metrics::Registry* registry = options.metrics;
+  std::unique_ptr<PagePool> pool(new PagePool(vm, std::move(options), *range, *memory));
+  if (registry != nullptr) {
+    Result<std::unique_ptr<PoolMetrics>> exported = PoolMetrics::create(*registry, *pool);
+    if (!exported.ok()) return exported.status().with_context(context);
+    pool->metrics_ = std::move(*exported);
+  }
+  return pool;
 }
 
 PagePool::PagePool(device::VirtualMemory& vm, PagePoolOptions options, device::AddressRange range,
@@ -124,6 +132,8 @@ PagePool::PagePool(device::VirtualMemory& vm, PagePoolOptions options, device::A
 }
 
 PagePool::~PagePool() {
+  // First, so that no render calls into a pool being torn down.
+  metrics_.reset();
   thread_caches_.detach_all();
   int64_t pinned = 0;
   int64_t unpinned = 0;
@@ -192,6 +202,7 @@ Result<PageAllocation> PagePool::allocate(const AllocationRequest& request) {
     const std::chrono::duration<double, std::nano> elapsed =
         std::chrono::steady_clock::now() - *started;
     allocation_latency_.observe(elapsed.count());
+    if (metrics_ != nullptr) metrics_->observe_allocation_latency(elapsed.count());
   }
   return PageAllocation(this, ref);
 }
@@ -295,7 +306,9 @@ Result<PagePool::Reservation> PagePool::reserve(uint32_t pages, bool refill_thre
 
 uint32_t PagePool::refill_and_pop(ThreadCache& cache) {
   const uint32_t batch = std::max<uint32_t>(1, cache.capacity() / 2);
-  evict_for_watermark(batch);
+  // Evict for the page asked for, not the whole batch: the rest of the batch is whatever is
+  // free, and stays free (in this cache) until asked for.
+  evict_for_watermark(1);
   std::vector<uint32_t>& pages = t_page_batch;
   pages.clear();
   {
@@ -340,6 +353,7 @@ Result<PagePool::Reservation> PagePool::reserve_from_free_index(uint32_t pages) 
   }
   if (reservation.first == kNoPage) {
     failed_allocations_.fetch_add(1, std::memory_order_relaxed);
+    if (metrics_ != nullptr) metrics_->count_failed_allocation();
     return exhausted(pages);
   }
   return reservation;

@@ -23,9 +23,11 @@
 // AllocationRef (freed, evicted, double free, unpin below zero) is kFailedPrecondition and
 // changes nothing. Bad options or requests are kInvalidArgument.
 //
-// Thread-safety: every method may be called from any thread. Pin, unpin and touch are lock-free
-// (one compare-and-swap on the page's word); single-page allocate and free take only the calling
-// thread's cache lock in the common case. Locks, in the order they nest: eviction mutex
+// Thread-safety: every method may be called from any thread. Pin, unpin and touch are one
+// compare-and-swap on the page's word, lock-free (except an unpin to zero of an allocation the
+// evictor dropped from its index while pinned: that one relinks it under the index mutex);
+// single-page allocate and free of pinned allocations take only the calling thread's cache lock
+// in the common case. Locks, in the order they nest: eviction mutex
 // (serializes evictors, held while listeners run), thread cache registry, a thread cache, free
 // mutex (free index); the eviction index mutex never nests with another.
 //
@@ -56,6 +58,8 @@
 #include "folio/memory/thread_cache.h"
 
 namespace folio::memory {
+
+class PoolMetrics;
 
 // Everything that defines the pool's state, for tests that check an operation changed nothing
 // (rollback). Fields are the meaningful ones only: allocation fields at allocation heads.
@@ -181,6 +185,10 @@ class PagePool final : private ThreadCacheHome {
   // each run (free extent, cached page, allocation) from page 0 up, checking that the runs tile
   // the table.
   void walk_runs(FunctionRef<void(uint32_t first, uint32_t pages, PageWord word)> visit) const;
+  struct RunCensus;
+  // Requires: free_mutex_ and index_mutex_ held. cache_of[page] >= 0 for thread-cached pages.
+  RunCensus take_census(const std::vector<int>& cache_of) const;
+  void check_counters(const RunCensus& census, int64_t cached_in_caches) const;
 
   // page_pool_eviction.cc.
   // Requires: eviction_mutex_ held. Evicts the lowest-scored allocation; returns its pages, or
@@ -193,6 +201,7 @@ class PagePool final : private ThreadCacheHome {
   uint32_t evict_until_taken(uint32_t pages, int64_t* evicted);
   int64_t evictable_pages() const;
   bool in_own_eviction_listener() const;
+  void note_pin_contention();
 
   device::VirtualMemory& vm_;
   const PagePoolOptions options_;
@@ -229,6 +238,8 @@ class PagePool final : private ThreadCacheHome {
   std::atomic<int64_t> failed_allocations_{0};
   std::atomic<int64_t> thread_cache_drains_{0};
   LatencyHistogram allocation_latency_;
+  // Null unless PagePoolOptions::metrics is set. Declared last: goes first.
+  std::unique_ptr<PoolMetrics> metrics_;
 };
 
 }  // namespace folio::memory

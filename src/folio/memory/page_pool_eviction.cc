@@ -7,6 +7,8 @@
 // a stale-ref error, not a double free (the races of seed 001 §7.1 and §10.2).
 #include "folio/memory/page_pool.h"
 
+#include "folio/memory/pool_metrics.h"
+
 namespace folio::memory {
 namespace {
 // The pool whose listener this thread is running, to refuse re-entry (which would deadlock on
@@ -68,6 +70,10 @@ int64_t PagePool::evict_one() {
   pages_releasing_.add(-static_cast<int64_t>(pages));
   evictions_[content].fetch_add(1, std::memory_order_relaxed);
   pages_evicted_[content].fetch_add(pages, std::memory_order_relaxed);
+  if (metrics_ != nullptr) {
+    metrics_->count_eviction(static_cast<ContentType>(content),
+                             static_cast<double>(pages) * static_cast<double>(page_size()));
+  }
   return pages;
 }
 

@@ -109,6 +109,15 @@ Result<PageInfo> PagePool::page_info(PageId page) const {
   return info;
 }
 
+// What the invariant walk counts, to compare with the pool's counters.
+struct PagePool::RunCensus {
+  std::array<int64_t, kNumPageStates> pages_in_state{};
+  std::array<int64_t, kNumContentTypes> pinned{};
+  std::array<int64_t, kNumContentTypes> unpinned{};
+  uint32_t linked = 0;
+  int64_t pages(PageState state) const { return pages_in_state[static_cast<int>(state)]; }
+};
+
 void PagePool::check_invariants() const {
   // Each cached page, and which cache holds it.
   std::vector<int> cache_of(num_pages_, -1);
@@ -117,24 +126,25 @@ void PagePool::check_invariants() const {
   thread_caches_.for_each_cache([&](const ThreadCache& cache) {
     cache.for_each_page([&](uint32_t page) {
       FOLIO_CHECK(page < num_pages_ && cache_of[page] < 0,
-                  "page {} is in two thread caches (or "
-                  "twice in one)",
-                  page);
+                  "page {} is in two thread caches (or twice in one)", page);
       cache_of[page] = cache_number;
       ++cached_in_caches;
     });
     ++cache_number;
   });
-
   std::scoped_lock lock(free_mutex_, index_mutex_);
   free_index_.check_invariants();
   const uint32_t indexed = eviction_index_.check_invariants();
-  std::array<int64_t, kNumPageStates> pages_in_state{};
-  std::array<int64_t, kNumContentTypes> pinned{};
-  std::array<int64_t, kNumContentTypes> unpinned{};
-  uint32_t linked = 0;
+  const RunCensus census = take_census(cache_of);
+  FOLIO_CHECK(census.linked == indexed, "{} allocations are marked linked, the index holds {}",
+              census.linked, indexed);
+  check_counters(census, cached_in_caches);
+}
+
+PagePool::RunCensus PagePool::take_census(const std::vector<int>& cache_of) const {
+  RunCensus census;
   walk_runs([&](uint32_t first, uint32_t pages, PageWord word) {
-    pages_in_state[static_cast<int>(word.state())] += pages;
+    census.pages_in_state[static_cast<int>(word.state())] += pages;
     for (uint32_t interior = first + 1; interior < first + pages; ++interior) {
       FOLIO_CHECK(PageWord(table_[interior].word.load(std::memory_order_relaxed)).state() ==
                       PageState::kFree,
@@ -153,14 +163,12 @@ void PagePool::check_invariants() const {
         return;
       case PageState::kUnpinned:
         FOLIO_CHECK(word.pins() == 0 && word.linked(),
-                    "evictable allocation at {} is not in the "
-                    "eviction index",
-                    first);
-        unpinned[content] += pages;
+                    "evictable allocation at {} is not in the eviction index", first);
+        census.unpinned[content] += pages;
         break;
       case PageState::kPinned:
         FOLIO_CHECK(word.pins() >= 1, "pinned allocation at {} has no pins", first);
-        pinned[content] += pages;
+        census.pinned[content] += pages;
         break;
       case PageState::kReleasing:
         FOLIO_CHECK(false, "allocation at {} is being released in a quiescent pool", first);
@@ -169,29 +177,31 @@ void PagePool::check_invariants() const {
     if (word.linked()) {
       FOLIO_CHECK(eviction_index_.contains(first), "page {} is marked linked but not indexed",
                   first);
-      ++linked;
+      ++census.linked;
     }
   });
-  const auto state_pages = [&](PageState state) { return pages_in_state[static_cast<int>(state)]; };
-  FOLIO_CHECK(linked == indexed, "{} allocations are marked linked, the index holds {}", linked,
-              indexed);
-  FOLIO_CHECK(state_pages(PageState::kFree) == static_cast<int64_t>(free_index_.free_pages()) &&
-                  state_pages(PageState::kFree) == free_pages_.load(std::memory_order_relaxed),
-              "walk finds {} free pages, the free index counts {}", state_pages(PageState::kFree),
+  return census;
+}
+
+void PagePool::check_counters(const RunCensus& census, int64_t cached_in_caches) const {
+  FOLIO_CHECK(census.pages(PageState::kFree) == static_cast<int64_t>(free_index_.free_pages()) &&
+                  census.pages(PageState::kFree) == free_pages_.load(std::memory_order_relaxed),
+              "walk finds {} free pages, the free index counts {}", census.pages(PageState::kFree),
               free_index_.free_pages());
-  FOLIO_CHECK(state_pages(PageState::kCached) == cached_in_caches,
-              "walk finds {} cached pages, thread caches hold {}", state_pages(PageState::kCached),
+  FOLIO_CHECK(census.pages(PageState::kCached) == cached_in_caches,
+              "walk finds {} cached pages, thread caches hold {}", census.pages(PageState::kCached),
               cached_in_caches);
-  FOLIO_CHECK(state_pages(PageState::kReserved) == pages_reserved_.sum(),
-              "walk finds {} reserved pages, counted {}", state_pages(PageState::kReserved),
+  FOLIO_CHECK(census.pages(PageState::kReserved) == pages_reserved_.sum(),
+              "walk finds {} reserved pages, counted {}", census.pages(PageState::kReserved),
               pages_reserved_.sum());
   FOLIO_CHECK(pages_releasing_.sum() == 0, "pages counted as being released in a quiescent pool");
   for (int content = 0; content < kNumContentTypes; ++content) {
-    FOLIO_CHECK(pinned[content] == pages_pinned_[content].sum() &&
-                    unpinned[content] == pages_unpinned_[content].sum(),
+    FOLIO_CHECK(census.pinned[content] == pages_pinned_[content].sum() &&
+                    census.unpinned[content] == pages_unpinned_[content].sum(),
                 "content {}: walk finds {} pinned and {} evictable pages, counted {} and {}",
-                content_type_name(static_cast<ContentType>(content)), pinned[content],
-                unpinned[content], pages_pinned_[content].sum(), pages_unpinned_[content].sum());
+                content_type_name(static_cast<ContentType>(content)), census.pinned[content],
+                census.unpinned[content], pages_pinned_[content].sum(),
+                pages_unpinned_[content].sum());
   }
 }
 

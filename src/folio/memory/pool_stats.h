@@ -48,7 +48,7 @@ struct PoolStats {
   int64_t pages_reserved = 0;  // prepared, not committed
   int64_t pages_unpinned = 0;  // evictable
   int64_t pages_pinned = 0;
-  int64_t pages_releasing = 0;  // being freed or evicted right now
+  int64_t pages_releasing = 0;  // being evicted right now (their listener runs)
 
   // (num_pages - pages_free - pages_cached) / num_pages.
   double utilization = 0;

@@ -187,6 +187,14 @@ def forward(metadata, tensors, tokens):
     return x @ output.T
 
 
+def fnv1a64(data):
+    """FNV-1a 64-bit hash of the model file, so a test can tell a stale golden file."""
+    value = 0xcbf29ce484222325
+    for byte in data:
+        value = ((value ^ byte) * 0x100000001b3) & 0xFFFFFFFFFFFFFFFF
+    return value
+
+
 def main():
     if len(sys.argv) != 4:
         sys.exit(__doc__)
@@ -201,7 +209,10 @@ def main():
             results.append({"tokens": tokens,
                             "logits": [[float(f"{v:.7g}") for v in row] for row in logits.tolist()]})
     with open(out_path, "w") as handle:
-        json.dump({"model": model_path.split("/")[-1], "results": results}, handle)
+        with open(model_path, "rb") as model_file:
+            model_hash = fnv1a64(model_file.read())
+        json.dump({"model": model_path.split("/")[-1], "model_fnv1a64": f"{model_hash:016x}",
+                   "results": results}, handle)
 
 
 if __name__ == "__main__":

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "folio/base/check.h"
+#include "folio/kernels/cpu/vector_launch.h"
 #include "folio/kernels/cpu/vector_ops.h"
 #include "folio/kernels/cpu/work_partition.h"
 
@@ -13,11 +14,8 @@ int64_t chunks_per_row(int64_t width) {
   return (width + kSiluGateColumnsPerItem - 1) / kSiluGateColumnsPerItem;
 }
 
-}  // namespace
-
-void silu_gate_body(const SiluGateArguments& arguments, int64_t begin, int64_t end,
-                    int /*thread_index*/) {
-  const VectorOps& ops = vector_ops();
+void silu_gate_items(const SiluGateArguments& arguments, const VectorOps& ops, int64_t begin,
+                     int64_t end, int /*thread_index*/) {
   const int64_t chunks = chunks_per_row(arguments.width);
   for (int64_t item = begin; item < end; ++item) {
     const int64_t row = item / chunks;
@@ -27,6 +25,13 @@ void silu_gate_body(const SiluGateArguments& arguments, int64_t begin, int64_t e
                       arguments.gate + row * arguments.gate_row_stride + first_column,
                       arguments.up + row * arguments.up_row_stride + first_column, count);
   }
+}
+
+}  // namespace
+
+void silu_gate_body(const SiluGateArguments& arguments, int64_t begin, int64_t end,
+                    int thread_index) {
+  silu_gate_items(arguments, vector_ops(), begin, end, thread_index);
 }
 
 void silu_gate(device::HostStream& stream, const SiluGateArguments& arguments) {
@@ -39,7 +44,7 @@ void silu_gate(device::HostStream& stream, const SiluGateArguments& arguments) {
       arguments.up_row_stride, arguments.output_row_stride, arguments.width);
   const int64_t chunks = chunks_per_row(arguments.width);
   const int64_t columns_per_item = std::min(arguments.width, kSiluGateColumnsPerItem);
-  stream.launch(device::HostKernel::make<SiluGateArguments, &silu_gate_body>(
+  stream.launch(make_vector_kernel<SiluGateArguments, &silu_gate_items>(
       "silu_gate", arguments, arguments.num_rows * chunks, grain_for(columns_per_item)));
 }
 

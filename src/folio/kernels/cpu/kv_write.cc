@@ -1,8 +1,10 @@
 #include "folio/kernels/cpu/kv_write.h"
 
+#include <algorithm>
 #include <cstring>
 
 #include "folio/base/check.h"
+#include "folio/kernels/cpu/vector_launch.h"
 #include "folio/kernels/cpu/vector_ops.h"
 #include "folio/kernels/cpu/work_partition.h"
 
@@ -18,13 +20,11 @@ void write_row(const VectorOps& ops, std::byte* destination, const float* source
   }
 }
 
-}  // namespace
-
-void kv_write_body(const KvWriteArguments& arguments, int64_t begin, int64_t end,
-                   int /*thread_index*/) {
-  const VectorOps& ops = vector_ops();
+void kv_write_tokens(const KvWriteArguments& arguments, const VectorOps& ops, int64_t begin,
+                     int64_t end, int /*thread_index*/) {
   const PagedKvLayout& cache = arguments.cache;
   const int64_t row_elements = cache.token_stride();
+  if (arguments.num_valid_tokens) end = std::min<int64_t>(end, *arguments.num_valid_tokens);
   for (int64_t token = begin; token < end; ++token) {
     const int64_t slot = arguments.slot_mapping[token];
     if (slot < 0) continue;
@@ -33,6 +33,13 @@ void kv_write_body(const KvWriteArguments& arguments, int64_t begin, int64_t end
     write_row(ops, cache.value_pointer(arguments.layer, slot),
               arguments.value + token * arguments.value_row_stride, row_elements, cache.dtype);
   }
+}
+
+}  // namespace
+
+void kv_write_body(const KvWriteArguments& arguments, int64_t begin, int64_t end,
+                   int thread_index) {
+  kv_write_tokens(arguments, vector_ops(), begin, end, thread_index);
 }
 
 void kv_write(device::HostStream& stream, const KvWriteArguments& arguments) {
@@ -46,7 +53,7 @@ void kv_write(device::HostStream& stream, const KvWriteArguments& arguments) {
       arguments.key_row_stride >= row_elements && arguments.value_row_stride >= row_elements,
       "kv_write: row strides ({}, {}) shorter than a K/V row of {} values",
       arguments.key_row_stride, arguments.value_row_stride, row_elements);
-  stream.launch(device::HostKernel::make<KvWriteArguments, &kv_write_body>(
+  stream.launch(make_vector_kernel<KvWriteArguments, &kv_write_tokens>(
       "kv_write", arguments, arguments.num_tokens, grain_for(2 * row_elements)));
 }
 

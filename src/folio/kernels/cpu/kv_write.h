@@ -1,10 +1,12 @@
 // Writing a step's keys and values into the paged KV cache: token t's K and V rows (all kv
 // heads) go to cache slot slot_mapping[t] of one layer (see paged_kv_layout.h), converted to the
-// cache's element type (f32 copied, f16 rounded to nearest even). A negative slot skips the
-// token; padding tokens normally point at a reserved dummy block instead, so every token of a
-// padded step writes somewhere harmless. The slot mapping is read through a pointer at run
-// time. One work item is one token; tokens write disjoint slots (the engine's contract), so
-// items never race.
+// cache's element type (f32 copied, f16 rounded to nearest even). The slot mapping is read
+// through a pointer at run time. One work item is one token.
+//
+// Items never race as long as the tokens written have distinct slots. Padding tokens of a padded
+// step may all point at one reserved dummy slot: two threads writing that slot would race, so
+// tokens at or after *num_valid_tokens (when given) are skipped, as is any token whose slot is
+// negative.
 #pragma once
 
 #include <cstdint>
@@ -23,6 +25,9 @@ struct KvWriteArguments {
   int64_t key_row_stride = 0;
   int64_t value_row_stride = 0;
   const int32_t* slot_mapping;  // i32 [num_tokens]: destination slot, or < 0 to skip
+  // i32 scalar: tokens [*num_valid_tokens, num_tokens) are padding and are skipped; nullptr
+  // writes every token with a non-negative slot.
+  const int32_t* num_valid_tokens = nullptr;
   PagedKvLayout cache;
   int32_t layer = 0;
   int64_t num_tokens = 0;  // the step's padded token count

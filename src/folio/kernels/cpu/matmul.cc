@@ -38,7 +38,14 @@ int64_t ceil_div(int64_t value, int64_t divisor) {
 
 void quantize_activations_body(const RowsLaunch& launch, int64_t begin, int64_t end,
                                int thread_index) {
-  internal::quantize_activation_rows(launch.arguments, launch.arguments.workspace, begin, end);
+  std::byte* workspace = launch.arguments.workspace;
+  switch (launch.level) {
+    case SimdLevel::kPortable:
+    case SimdLevel::kAvx2:
+      return internal::quantize_activation_rows_portable(launch.arguments, workspace, begin, end);
+    case SimdLevel::kAvx512:
+      return internal::quantize_activation_rows_avx512(launch.arguments, workspace, begin, end);
+  }
 }
 
 void float_rows_body(const RowsLaunch& launch, int64_t begin, int64_t end, int thread_index) {
@@ -173,7 +180,8 @@ void matmul(device::HostStream& stream, const MatmulArguments& arguments) {
   if (rows == 0 || arguments.output_features == 0) return;
   const DType dtype = arguments.weight_dtype;
 
-  if (dtype == DType::kF32 && rows >= kSgemmMinRows) {
+  if (dtype == DType::kF32 && rows >= kSgemmMinRows &&
+      arguments.input_features >= kSgemmMinInputFeatures) {
     make_openblas_single_threaded();
     const int64_t tiles =
         ceil_div(rows, kSgemmTileRows) * ceil_div(arguments.output_features, kSgemmTileColumns);

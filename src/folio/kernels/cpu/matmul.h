@@ -5,24 +5,27 @@
 // - Weight-stationary. Work items are groups of 4 weight rows (output columns); an item
 //   computes its columns for ALL M rows of x, reading the group from memory once and keeping it
 //   in cache across 4-row tiles of x. Decode (small M) streams each weight byte once per step,
-//   so a step with 32 sequences reads no more weight than a step with one.
+//   so a step with 32 sequences reads no more weight than a step with one. For all but f32
+//   weights the first tile prefetches the group after next into L2 (see Prefetch in
+//   matmul_kernels.h): without it their decode reaches only 50-75% of the read bandwidth.
 // - f32 / f16 / bf16 weights: SIMD FMA dot products; f16 and bf16 are widened to f32 in
 //   registers (decode) or, from kConvertedGroupMinRows rows of x, once per group into the
 //   per-thread workspace (prefill), so the conversion is not repeated for every tile of x.
 // - q8_0 / q4_0 weights: a first kernel quantizes each row of x to 8 bits (32-value blocks,
 //   scale amax / 127) into the workspace; the second takes int8 dot products per block (AVX-512
 //   VNNI, AVX2 maddubs, or portable) scaled by both blocks' scales and summed in f32.
-// - f32 weights with M >= kSgemmMinRows: OpenBLAS sgemm on fixed 2-D tiles of y, one tile per
-//   work item, with OpenBLAS itself single-threaded: Folio's pool is the only source of threads
-//   (no oversubscription, the thread count is configured in one place), and fixed tiles keep the
-//   result independent of the thread count.
+// - f32 weights with M >= kSgemmMinRows and K >= kSgemmMinInputFeatures: OpenBLAS sgemm on
+//   fixed 2-D tiles of y, one tile per work item, with OpenBLAS itself single-threaded: Folio's
+//   pool is the only source of threads (no oversubscription, the thread count is configured in one
+//   place), and fixed tiles keep the result independent of the thread count.
 //
 // Determinism: every output element is computed by exactly one work item, in an order fixed by
 // the shapes, so results are bit-identical for any thread count and for replayed vs eager
 // launches. Apart from the f32 sgemm path, a row's result is also independent of M (the other
 // rows of the batch): x rows are tiled, never mixed, and the per-element accumulation order is
-// the same in every tile shape. The sgemm path (f32, M >= kSgemmMinRows) rounds differently
-// from the f32 kernel below it (relative differences around 1e-7).
+// the same in every tile shape. The sgemm path rounds differently from Folio's kernel (relative
+// differences around 1e-7), so for f32 weights with K >= kSgemmMinInputFeatures a row's result
+// depends on whether its step has at least kSgemmMinRows rows.
 #pragma once
 
 #include <cstdint>
@@ -32,8 +35,12 @@
 
 namespace folio::kernels::cpu {
 
-// From this many rows of x, f32 weights go to OpenBLAS sgemm (measured: bench/kernels).
-inline constexpr int64_t kSgemmMinRows = 32;
+// f32 weights go to OpenBLAS sgemm from this many rows of x and input features (measured,
+// docs/design/kernels.md: below K = 3072 Folio's kernel is ~10% faster than sgemm at every M;
+// from K = 3072 and M = 96 sgemm is 10-40% faster, the kernel's 4-row weight groups no longer
+// fitting in L1).
+inline constexpr int64_t kSgemmMinRows = 96;
+inline constexpr int64_t kSgemmMinInputFeatures = 3072;
 // From this many rows of x, f16 / bf16 weight groups are converted to f32 once per group.
 inline constexpr int64_t kConvertedGroupMinRows = 8;
 

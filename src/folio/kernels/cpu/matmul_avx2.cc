@@ -11,6 +11,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <type_traits>
 
 #include "folio/base/check.h"
 #include "folio/kernels/cpu/matmul.h"
@@ -38,15 +39,16 @@ FOLIO_AVX2 inline float horizontal_sum(__m256 v) {
   return _mm_cvtss_f32(sum);
 }
 
-// Runs tile<kGroup, rows>(first_row) over all rows of x in tiles of kTile rows, the last tile
-// shorter. `Tile` is a functor template instantiated for each tile height.
+// Calls tile(std::integral_constant<int, height>, first_row) over all rows of x in tiles of
+// kTile rows, the last one shorter, so each tile height is its own instantiation.
 template <int kTile, typename TileFunction>
-FOLIO_AVX2 __attribute__((always_inline)) inline void for_each_tile(int64_t num_rows,
+FOLIO_AVX2 __attribute__((always_inline)) inline void for_each_tile(int64_t first_row,
+                                                                    int64_t end_row,
                                                                     TileFunction&& tile) {
   static_assert(kTile == 2);
-  int64_t row = 0;
-  for (; row + 2 <= num_rows; row += 2) tile(std::integral_constant<int, 2>(), row);
-  if (row < num_rows) tile(std::integral_constant<int, 1>(), row);
+  int64_t row = first_row;
+  for (; row + 2 <= end_row; row += 2) tile(std::integral_constant<int, 2>(), row);
+  if (row < end_row) tile(std::integral_constant<int, 1>(), row);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -70,12 +72,13 @@ FOLIO_AVX2 inline __m256 load_widened(const std::byte* row, int64_t k) {
 template <DType kDtype, int kGroup, int kTileRows>
 FOLIO_AVX2 void float_tile(const std::byte* weight, int64_t weight_stride, const float* input,
                            int64_t input_features, const float* bias, float* output,
-                           int64_t output_stride) {
+                           int64_t output_stride, Prefetch prefetch) {
   __m256 sums[kGroup][kTileRows];
   for (int g = 0; g < kGroup; ++g) {
     for (int t = 0; t < kTileRows; ++t) sums[g][t] = _mm256_setzero_ps();
   }
   for (int64_t k = 0; k < input_features; k += 8) {
+    prefetch.step();
     __m256 weights[kGroup];
     for (int g = 0; g < kGroup; ++g)
       weights[g] = load_widened<kDtype>(weight + g * weight_stride, k);
@@ -94,20 +97,28 @@ FOLIO_AVX2 void float_tile(const std::byte* weight, int64_t weight_stride, const
 
 template <DType kDtype, int kGroup>
 FOLIO_AVX2 void float_group(const MatmulArguments& arguments, const std::byte* weight,
-                            int64_t weight_stride, int64_t column) {
+                            int64_t weight_stride, int64_t column, int64_t first_row,
+                            int64_t end_row) {
   const int64_t input_features = arguments.input_features;
   const int64_t output_features = arguments.output_features;
   const float* bias = arguments.bias != nullptr ? arguments.bias + column : nullptr;
-  for_each_tile<2>(arguments.num_rows, [&](auto tile_rows, int64_t row) {
+  // Only the first tile of x prefetches: the others find the group in cache. f32 weights
+  // (and f16 / bf16 groups already widened into the scratch) rely on the hardware prefetcher.
+  Prefetch prefetch;
+  if constexpr (kDtype != DType::kF32)
+    prefetch = Prefetch(weight, kGroup * weight_stride, input_features / 8);
+  for_each_tile<2>(first_row, end_row, [&](auto tile_rows, int64_t row) {
     float_tile<kDtype, kGroup, decltype(tile_rows)::value>(
         weight, weight_stride, arguments.input + row * input_features, input_features, bias,
-        arguments.output + row * output_features + column, output_features);
+        arguments.output + row * output_features + column, output_features, prefetch);
+    prefetch = Prefetch();
   });
 }
 
+// One pass: rows [first_row, end_row) of x against the weight groups of [row_begin, row_end).
 template <DType kDtype>
-FOLIO_AVX2 void float_rows(const MatmulArguments& arguments, int64_t row_begin, int64_t row_end,
-                           float* group_scratch) {
+FOLIO_AVX2 void float_pass(const MatmulArguments& arguments, int64_t row_begin, int64_t row_end,
+                           int64_t first_row, int64_t end_row, float* group_scratch) {
   const int64_t input_features = arguments.input_features;
   const int64_t weight_row_bytes = row_bytes(kDtype, input_features);
   const auto* weight = static_cast<const std::byte*>(arguments.weight);
@@ -123,23 +134,41 @@ FOLIO_AVX2 void float_rows(const MatmulArguments& arguments, int64_t row_begin, 
         }
       }
       const auto* widened = reinterpret_cast<const std::byte*>(group_scratch);
-      const int64_t widened_stride = input_features * static_cast<int64_t>(sizeof(float));
+      const int64_t stride = input_features * static_cast<int64_t>(sizeof(float));
       if (group_rows == kGroupRows) {
-        float_group<DType::kF32, kGroupRows>(arguments, widened, widened_stride, column);
+        float_group<DType::kF32, kGroupRows>(arguments, widened, stride, column, first_row,
+                                             end_row);
       } else {
         for (int64_t g = 0; g < group_rows; ++g) {
-          float_group<DType::kF32, 1>(arguments, widened + g * widened_stride, widened_stride,
-                                      column + g);
+          float_group<DType::kF32, 1>(arguments, widened + g * stride, stride, column + g,
+                                      first_row, end_row);
         }
       }
     } else if (group_rows == kGroupRows) {
-      float_group<kDtype, kGroupRows>(arguments, group, weight_row_bytes, column);
+      float_group<kDtype, kGroupRows>(arguments, group, weight_row_bytes, column, first_row,
+                                      end_row);
     } else {
       for (int64_t g = 0; g < group_rows; ++g) {
         float_group<kDtype, 1>(arguments, group + g * weight_row_bytes, weight_row_bytes,
-                               column + g);
+                               column + g, first_row, end_row);
       }
     }
+  }
+}
+
+template <DType kDtype>
+FOLIO_AVX2 void float_rows(const MatmulArguments& arguments, int64_t row_begin, int64_t row_end,
+                           float* group_scratch) {
+  const int64_t weight_row_bytes = row_bytes(kDtype, arguments.input_features);
+  if constexpr (kDtype != DType::kF32) {
+    Prefetch::warm_up(
+        static_cast<const std::byte*>(arguments.weight) + row_begin * weight_row_bytes,
+        kGroupRows * weight_row_bytes, (row_end - row_begin) * weight_row_bytes);
+  }
+  const int64_t pass_rows = rows_per_pass(arguments.input_features * 4);
+  for (int64_t first_row = 0; first_row < arguments.num_rows; first_row += pass_rows) {
+    const int64_t end_row = std::min(arguments.num_rows, first_row + pass_rows);
+    float_pass<kDtype>(arguments, row_begin, row_end, first_row, end_row, group_scratch);
   }
 }
 
@@ -164,7 +193,7 @@ template <DType kDtype, int kGroup, int kTileRows>
 FOLIO_AVX2 void quantized_tile(const std::byte* weight, int64_t weight_stride,
                                const QuantizedActivations& activations, int64_t first_row,
                                int64_t input_features, const float* bias, float* output,
-                               int64_t output_stride) {
+                               int64_t output_stride, Prefetch prefetch) {
   constexpr int64_t kBlockBytes = dtype_info(kDtype).block_bytes;
   const int8_t* values = activations.values + first_row * input_features;
   const int32_t* corrections = activations.corrections + first_row * (input_features / 4);
@@ -175,6 +204,7 @@ FOLIO_AVX2 void quantized_tile(const std::byte* weight, int64_t weight_stride,
     for (int t = 0; t < kTileRows; ++t) sums[g][t] = _mm256_setzero_ps();
   }
   for (int64_t block = 0; block < input_features / kBlock; ++block) {
+    prefetch.step();
     __m256i weights[kGroup];
     __m256i signs[kGroup];
     __m256 scales[kGroup];
@@ -221,14 +251,17 @@ FOLIO_AVX2 void quantized_tile(const std::byte* weight, int64_t weight_stride,
 template <DType kDtype, int kGroup>
 FOLIO_AVX2 void quantized_group(const MatmulArguments& arguments,
                                 const QuantizedActivations& activations, const std::byte* weight,
-                                int64_t weight_stride, int64_t column) {
+                                int64_t weight_stride, int64_t column, int64_t first_row,
+                                int64_t end_row) {
   const int64_t input_features = arguments.input_features;
   const int64_t output_features = arguments.output_features;
   const float* bias = arguments.bias != nullptr ? arguments.bias + column : nullptr;
-  for_each_tile<2>(arguments.num_rows, [&](auto tile_rows, int64_t row) {
+  Prefetch prefetch(weight, kGroup * weight_stride, input_features / kBlock);
+  for_each_tile<2>(first_row, end_row, [&](auto tile_rows, int64_t row) {
     quantized_tile<kDtype, kGroup, decltype(tile_rows)::value>(
         weight, weight_stride, activations, row, input_features, bias,
-        arguments.output + row * output_features + column, output_features);
+        arguments.output + row * output_features + column, output_features, prefetch);
+    prefetch = Prefetch();
   });
 }
 
@@ -239,14 +272,20 @@ FOLIO_AVX2 void quantized_rows(const MatmulArguments& arguments,
   constexpr int kPair = 2;  // weight rows per register tile
   const int64_t weight_row_bytes = row_bytes(kDtype, arguments.input_features);
   const auto* weight = static_cast<const std::byte*>(arguments.weight);
-  int64_t column = row_begin;
-  for (; column + kPair <= row_end; column += kPair) {
-    quantized_group<kDtype, kPair>(arguments, activations, weight + column * weight_row_bytes,
-                                   weight_row_bytes, column);
-  }
-  if (column < row_end) {
-    quantized_group<kDtype, 1>(arguments, activations, weight + column * weight_row_bytes,
-                               weight_row_bytes, column);
+  Prefetch::warm_up(weight + row_begin * weight_row_bytes, kGroupRows * weight_row_bytes,
+                    (row_end - row_begin) * weight_row_bytes);
+  const int64_t pass_rows = rows_per_pass(arguments.input_features * 3);
+  for (int64_t first_row = 0; first_row < arguments.num_rows; first_row += pass_rows) {
+    const int64_t end_row = std::min(arguments.num_rows, first_row + pass_rows);
+    int64_t column = row_begin;
+    for (; column + kPair <= row_end; column += kPair) {
+      quantized_group<kDtype, kPair>(arguments, activations, weight + column * weight_row_bytes,
+                                     weight_row_bytes, column, first_row, end_row);
+    }
+    if (column < row_end) {
+      quantized_group<kDtype, 1>(arguments, activations, weight + column * weight_row_bytes,
+                                 weight_row_bytes, column, first_row, end_row);
+    }
   }
 }
 

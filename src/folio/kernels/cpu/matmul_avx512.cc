@@ -54,12 +54,13 @@ FOLIO_AVX512 inline __m512 load_widened(const std::byte* row, int64_t k) {
 template <DType kDtype, int kGroup, int kTileRows>
 FOLIO_AVX512 void float_tile(const std::byte* weight, int64_t weight_stride, const float* input,
                              int64_t input_features, const float* bias, float* output,
-                             int64_t output_stride) {
+                             int64_t output_stride, Prefetch prefetch) {
   __m512 sums[kGroup][kTileRows];
   for (int g = 0; g < kGroup; ++g) {
     for (int t = 0; t < kTileRows; ++t) sums[g][t] = _mm512_setzero_ps();
   }
   for (int64_t k = 0; k < input_features; k += 16) {
+    prefetch.step();
     __m512 weights[kGroup];
     for (int g = 0; g < kGroup; ++g)
       weights[g] = load_widened<kDtype>(weight + g * weight_stride, k);
@@ -79,39 +80,47 @@ FOLIO_AVX512 void float_tile(const std::byte* weight, int64_t weight_stride, con
 // All rows of x against kGroup weight rows starting at output column `column`.
 template <DType kDtype, int kGroup>
 FOLIO_AVX512 void float_group(const MatmulArguments& arguments, const std::byte* weight,
-                              int64_t weight_stride, int64_t column) {
+                              int64_t weight_stride, int64_t column, int64_t first_row,
+                              int64_t end_row) {
   const int64_t input_features = arguments.input_features;
   const int64_t output_features = arguments.output_features;
   const float* bias = arguments.bias != nullptr ? arguments.bias + column : nullptr;
-  int64_t row = 0;
-  for (; row + kTile <= arguments.num_rows; row += kTile) {
+  // Only the first tile of x prefetches: the others find the group in cache. f32 weights
+  // (and f16 / bf16 groups already widened into the scratch) rely on the hardware prefetcher.
+  Prefetch prefetch;
+  if constexpr (kDtype != DType::kF32)
+    prefetch = Prefetch(weight, kGroup * weight_stride, input_features / 16);
+  int64_t row = first_row;
+  for (; row + kTile <= end_row; row += kTile) {
     float_tile<kDtype, kGroup, kTile>(
         weight, weight_stride, arguments.input + row * input_features, input_features, bias,
-        arguments.output + row * output_features + column, output_features);
+        arguments.output + row * output_features + column, output_features, prefetch);
+    prefetch = {};
   }
   const float* input = arguments.input + row * input_features;
   float* output = arguments.output + row * output_features + column;
-  switch (arguments.num_rows - row) {
+  switch (end_row - row) {
     case 3:
       float_tile<kDtype, kGroup, 3>(weight, weight_stride, input, input_features, bias, output,
-                                    output_features);
+                                    output_features, prefetch);
       break;
     case 2:
       float_tile<kDtype, kGroup, 2>(weight, weight_stride, input, input_features, bias, output,
-                                    output_features);
+                                    output_features, prefetch);
       break;
     case 1:
       float_tile<kDtype, kGroup, 1>(weight, weight_stride, input, input_features, bias, output,
-                                    output_features);
+                                    output_features, prefetch);
       break;
     default:
       break;
   }
 }
 
+// One pass: rows [first_row, end_row) of x against the weight groups of [row_begin, row_end).
 template <DType kDtype>
-FOLIO_AVX512 void float_rows(const MatmulArguments& arguments, int64_t row_begin, int64_t row_end,
-                             float* group_scratch) {
+FOLIO_AVX512 void float_pass(const MatmulArguments& arguments, int64_t row_begin, int64_t row_end,
+                             int64_t first_row, int64_t end_row, float* group_scratch) {
   const int64_t input_features = arguments.input_features;
   const int64_t weight_row_bytes = row_bytes(kDtype, input_features);
   const auto* weight = static_cast<const std::byte*>(arguments.weight);
@@ -119,32 +128,50 @@ FOLIO_AVX512 void float_rows(const MatmulArguments& arguments, int64_t row_begin
   for (int64_t column = row_begin; column < row_end; column += kGroupRows) {
     const int64_t group_rows = std::min(kGroupRows, row_end - column);
     const std::byte* group = weight + column * weight_row_bytes;
+    const std::byte* rows = group;
+    int64_t stride = weight_row_bytes;
     if (convert_groups) {
-      // Widen once per group instead of once per tile of x: the same f32 values either way.
+      // Widen once per group and pass instead of once per tile of x: the same f32 values.
       for (int64_t g = 0; g < group_rows; ++g) {
         for (int64_t k = 0; k < input_features; k += 16) {
           _mm512_storeu_ps(group_scratch + g * input_features + k,
                            load_widened<kDtype>(group + g * weight_row_bytes, k));
         }
       }
-      const auto* widened = reinterpret_cast<const std::byte*>(group_scratch);
-      const int64_t widened_stride = input_features * static_cast<int64_t>(sizeof(float));
-      if (group_rows == kGroupRows) {
-        float_group<DType::kF32, kGroupRows>(arguments, widened, widened_stride, column);
-      } else {
-        for (int64_t g = 0; g < group_rows; ++g) {
-          float_group<DType::kF32, 1>(arguments, widened + g * widened_stride, widened_stride,
-                                      column + g);
-        }
+      rows = reinterpret_cast<const std::byte*>(group_scratch);
+      stride = input_features * static_cast<int64_t>(sizeof(float));
+    }
+    if (convert_groups && group_rows == kGroupRows) {
+      float_group<DType::kF32, kGroupRows>(arguments, rows, stride, column, first_row, end_row);
+    } else if (convert_groups) {
+      for (int64_t g = 0; g < group_rows; ++g) {
+        float_group<DType::kF32, 1>(arguments, rows + g * stride, stride, column + g, first_row,
+                                    end_row);
       }
     } else if (group_rows == kGroupRows) {
-      float_group<kDtype, kGroupRows>(arguments, group, weight_row_bytes, column);
+      float_group<kDtype, kGroupRows>(arguments, rows, stride, column, first_row, end_row);
     } else {
       for (int64_t g = 0; g < group_rows; ++g) {
-        float_group<kDtype, 1>(arguments, group + g * weight_row_bytes, weight_row_bytes,
-                               column + g);
+        float_group<kDtype, 1>(arguments, rows + g * stride, stride, column + g, first_row,
+                               end_row);
       }
     }
+  }
+}
+
+template <DType kDtype>
+FOLIO_AVX512 void float_rows(const MatmulArguments& arguments, int64_t row_begin, int64_t row_end,
+                             float* group_scratch) {
+  const int64_t weight_row_bytes = row_bytes(kDtype, arguments.input_features);
+  if constexpr (kDtype != DType::kF32) {
+    Prefetch::warm_up(
+        static_cast<const std::byte*>(arguments.weight) + row_begin * weight_row_bytes,
+        kGroupRows * weight_row_bytes, (row_end - row_begin) * weight_row_bytes);
+  }
+  const int64_t pass_rows = rows_per_pass(arguments.input_features * 4);
+  for (int64_t first_row = 0; first_row < arguments.num_rows; first_row += pass_rows) {
+    const int64_t end_row = std::min(arguments.num_rows, first_row + pass_rows);
+    float_pass<kDtype>(arguments, row_begin, row_end, first_row, end_row, group_scratch);
   }
 }
 
@@ -240,7 +267,7 @@ template <DType kDtype, int kGroup, int kTileRows>
 FOLIO_AVX512 void quantized_tile(const std::byte* weight, int64_t weight_stride,
                                  const QuantizedActivations& activations, int64_t first_row,
                                  int64_t input_features, const float* bias, float* output,
-                                 int64_t output_stride) {
+                                 int64_t output_stride, Prefetch prefetch) {
   const int64_t num_blocks = input_features / kBlock;
   const int8_t* values = activations.values + first_row * input_features;
   const int32_t* corrections = activations.corrections + first_row * (input_features / 4);
@@ -251,6 +278,7 @@ FOLIO_AVX512 void quantized_tile(const std::byte* weight, int64_t weight_stride,
   }
   int64_t block = 0;
   for (; block + 2 <= num_blocks; block += 2) {
+    prefetch.step();
     quantized_step<kDtype, kGroup, kTileRows, true>(weight, weight_stride, values, corrections,
                                                     lane_scales, input_features, block, sums);
   }
@@ -269,29 +297,33 @@ FOLIO_AVX512 void quantized_tile(const std::byte* weight, int64_t weight_stride,
 template <DType kDtype, int kGroup>
 FOLIO_AVX512 void quantized_group(const MatmulArguments& arguments,
                                   const QuantizedActivations& activations, const std::byte* weight,
-                                  int64_t weight_stride, int64_t column) {
+                                  int64_t weight_stride, int64_t column, int64_t first_row,
+                                  int64_t end_row) {
   const int64_t input_features = arguments.input_features;
   const int64_t output_features = arguments.output_features;
   const float* bias = arguments.bias != nullptr ? arguments.bias + column : nullptr;
-  int64_t row = 0;
-  for (; row + kTile <= arguments.num_rows; row += kTile) {
+  // Only the first tile of x prefetches: the others find the group in cache.
+  Prefetch prefetch(weight, kGroup * weight_stride, (input_features + 63) / 64);
+  int64_t row = first_row;
+  for (; row + kTile <= end_row; row += kTile) {
     quantized_tile<kDtype, kGroup, kTile>(weight, weight_stride, activations, row, input_features,
                                           bias, arguments.output + row * output_features + column,
-                                          output_features);
+                                          output_features, prefetch);
+    prefetch = {};
   }
   float* output = arguments.output + row * output_features + column;
-  switch (arguments.num_rows - row) {
+  switch (end_row - row) {
     case 3:
       quantized_tile<kDtype, kGroup, 3>(weight, weight_stride, activations, row, input_features,
-                                        bias, output, output_features);
+                                        bias, output, output_features, prefetch);
       break;
     case 2:
       quantized_tile<kDtype, kGroup, 2>(weight, weight_stride, activations, row, input_features,
-                                        bias, output, output_features);
+                                        bias, output, output_features, prefetch);
       break;
     case 1:
       quantized_tile<kDtype, kGroup, 1>(weight, weight_stride, activations, row, input_features,
-                                        bias, output, output_features);
+                                        bias, output, output_features, prefetch);
       break;
     default:
       break;
@@ -304,18 +336,72 @@ FOLIO_AVX512 void quantized_rows(const MatmulArguments& arguments,
                                  int64_t row_end) {
   const int64_t weight_row_bytes = row_bytes(kDtype, arguments.input_features);
   const auto* weight = static_cast<const std::byte*>(arguments.weight);
-  for (int64_t column = row_begin; column < row_end; column += kGroupRows) {
-    const int64_t group_rows = std::min(kGroupRows, row_end - column);
-    const std::byte* group = weight + column * weight_row_bytes;
-    if (group_rows == kGroupRows) {
-      quantized_group<kDtype, kGroupRows>(arguments, activations, group, weight_row_bytes, column);
-    } else {
-      for (int64_t g = 0; g < group_rows; ++g) {
-        quantized_group<kDtype, 1>(arguments, activations, group + g * weight_row_bytes,
-                                   weight_row_bytes, column + g);
+  Prefetch::warm_up(weight + row_begin * weight_row_bytes, kGroupRows * weight_row_bytes,
+                    (row_end - row_begin) * weight_row_bytes);
+  // x takes 3 bytes per value: int8 value, and per 4 values an i32 correction and f32 scale.
+  const int64_t pass_rows = rows_per_pass(arguments.input_features * 3);
+  for (int64_t first_row = 0; first_row < arguments.num_rows; first_row += pass_rows) {
+    const int64_t end_row = std::min(arguments.num_rows, first_row + pass_rows);
+    for (int64_t column = row_begin; column < row_end; column += kGroupRows) {
+      const int64_t group_rows = std::min(kGroupRows, row_end - column);
+      const std::byte* group = weight + column * weight_row_bytes;
+      if (group_rows == kGroupRows) {
+        quantized_group<kDtype, kGroupRows>(arguments, activations, group, weight_row_bytes, column,
+                                            first_row, end_row);
+      } else {
+        for (int64_t g = 0; g < group_rows; ++g) {
+          quantized_group<kDtype, 1>(arguments, activations, group + g * weight_row_bytes,
+                                     weight_row_bytes, column + g, first_row, end_row);
+        }
       }
     }
   }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Quantizing x
+
+// roundf (half away from zero) of values known to be integral-range floats: truncate, then
+// step away from zero where the dropped fraction is at least one half. Exact, unlike adding
+// 0.5 (which rounds 0.49999997 up).
+FOLIO_AVX512 inline __m512 round_half_away(__m512 value) {
+  const __m512 truncated = _mm512_roundscale_ps(value, _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC);
+  const __m512 fraction = _mm512_sub_ps(value, truncated);
+  const __m512 half = _mm512_set1_ps(0.5f);
+  const __mmask16 up = _mm512_cmp_ps_mask(fraction, half, _CMP_GE_OQ);
+  const __mmask16 down =
+      _mm512_cmp_ps_mask(fraction, _mm512_sub_ps(_mm512_setzero_ps(), half), _CMP_LE_OQ);
+  const __m512 rounded_up = _mm512_mask_add_ps(truncated, up, truncated, _mm512_set1_ps(1.0f));
+  return _mm512_mask_sub_ps(rounded_up, down, truncated, _mm512_set1_ps(1.0f));
+}
+
+// One block, the same bytes as quantize_activation_block (which takes blocks holding inf or
+// NaN, and is the reference this is tested against).
+FOLIO_AVX512 void quantize_block(const float* input, int8_t* values, int32_t* corrections,
+                                 float* lane_scales, int32_t offset) {
+  const __m512 low = _mm512_loadu_ps(input);
+  const __m512 high = _mm512_loadu_ps(input + 16);
+  const __m512 magnitude = _mm512_max_ps(_mm512_abs_ps(low), _mm512_abs_ps(high));
+  const __m512 infinity = _mm512_set1_ps(__builtin_inff());
+  if (_mm512_cmp_ps_mask(_mm512_abs_ps(low), infinity, _CMP_LT_OQ) != 0xffff ||
+      _mm512_cmp_ps_mask(_mm512_abs_ps(high), infinity, _CMP_LT_OQ) != 0xffff) {
+    quantize_activation_block(input, values, corrections, lane_scales, offset);
+    return;
+  }
+  const float scale = _mm512_reduce_max_ps(magnitude) / 127.0f;
+  float inverse = scale != 0.0f ? 1.0f / scale : 0.0f;
+  if (!(inverse < __builtin_inff())) inverse = 0.0f;
+  const __m512 inverse_vector = _mm512_set1_ps(inverse);
+  const __m512i low_q = _mm512_cvtps_epi32(round_half_away(_mm512_mul_ps(low, inverse_vector)));
+  const __m512i high_q = _mm512_cvtps_epi32(round_half_away(_mm512_mul_ps(high, inverse_vector)));
+  const __m256i bytes = _mm256_inserti128_si256(_mm256_castsi128_si256(_mm512_cvtepi32_epi8(low_q)),
+                                                _mm512_cvtepi32_epi8(high_q), 1);
+  _mm256_storeu_si256(reinterpret_cast<__m256i*>(values), bytes);
+  // Sum of each lane's 4 bytes: a VNNI dot product with ones.
+  const __m256i sums = _mm256_dpbusd_epi32(_mm256_setzero_si256(), _mm256_set1_epi8(1), bytes);
+  _mm256_storeu_si256(reinterpret_cast<__m256i*>(corrections),
+                      _mm256_mullo_epi32(sums, _mm256_set1_epi32(-offset)));
+  _mm256_storeu_ps(lane_scales, _mm256_set1_ps(scale));
 }
 
 }  // namespace
@@ -336,6 +422,22 @@ void float_rows_avx512(const MatmulArguments& arguments, int64_t row_begin, int6
       break;
   }
   FOLIO_UNREACHABLE("float_rows_avx512 on {}", dtype_name(arguments.weight_dtype));
+}
+
+void quantize_activation_rows_avx512(const MatmulArguments& arguments, std::byte* workspace,
+                                     int64_t row_begin, int64_t row_end) {
+  const int64_t input_features = arguments.input_features;
+  const QuantizedActivationsLayout layout =
+      quantized_activations_layout(arguments.num_rows, input_features);
+  auto* values = reinterpret_cast<int8_t*>(workspace + layout.values_offset);
+  auto* corrections = reinterpret_cast<int32_t*>(workspace + layout.corrections_offset);
+  auto* lane_scales = reinterpret_cast<float*>(workspace + layout.lane_scales_offset);
+  const int32_t offset = arguments.weight_dtype == DType::kQ8_0 ? 128 : 8;
+  for (int64_t element = row_begin * input_features; element < row_end * input_features;
+       element += kBlock) {
+    quantize_block(arguments.input + element, values + element, corrections + element / 4,
+                   lane_scales + element / 4, offset);
+  }
 }
 
 void quantized_rows_avx512(const MatmulArguments& arguments,

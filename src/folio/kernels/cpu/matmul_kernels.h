@@ -8,6 +8,7 @@
 // tile it falls in: this is what makes results independent of the thread count and of the batch.
 #pragma once
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 
@@ -24,6 +25,59 @@ inline constexpr int64_t kWorkspaceAlignment = 64;
 constexpr int64_t align_up(int64_t bytes) {
   return (bytes + kWorkspaceAlignment - 1) / kWorkspaceAlignment * kWorkspaceAlignment;
 }
+
+// Rows of x per pass over a task's weight groups. A group is multiplied by every row of x, so
+// the rows of one pass are re-read once per group: they must stay in L2 (2 MiB per core on the
+// machines measured; a pass uses at most kPassBytes). Without passes, prefill of 256 rows with
+// K = 2048 ran at 40% of the speed of 128 rows. A multiple of 4, the largest tile of x.
+inline constexpr int64_t kPassBytes = 768 * 1024;
+constexpr int64_t rows_per_pass(int64_t bytes_per_row) {
+  return std::max<int64_t>(4, kPassBytes / bytes_per_row / 4 * 4);
+}
+
+// Software prefetch of the weights a tile will need next, into L2, a few cache lines per step
+// of the tile's K loop. Without it, f16 and q8_0 decode reach only 50-75% of the read bandwidth
+// (measured: docs/design/kernels.md): their dot products retire fewer bytes per instruction
+// than f32, so the out-of-order window covers too few cache misses and the hardware prefetchers
+// alone do not make up for it. f32 weights do not use it: there it costs ~8%.
+class Prefetch {
+ public:
+  // Distance ahead of the current group: two groups, at least 4 KiB (latency x bandwidth of one
+  // core is ~1.5 KiB; more hides DRAM page misses too).
+  static constexpr int64_t kMinimumDistance = 4096;
+
+  Prefetch() = default;
+  // Prefetches the `group_bytes` bytes that start 2 * group_bytes (at least kMinimumDistance)
+  // after `group`, spread over `steps` calls of step(). Weights are contiguous rows, so these
+  // are the groups this task (or the next one) reads next; a prefetch past the end of the
+  // matrix is harmless (prefetches never fault).
+  Prefetch(const std::byte* group, int64_t group_bytes, int64_t steps)
+      : next_(group + std::max(2 * group_bytes, kMinimumDistance)),
+        end_(next_ + group_bytes),
+        lines_per_step_((group_bytes / kLineBytes + steps) / std::max<int64_t>(steps, 1)) {}
+
+  // Prefetches the first kMinimumDistance-or-two-groups bytes at `first_group` at once: what
+  // the group before it would have prefetched, had this range not started a task.
+  static void warm_up(const std::byte* first_group, int64_t group_bytes, int64_t range_bytes) {
+    const int64_t bytes = std::min(range_bytes, std::max(2 * group_bytes, kMinimumDistance));
+    for (int64_t offset = 0; offset < bytes; offset += kLineBytes) {
+      __builtin_prefetch(first_group + offset, /*read*/ 0, /*locality: L2*/ 2);
+    }
+  }
+
+  __attribute__((always_inline)) void step() {
+    for (int64_t line = 0; line < lines_per_step_ && next_ < end_; ++line) {
+      __builtin_prefetch(next_, /*read*/ 0, /*locality: L2*/ 2);
+      next_ += kLineBytes;
+    }
+  }
+
+ private:
+  static constexpr int64_t kLineBytes = 64;
+  const std::byte* next_ = nullptr;
+  const std::byte* end_ = nullptr;
+  int64_t lines_per_step_ = 0;
+};
 
 // x quantized per 32-value block: q = round(x / d), d = amax / 127 (kept in f32). Two derived
 // arrays serve the SIMD kernels, per group of 4 consecutive values (one 32-bit lane of an
@@ -58,10 +112,20 @@ constexpr QuantizedActivationsLayout quantized_activations_layout(int64_t num_ro
   return layout;
 }
 
-// Quantizes rows [row_begin, row_end) of arguments.input into `output` (whose arrays hold all
-// num_rows rows). Portable code: the same bytes on every instruction set.
-void quantize_activation_rows(const MatmulArguments& arguments, std::byte* workspace,
-                              int64_t row_begin, int64_t row_end);
+// Quantizes one 32-value block of x: values, its 8 lane corrections (offset c) and lane scales.
+// A block holding inf or NaN gets a NaN scale and zero values, so the non-finite value reaches
+// the output as NaN instead of vanishing into an int8.
+void quantize_activation_block(const float* input, int8_t* values, int32_t* corrections,
+                               float* lane_scales, int32_t offset);
+
+// Quantizes rows [row_begin, row_end) of arguments.input into the QuantizedActivations arrays
+// laid out in `workspace` (quantized_activations_layout for all num_rows rows). Every
+// instruction set writes the same bytes: d = amax / 127 and 1 / d in f32, q = roundf(x / d)
+// (half away from zero) is exact arithmetic on each.
+void quantize_activation_rows_portable(const MatmulArguments& arguments, std::byte* workspace,
+                                       int64_t row_begin, int64_t row_end);
+void quantize_activation_rows_avx512(const MatmulArguments& arguments, std::byte* workspace,
+                                     int64_t row_begin, int64_t row_end);
 
 // f32 / f16 / bf16 weights. `group_scratch` holds kGroupRows * K floats (f16 / bf16 groups are
 // widened into it when num_rows >= kConvertedGroupMinRows) or is unused for f32.

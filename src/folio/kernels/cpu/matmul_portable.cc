@@ -15,8 +15,8 @@ namespace {
 constexpr int64_t kBlock = kQuantBlockElements;
 constexpr int64_t kLanesPerBlock = kBlock / 4;
 
-// Quantizes one 32-value block. A block holding inf or NaN gets a NaN scale and zero values,
-// so the non-finite value reaches the output as NaN instead of vanishing into an int8.
+}  // namespace
+
 void quantize_activation_block(const float* input, int8_t* values, int32_t* corrections,
                                float* lane_scales, int32_t offset) {
   float max_magnitude = 0.0f;
@@ -43,10 +43,8 @@ void quantize_activation_block(const float* input, int8_t* values, int32_t* corr
   }
 }
 
-}  // namespace
-
-void quantize_activation_rows(const MatmulArguments& arguments, std::byte* workspace,
-                              int64_t row_begin, int64_t row_end) {
+void quantize_activation_rows_portable(const MatmulArguments& arguments, std::byte* workspace,
+                                       int64_t row_begin, int64_t row_end) {
   const int64_t input_features = arguments.input_features;
   const QuantizedActivationsLayout layout =
       quantized_activations_layout(arguments.num_rows, input_features);

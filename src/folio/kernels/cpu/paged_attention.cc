@@ -6,6 +6,7 @@
 #include <limits>
 
 #include "folio/base/check.h"
+#include "folio/kernels/cpu/vector_launch.h"
 #include "folio/kernels/cpu/vector_ops.h"
 
 namespace folio::kernels::cpu {
@@ -13,8 +14,13 @@ namespace {
 
 constexpr int64_t kWorkspaceAlignment = 64;
 
+// Query heads of one kv group processed in one pass over the K/V rows (8 covers every Llama,
+// Mistral and Qwen2 ratio; larger groups take several passes).
+constexpr int32_t kMaxHeadsPerPass = 8;
+
 int64_t workspace_bytes_per_thread(const PagedKvLayout& cache) {
-  const int64_t bytes = int64_t{cache.block_size} * static_cast<int64_t>(sizeof(float));
+  const int64_t bytes =
+      int64_t{kMaxHeadsPerPass} * cache.block_size * static_cast<int64_t>(sizeof(float));
   return (bytes + kWorkspaceAlignment - 1) / kWorkspaceAlignment * kWorkspaceAlignment;
 }
 
@@ -35,37 +41,51 @@ int32_t find_sequence(const int32_t* query_start, int32_t num_sequences, int64_t
   return low;
 }
 
-// scores[0, count) = scale * q . k for `count` consecutive key rows of one kv head.
+// A run of query heads of one token that share a kv head: heads [first_head, first_head +
+// num_heads), whose queries and outputs are consecutive rows of head_dim values.
+struct HeadRun {
+  const float* queries;  // f32 [num_heads, head_dim]
+  float* outputs;        // f32 [num_heads, head_dim]
+  int32_t num_heads;
+  int32_t kv_head;
+};
+
+// scores[h * block_size + t] = scale * q_h . k_t for `count` consecutive key rows.
 void block_scores(const VectorOps& ops, const PagedKvLayout& cache, const std::byte* keys,
-                  const float* query, int64_t count, float scale, float* scores) {
+                  const HeadRun& run, int64_t count, float scale, float* scores) {
   if (cache.dtype == DType::kF16) {
-    ops.key_scores_f16(scores, query, reinterpret_cast<const uint16_t*>(keys), cache.token_stride(),
-                       count, cache.head_dim, scale);
+    ops.key_scores_f16(scores, cache.block_size, run.queries, cache.head_dim, run.num_heads,
+                       reinterpret_cast<const uint16_t*>(keys), cache.token_stride(), count,
+                       cache.head_dim, scale);
   } else {
-    ops.key_scores_f32(scores, query, reinterpret_cast<const float*>(keys), cache.token_stride(),
-                       count, cache.head_dim, scale);
+    ops.key_scores_f32(scores, cache.block_size, run.queries, cache.head_dim, run.num_heads,
+                       reinterpret_cast<const float*>(keys), cache.token_stride(), count,
+                       cache.head_dim, scale);
   }
 }
 
+// outputs[h] += sum_t weights[h * block_size + t] * v_t.
 void block_accumulate(const VectorOps& ops, const PagedKvLayout& cache, const std::byte* values,
-                      const float* weights, int64_t count, float* output) {
+                      const HeadRun& run, int64_t count, const float* weights) {
   if (cache.dtype == DType::kF16) {
-    ops.accumulate_values_f16(output, weights, reinterpret_cast<const uint16_t*>(values),
-                              cache.token_stride(), count, cache.head_dim);
+    ops.accumulate_values_f16(run.outputs, cache.head_dim, weights, cache.block_size, run.num_heads,
+                              reinterpret_cast<const uint16_t*>(values), cache.token_stride(),
+                              count, cache.head_dim);
   } else {
-    ops.accumulate_values_f32(output, weights, reinterpret_cast<const float*>(values),
-                              cache.token_stride(), count, cache.head_dim);
+    ops.accumulate_values_f32(run.outputs, cache.head_dim, weights, cache.block_size, run.num_heads,
+                              reinterpret_cast<const float*>(values), cache.token_stride(), count,
+                              cache.head_dim);
   }
 }
 
-// One (token, head) item: output = softmax(scale * q K^T) V over the token's visible keys.
-void attend(const PagedAttentionArguments& arguments, const VectorOps& ops, float scale,
-            int64_t token, int32_t head, int32_t sequence, float* scores) {
-  const PagedKvLayout& cache = arguments.cache;
-  const int64_t block_size = cache.block_size;
-  float* output = arguments.output + (token * arguments.num_heads + head) * cache.head_dim;
-  std::fill(output, output + cache.head_dim, 0.0f);
+// The visible key positions [begin, end) of a query token.
+struct KeyRange {
+  int64_t begin;
+  int64_t end;
+};
 
+KeyRange visible_keys(const PagedAttentionArguments& arguments, int64_t token, int32_t sequence) {
+  const int64_t block_size = arguments.cache.block_size;
   const int64_t position = arguments.positions[token];
   const int64_t context_length = arguments.context_lengths[sequence];
   FOLIO_CHECK(context_length >= 0 &&
@@ -73,57 +93,62 @@ void attend(const PagedAttentionArguments& arguments, const VectorOps& ops, floa
               "paged_attention: sequence {} has context length {}, its block table holds {} "
               "blocks of {}",
               sequence, context_length, arguments.max_blocks_per_sequence, block_size);
-  const int64_t key_end = std::min(position + 1, context_length);
-  const int64_t key_begin = arguments.sliding_window > 0
-                                ? std::max<int64_t>(0, position + 1 - arguments.sliding_window)
-                                : 0;
-  if (key_end <= key_begin) return;  // nothing visible (inconsistent metadata): zero output
+  const int64_t begin = arguments.sliding_window > 0
+                            ? std::max<int64_t>(0, position + 1 - arguments.sliding_window)
+                            : 0;
+  return {begin, std::min(position + 1, context_length)};
+}
 
-  const int32_t kv_head = head / (arguments.num_heads / cache.num_kv_heads);
-  const int64_t head_offset = int64_t{kv_head} * cache.head_dim * cache.element_bytes();
-  const float* query =
-      arguments.query + token * arguments.query_row_stride + int64_t{head} * cache.head_dim;
-  const int32_t* block_table =
-      arguments.block_tables + int64_t{sequence} * arguments.max_blocks_per_sequence;
+// Online softmax over the visible keys, block by block, for every head of `run`. Each head's
+// arithmetic is the same whatever run it is part of (VectorOps' tiles are per-element chains),
+// so outputs do not depend on how items were split between threads.
+void attend(const PagedAttentionArguments& arguments, const VectorOps& ops, float scale,
+            const HeadRun& run, KeyRange keys, const int32_t* block_table, float* scores) {
+  const PagedKvLayout& cache = arguments.cache;
+  const int64_t block_size = cache.block_size;
+  const int64_t head_dim = cache.head_dim;
+  std::fill(run.outputs, run.outputs + run.num_heads * head_dim, 0.0f);
+  if (keys.end <= keys.begin) return;  // nothing visible (inconsistent metadata): zero output
 
-  float running_max = -std::numeric_limits<float>::infinity();
-  float running_sum = 0.0f;
-  for (int64_t logical = key_begin / block_size; logical * block_size < key_end; ++logical) {
-    const int64_t first = std::max(key_begin, logical * block_size);
-    const int64_t count = std::min(key_end, (logical + 1) * block_size) - first;
+  const int64_t head_offset = int64_t{run.kv_head} * head_dim * cache.element_bytes();
+  float running_max[kMaxHeadsPerPass];
+  float running_sum[kMaxHeadsPerPass];
+  std::fill(running_max, running_max + run.num_heads, -std::numeric_limits<float>::infinity());
+  std::fill(running_sum, running_sum + run.num_heads, 0.0f);
+  for (int64_t logical = keys.begin / block_size; logical * block_size < keys.end; ++logical) {
+    const int64_t first = std::max(keys.begin, logical * block_size);
+    const int64_t count = std::min(keys.end, (logical + 1) * block_size) - first;
     const int64_t physical = block_table[logical];
-    FOLIO_DCHECK(physical >= 0, "sequence {} block {} maps to {}", sequence, logical, physical);
+    FOLIO_DCHECK(physical >= 0, "logical block {} maps to {}", logical, physical);
     const int64_t slot = physical * block_size + (first - logical * block_size);
-    block_scores(ops, cache, cache.key_pointer(arguments.layer, slot) + head_offset, query, count,
+    block_scores(ops, cache, cache.key_pointer(arguments.layer, slot) + head_offset, run, count,
                  scale, scores);
-    const float block_max = ops.maximum(scores, count);
-    if (block_max > running_max) {
-      if (running_max != -std::numeric_limits<float>::infinity()) {
-        const float correction = std::exp(running_max - block_max);
-        running_sum *= correction;
-        ops.scale(output, correction, cache.head_dim);
+    for (int32_t h = 0; h < run.num_heads; ++h) {
+      float* head_scores = scores + h * block_size;
+      const float block_max = ops.maximum(head_scores, count);
+      if (block_max > running_max[h]) {
+        if (running_max[h] != -std::numeric_limits<float>::infinity()) {
+          const float correction = std::exp(running_max[h] - block_max);
+          running_sum[h] *= correction;
+          ops.scale(run.outputs + h * head_dim, correction, head_dim);
+        }
+        running_max[h] = block_max;
       }
-      running_max = block_max;
+      running_sum[h] += ops.exp_shifted_sum(head_scores, head_scores, 1.0f, running_max[h], count);
     }
-    running_sum += ops.exp_shifted_sum(scores, scores, 1.0f, running_max, count);
-    block_accumulate(ops, cache, cache.value_pointer(arguments.layer, slot) + head_offset, scores,
-                     count, output);
+    block_accumulate(ops, cache, cache.value_pointer(arguments.layer, slot) + head_offset, run,
+                     count, scores);
   }
-  ops.scale(output, 1.0f / running_sum, cache.head_dim);
+  for (int32_t h = 0; h < run.num_heads; ++h) {
+    ops.scale(run.outputs + h * head_dim, 1.0f / running_sum[h], head_dim);
+  }
 }
 
-}  // namespace
-
-int64_t paged_attention_workspace_bytes(const PagedKvLayout& cache, int num_threads) {
-  return workspace_bytes_per_thread(cache) * num_threads;
-}
-
-void paged_attention_body(const PagedAttentionArguments& arguments, int64_t begin, int64_t end,
-                          int thread_index) {
+void paged_attention_items(const PagedAttentionArguments& arguments, const VectorOps& ops,
+                           int64_t begin, int64_t end, int thread_index) {
   FOLIO_CHECK(thread_index < arguments.workspace_threads,
               "paged_attention: thread {} but the workspace is sized for {} threads", thread_index,
               arguments.workspace_threads);
-  const VectorOps& ops = vector_ops();
   const int32_t num_sequences = *arguments.num_sequences;
   FOLIO_CHECK(num_sequences >= 0 && num_sequences <= arguments.max_sequences,
               "paged_attention: {} sequences, room for {}", num_sequences, arguments.max_sequences);
@@ -137,22 +162,45 @@ void paged_attention_body(const PagedAttentionArguments& arguments, int64_t begi
   auto* scores = reinterpret_cast<float*>(
       arguments.workspace + thread_index * workspace_bytes_per_thread(arguments.cache));
 
+  const int32_t group_size = arguments.num_heads / arguments.cache.num_kv_heads;
   int64_t previous_token = -1;
   int32_t sequence = 0;
-  for (int64_t item = begin; item < end; ++item) {
+  for (int64_t item = begin; item < end;) {
     const int64_t token = item / arguments.num_heads;
     const auto head = static_cast<int32_t>(item % arguments.num_heads);
+    // The heads from here to the end of this kv group, the pass size or the range.
+    const auto num_heads = static_cast<int32_t>(
+        std::min<int64_t>({group_size - head % group_size, kMaxHeadsPerPass, end - item}));
+    const HeadRun run{
+        .queries = arguments.query + token * arguments.query_row_stride + head * head_dim,
+        .outputs = arguments.output + item * head_dim,
+        .num_heads = num_heads,
+        .kv_head = head / group_size};
+    item += num_heads;
     if (token >= num_real_tokens) {  // padding
-      float* output = arguments.output + item * head_dim;
-      std::fill(output, output + head_dim, 0.0f);
+      std::fill(run.outputs, run.outputs + num_heads * head_dim, 0.0f);
       continue;
     }
     if (token != previous_token) {
       sequence = find_sequence(arguments.query_start, num_sequences, token);
       previous_token = token;
     }
-    attend(arguments, ops, scale, token, head, sequence, scores);
+    const int32_t* block_table =
+        arguments.block_tables + int64_t{sequence} * arguments.max_blocks_per_sequence;
+    attend(arguments, ops, scale, run, visible_keys(arguments, token, sequence), block_table,
+           scores);
   }
+}
+
+}  // namespace
+
+int64_t paged_attention_workspace_bytes(const PagedKvLayout& cache, int num_threads) {
+  return workspace_bytes_per_thread(cache) * num_threads;
+}
+
+void paged_attention_body(const PagedAttentionArguments& arguments, int64_t begin, int64_t end,
+                          int thread_index) {
+  paged_attention_items(arguments, vector_ops(), begin, end, thread_index);
 }
 
 void paged_attention(device::HostStream& stream, const PagedAttentionArguments& arguments) {
@@ -174,7 +222,7 @@ void paged_attention(device::HostStream& stream, const PagedAttentionArguments& 
       arguments.workspace != nullptr && arguments.workspace_threads >= stream.pool().num_threads(),
       "paged_attention: workspace for {} threads, the stream's pool has {}",
       arguments.workspace_threads, stream.pool().num_threads());
-  stream.launch(device::HostKernel::make<PagedAttentionArguments, &paged_attention_body>(
+  stream.launch(make_vector_kernel<PagedAttentionArguments, &paged_attention_items>(
       "paged_attention", arguments, int64_t{arguments.num_tokens} * arguments.num_heads, 1));
 }
 

@@ -14,17 +14,19 @@
 //
 // Work partition: items are (token, head) pairs, token-major, num_tokens * num_heads of them,
 // fixed by the padded step size, so a captured launch stays valid whatever the batch looks like.
-// Each item finds its sequence by binary search in query_start, then walks the sequence's
-// blocks in order with a numerically stable online softmax: per block, scores
+// Each item finds its sequence by binary search in query_start. Consecutive heads of one kv
+// group inside a slice (up to 8) share one pass over the K/V rows. Per head, the sequence's
+// blocks are walked in order with a numerically stable online softmax: per block, scores
 // s_j = scale * q . k_j, a running maximum m, running sum l and output accumulator o rescaled
 // by exp(m_old - m_new) when the maximum grows, o += sum_j exp(s_j - m) v_j; finally o / l.
-// Each item's arithmetic depends only on its own inputs, so the output is bit-identical for
-// any thread count.
+// A head's arithmetic is the same whichever heads share its pass (VectorOps' tiles compute
+// each element as one fixed chain), so the output is bit-identical for any thread count.
 //
 // Everything that changes from step to step (num_sequences, query_start, context_lengths,
 // block_tables, positions, and the query and cache contents) is read through pointers when the
 // kernel runs, so a captured launch replays correctly after the engine rewrites those buffers.
-// Scratch space (one block of scores per thread) comes from the caller's workspace.
+// Scratch space (a block of scores for up to 8 heads, per thread) comes from the caller's
+// workspace.
 #pragma once
 
 #include <cstddef>

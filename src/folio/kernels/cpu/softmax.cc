@@ -4,14 +4,15 @@
 
 #include "folio/base/check.h"
 #include "folio/kernels/cpu/sampling.h"
+#include "folio/kernels/cpu/vector_launch.h"
 #include "folio/kernels/cpu/vector_ops.h"
 #include "folio/kernels/cpu/work_partition.h"
 
 namespace folio::kernels::cpu {
+namespace {
 
-void softmax_body(const SoftmaxArguments& arguments, int64_t begin, int64_t end,
-                  int /*thread_index*/) {
-  const VectorOps& ops = vector_ops();
+void softmax_rows(const SoftmaxArguments& arguments, const VectorOps& ops, int64_t begin,
+                  int64_t end, int /*thread_index*/) {
   const int64_t columns = arguments.num_columns;
   for (int64_t row = begin; row < end; ++row) {
     const float* input = arguments.input + row * columns;
@@ -31,10 +32,16 @@ void softmax_body(const SoftmaxArguments& arguments, int64_t begin, int64_t end,
   }
 }
 
+}  // namespace
+
+void softmax_body(const SoftmaxArguments& arguments, int64_t begin, int64_t end, int thread_index) {
+  softmax_rows(arguments, vector_ops(), begin, end, thread_index);
+}
+
 void softmax(device::HostStream& stream, const SoftmaxArguments& arguments) {
   FOLIO_CHECK(arguments.num_rows >= 0 && arguments.num_columns > 0, "softmax shape [{}, {}]",
               arguments.num_rows, arguments.num_columns);
-  stream.launch(device::HostKernel::make<SoftmaxArguments, &softmax_body>(
+  stream.launch(make_vector_kernel<SoftmaxArguments, &softmax_rows>(
       "softmax", arguments, arguments.num_rows, grain_for(arguments.num_columns)));
 }
 

@@ -2,8 +2,8 @@
 // are built from, in one table per instruction-set path.
 //
 // A path is a set of x86 extensions the loops are compiled for: AVX-512 (avx512f), AVX2 (avx2 +
-// fma + f16c), or portable C++ (one lane, no extension). Each path's loops are compiled in their
-// own translation unit under `#pragma GCC target`, so the rest of the build needs no -m flags
+// fma + f16c), or portable C++ (8-float arrays, no extension). Each path's loops are compiled in
+// their own translation unit under `#pragma GCC target`, so the rest of the build needs no -m flags
 // and one binary runs on any x86-64. At start-up the best path the CPU (and the OS) supports is
 // chosen; tests force each supported path through set_simd_path_for_testing().
 //
@@ -14,7 +14,8 @@
 // and is bit-identical to folio::f32_to_f16.
 //
 // Thread-safety: the table functions are pure. The active path is process-wide: set it only
-// while no kernel is running (tests do it between launches).
+// while no kernel is running (tests do it between launches). Kernel launches record the table
+// active when they are made (vector_launch.h), so a captured graph keeps its path.
 #pragma once
 
 #include <cstdint>
@@ -53,17 +54,30 @@ struct VectorOps {
   // out[i] = exp(x[i] * multiplier - shift); returns the sum of the out[i]. out may equal x.
   float (*exp_shifted_sum)(float* out, const float* x, float multiplier, float shift, int64_t n);
 
-  // scores[t] = scale * dot(query, keys + t * key_stride) for t in [0, num_keys); keys are rows
-  // of head_dim elements, f32 or f16. Each score equals scale * dot(query, key row) exactly.
-  void (*key_scores_f32)(float* scores, const float* query, const float* keys, int64_t key_stride,
-                         int64_t num_keys, int64_t head_dim, float scale);
-  void (*key_scores_f16)(float* scores, const float* query, const uint16_t* keys,
+  // Attention tiles: several query heads against the same key (or value) rows, so a group of
+  // GQA heads reads each K/V row once. Queries are rows of head_dim f32, `query_stride` apart;
+  // keys and values are rows of head_dim elements (f32 or f16 bits), `key_stride` apart.
+  //
+  // scores[h * score_stride + t] = scale * dot(query h, key t), for h < num_queries and
+  // t < num_keys. Each score equals scale * dot(query h, key t) exactly, however the queries
+  // and keys are grouped.
+  void (*key_scores_f32)(float* scores, int64_t score_stride, const float* queries,
+                         int64_t query_stride, int64_t num_queries, const float* keys,
                          int64_t key_stride, int64_t num_keys, int64_t head_dim, float scale);
-  // accumulator[d] += sum over t in order of weights[t] * values[t * value_stride + d].
-  void (*accumulate_values_f32)(float* accumulator, const float* weights, const float* values,
-                                int64_t value_stride, int64_t num_values, int64_t head_dim);
-  void (*accumulate_values_f16)(float* accumulator, const float* weights, const uint16_t* values,
-                                int64_t value_stride, int64_t num_values, int64_t head_dim);
+  void (*key_scores_f16)(float* scores, int64_t score_stride, const float* queries,
+                         int64_t query_stride, int64_t num_queries, const uint16_t* keys,
+                         int64_t key_stride, int64_t num_keys, int64_t head_dim, float scale);
+  // accumulators[h * accumulator_stride + d] += sum over t, in order, of
+  // weights[h * weight_stride + t] * values[t * value_stride + d]; each element is one chain of
+  // fused multiply-adds, so the result does not depend on how queries are grouped.
+  void (*accumulate_values_f32)(float* accumulators, int64_t accumulator_stride,
+                                const float* weights, int64_t weight_stride, int64_t num_queries,
+                                const float* values, int64_t value_stride, int64_t num_values,
+                                int64_t head_dim);
+  void (*accumulate_values_f16)(float* accumulators, int64_t accumulator_stride,
+                                const float* weights, int64_t weight_stride, int64_t num_queries,
+                                const uint16_t* values, int64_t value_stride, int64_t num_values,
+                                int64_t head_dim);
 
   // out[i] = f16(in[i]), round to nearest even.
   void (*f32_to_f16)(uint16_t* out, const float* in, int64_t n);

@@ -2,6 +2,7 @@
 // only inside this file (#pragma GCC target); called only when simd_path_supported(kAvx2).
 #include <immintrin.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
 #include <limits>

@@ -1,6 +1,7 @@
 // The portable path of VectorOps: plain C++ over eight-float arrays, no instruction-set
 // extension. It is the fallback for CPUs without AVX2 and, in tests, a third implementation to
 // compare against.
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>

@@ -1,0 +1,26 @@
+// folio inspect: prints a GGUF file's header, metadata, tensor table and totals.
+#include <cstdio>
+#include <string>
+
+#include "apps/folio/commands.h"
+#include "folio/model/gguf_file.h"
+#include "folio/model/gguf_inspect.h"
+
+namespace folio::app {
+
+void add_inspect_command(CLI::App& app) {
+  auto path = std::make_shared<std::string>();
+  auto summary_only = std::make_shared<bool>(false);
+  CLI::App* command = app.add_subcommand("inspect", "Print a GGUF file's metadata and tensors");
+  command->add_option("file", *path, "GGUF file")->required();
+  command->add_flag("--summary", *summary_only, "Header, metadata and totals only");
+  command->callback([path, summary_only] {
+    Result<model::GgufFile> file = model::GgufFile::open(*path);
+    check_command(file.status());
+    model::InspectOptions options;
+    options.show_tensors = !*summary_only;
+    std::fputs(model::render_gguf_summary(*file, options).c_str(), stdout);
+  });
+}
+
+}  // namespace folio::app

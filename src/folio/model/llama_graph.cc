@@ -1,0 +1,193 @@
+#include "folio/model/llama_graph.h"
+
+#include <cmath>
+#include <string>
+
+#include <fmt/format.h>
+
+#include "folio/ir/builder.h"
+
+namespace folio::model {
+namespace {
+
+using ir::GraphBuilder;
+using ir::TensorId;
+
+struct StepInputs {
+  TensorId token_ids, positions, slot_mapping, logit_indices;
+  ir::AttentionMetadata attention;
+};
+
+Result<StepInputs> declare_inputs(GraphBuilder& builder, const LlamaStepShape& step) {
+  StepInputs inputs;
+  const int64_t tokens = step.num_tokens;
+  const int64_t sequences = step.num_sequences;
+  auto input = [&](std::string_view name, ir::Shape shape) {
+    return builder.input(std::string(name), DType::kI32, std::move(shape));
+  };
+  FOLIO_ASSIGN_OR_RETURN(inputs.token_ids, input(kLlamaInputTokenIds, {tokens}));
+  FOLIO_ASSIGN_OR_RETURN(inputs.positions, input(kLlamaInputPositions, {tokens}));
+  FOLIO_ASSIGN_OR_RETURN(inputs.slot_mapping, input(kLlamaInputSlotMapping, {tokens}));
+  FOLIO_ASSIGN_OR_RETURN(inputs.attention.seq_lens, input(kLlamaInputSeqLens, {sequences}));
+  FOLIO_ASSIGN_OR_RETURN(inputs.attention.query_start_loc,
+                         input(kLlamaInputQueryStart, {sequences + 1}));
+  FOLIO_ASSIGN_OR_RETURN(inputs.attention.block_tables,
+                         input(kLlamaInputBlockTables, {sequences, step.max_blocks_per_sequence}));
+  FOLIO_ASSIGN_OR_RETURN(inputs.logit_indices,
+                         input(kLlamaInputLogitIndices, {step.num_logit_rows}));
+  return inputs;
+}
+
+class LlamaEmitter {
+ public:
+  LlamaEmitter(const LlamaShape& model, const LlamaStepShape& step)
+      : model_(model), step_(step), builder_(step.phase) {}
+
+  Result<ir::Graph> emit() {
+    FOLIO_ASSIGN_OR_RETURN(inputs_, declare_inputs(builder_, step_));
+    FOLIO_ASSIGN_OR_RETURN(TensorId table,
+                           builder_.weight("token_embd.weight", model_.weight_dtype,
+                                           {model_.vocab_size, model_.hidden_size}));
+    FOLIO_ASSIGN_OR_RETURN(TensorId hidden, builder_.embedding(inputs_.token_ids, table, "embed"));
+    for (int64_t layer = 0; layer < model_.num_layers; ++layer) {
+      builder_.set_layer(static_cast<int32_t>(layer));
+      FOLIO_ASSIGN_OR_RETURN(hidden, attention_block(layer, hidden));
+      FOLIO_ASSIGN_OR_RETURN(hidden, feed_forward_block(layer, hidden));
+    }
+    builder_.set_layer(-1);
+    FOLIO_ASSIGN_OR_RETURN(TensorId normed, norm(hidden, "output_norm"));
+    FOLIO_ASSIGN_OR_RETURN(TensorId rows,
+                           builder_.gather_rows(normed, inputs_.logit_indices, "logit_rows"));
+    TensorId head = table;
+    if (!model_.tie_embeddings) {
+      FOLIO_ASSIGN_OR_RETURN(head, builder_.weight("output.weight", model_.weight_dtype,
+                                                   {model_.vocab_size, model_.hidden_size}));
+    }
+    FOLIO_ASSIGN_OR_RETURN(TensorId logits,
+                           builder_.matmul(rows, head, std::string(kLlamaOutputLogits)));
+    FOLIO_RETURN_IF_ERROR(builder_.mark_output(logits));
+    return builder_.finish();
+  }
+
+ private:
+  // RMSNorm with the f32 weight "<name>.weight".
+  Result<TensorId> norm(TensorId x, const std::string& name) {
+    FOLIO_ASSIGN_OR_RETURN(TensorId weight,
+                           builder_.weight(name + ".weight", DType::kF32, {model_.hidden_size}));
+    return builder_.rms_norm(x, weight, model_.rms_norm_epsilon, name);
+  }
+
+  // x [T, in] * "<prefix>.<which>.weight" [out, in]^T, plus the f32 bias when `bias`.
+  Result<TensorId> projection(TensorId x, const std::string& prefix, const char* which,
+                              int64_t out_features, int64_t in_features, bool bias) {
+    FOLIO_ASSIGN_OR_RETURN(TensorId weight,
+                           builder_.weight(fmt::format("{}.{}.weight", prefix, which),
+                                           model_.weight_dtype, {out_features, in_features}));
+    const std::string name = fmt::format("{}.{}", prefix, which);
+    if (!bias) return builder_.matmul(x, weight, name);
+    FOLIO_ASSIGN_OR_RETURN(
+        TensorId bias_tensor,
+        builder_.weight(fmt::format("{}.{}.bias", prefix, which), DType::kF32, {out_features}));
+    return builder_.matmul(x, weight, bias_tensor, name);
+  }
+
+  Result<TensorId> attention_block(int64_t layer, TensorId hidden) {
+    const std::string prefix = fmt::format("blk.{}", layer);
+    const int64_t head_dim = model_.head_dim();
+    const int64_t q_width = model_.num_heads * head_dim;
+    const int64_t kv_width = model_.kv_dim();
+    const bool bias = model_.architecture == LlamaArchitecture::kQwen2;
+    FOLIO_ASSIGN_OR_RETURN(TensorId normed, norm(hidden, prefix + ".attn_norm"));
+    const int64_t hidden_size = model_.hidden_size;
+    FOLIO_ASSIGN_OR_RETURN(TensorId q,
+                           projection(normed, prefix, "attn_q", q_width, hidden_size, bias));
+    FOLIO_ASSIGN_OR_RETURN(TensorId k,
+                           projection(normed, prefix, "attn_k", kv_width, hidden_size, bias));
+    FOLIO_ASSIGN_OR_RETURN(TensorId v,
+                           projection(normed, prefix, "attn_v", kv_width, hidden_size, bias));
+    ir::RopeAttributes rope;
+    rope.num_heads = model_.num_heads;
+    rope.head_dim = head_dim;
+    rope.rotary_dim = head_dim;
+    rope.theta = model_.rope_theta;
+    rope.style = model_.architecture == LlamaArchitecture::kQwen2 ? ir::RopeStyle::kNeox
+                                                                  : ir::RopeStyle::kNormal;
+    FOLIO_ASSIGN_OR_RETURN(TensorId q_rope,
+                           builder_.rope(q, inputs_.positions, rope, prefix + ".q_rope"));
+    rope.num_heads = model_.num_kv_heads;
+    FOLIO_ASSIGN_OR_RETURN(TensorId k_rope,
+                           builder_.rope(k, inputs_.positions, rope, prefix + ".k_rope"));
+    const ir::Shape cache_shape{step_.num_kv_blocks, step_.block_size, model_.num_kv_heads,
+                                head_dim};
+    FOLIO_ASSIGN_OR_RETURN(TensorId k_cache, builder_.kv_cache(llama_key_cache_name(layer),
+                                                               step_.kv_dtype, cache_shape));
+    FOLIO_ASSIGN_OR_RETURN(TensorId v_cache, builder_.kv_cache(llama_value_cache_name(layer),
+                                                               step_.kv_dtype, cache_shape));
+    FOLIO_RETURN_IF_ERROR(builder_.kv_cache_write(k_rope, v, inputs_.slot_mapping, k_cache, v_cache,
+                                                  prefix + ".kv_write"));
+    const ir::AttentionAttributes attention{model_.num_heads, model_.num_kv_heads, head_dim,
+                                            1.0f / std::sqrt(static_cast<float>(head_dim))};
+    FOLIO_ASSIGN_OR_RETURN(TensorId attended,
+                           builder_.paged_attention(q_rope, k_cache, v_cache, inputs_.attention,
+                                                    attention, prefix + ".attention"));
+    FOLIO_ASSIGN_OR_RETURN(TensorId projected, projection(attended, prefix, "attn_output",
+                                                          hidden_size, q_width, false));
+    return builder_.add(hidden, projected, prefix + ".attn_residual");
+  }
+
+  Result<TensorId> feed_forward_block(int64_t layer, TensorId hidden) {
+    const std::string prefix = fmt::format("blk.{}", layer);
+    const int64_t hidden_size = model_.hidden_size;
+    const int64_t ffn = model_.ffn_size;
+    FOLIO_ASSIGN_OR_RETURN(TensorId normed, norm(hidden, prefix + ".ffn_norm"));
+    FOLIO_ASSIGN_OR_RETURN(TensorId gate,
+                           projection(normed, prefix, "ffn_gate", ffn, hidden_size, false));
+    FOLIO_ASSIGN_OR_RETURN(TensorId up,
+                           projection(normed, prefix, "ffn_up", ffn, hidden_size, false));
+    FOLIO_ASSIGN_OR_RETURN(TensorId activated, builder_.swiglu(gate, up, prefix + ".ffn_swiglu"));
+    FOLIO_ASSIGN_OR_RETURN(TensorId down,
+                           projection(activated, prefix, "ffn_down", hidden_size, ffn, false));
+    return builder_.add(hidden, down, prefix + ".ffn_residual");
+  }
+
+  const LlamaShape& model_;
+  const LlamaStepShape& step_;
+  GraphBuilder builder_;
+  StepInputs inputs_;
+};
+
+Status validate_step_shape(const LlamaStepShape& step) {
+  auto positive = [](const char* field, int64_t value) -> Status {
+    if (value <= 0)
+      return invalid_argument("step shape: {} must be positive, got {}", field, value);
+    return Status();
+  };
+  FOLIO_RETURN_IF_ERROR(positive("num_tokens", step.num_tokens));
+  FOLIO_RETURN_IF_ERROR(positive("num_sequences", step.num_sequences));
+  FOLIO_RETURN_IF_ERROR(positive("num_logit_rows", step.num_logit_rows));
+  FOLIO_RETURN_IF_ERROR(positive("max_blocks_per_sequence", step.max_blocks_per_sequence));
+  FOLIO_RETURN_IF_ERROR(positive("num_kv_blocks", step.num_kv_blocks));
+  FOLIO_RETURN_IF_ERROR(positive("block_size", step.block_size));
+  if (step.kv_dtype != DType::kF32 && step.kv_dtype != DType::kF16) {
+    return invalid_argument("step shape: KV cache dtype must be f32 or f16, got {}",
+                            dtype_name(step.kv_dtype));
+  }
+  return Status();
+}
+
+}  // namespace
+
+std::string llama_key_cache_name(int64_t layer) {
+  return fmt::format("blk.{}.k_cache", layer);
+}
+std::string llama_value_cache_name(int64_t layer) {
+  return fmt::format("blk.{}.v_cache", layer);
+}
+
+Result<ir::Graph> build_llama_step_graph(const LlamaShape& model, const LlamaStepShape& step) {
+  FOLIO_RETURN_IF_ERROR(validate_llama_shape(model));
+  FOLIO_RETURN_IF_ERROR(validate_step_shape(step));
+  return LlamaEmitter(model, step).emit();
+}
+
+}  // namespace folio::model

@@ -1,0 +1,78 @@
+#include "folio/model/llama_model.h"
+
+#include <algorithm>
+#include <vector>
+
+namespace folio::model {
+namespace {
+
+// Weights straight from the GGUF mapping. The mapping is read-only and kernels only read
+// weights, so handing out a mutable TensorView pointer never leads to a write.
+class GgufWeightSource final : public exec::WeightSource {
+ public:
+  explicit GgufWeightSource(const GgufFile& file) : file_(file) {}
+
+  Result<TensorView> find_weight(std::string_view name) const override {
+    FOLIO_ASSIGN_OR_RETURN(GgufTensor tensor, file_.tensor(name));
+    // GGUF lists dimensions fastest first; a TensorView slowest first.
+    std::vector<int64_t> shape(tensor.info->dimensions.rbegin(), tensor.info->dimensions.rend());
+    if (shape.empty()) shape.push_back(1);
+    void* data = const_cast<std::byte*>(tensor.data.data());
+    return TensorView::make(data, tensor.dtype, shape);
+  }
+
+ private:
+  const GgufFile& file_;
+};
+
+}  // namespace
+
+LlamaModel::LlamaModel(GgufFile file, LlamaShape shape, Tokenizer tokenizer)
+    : file_(std::move(file)), shape_(shape), tokenizer_(std::move(tokenizer)) {
+  weights_ = std::make_unique<GgufWeightSource>(file_);
+}
+
+Result<std::unique_ptr<LlamaModel>> LlamaModel::open(const std::string& path) {
+  Result<GgufFile> file = GgufFile::open(path);
+  if (!file.ok()) return file.status();
+  Result<std::unique_ptr<LlamaModel>> model = from_file(std::move(*file));
+  if (!model.ok()) return model.status().with_context(path);
+  return model;
+}
+
+Result<std::unique_ptr<LlamaModel>> LlamaModel::from_file(GgufFile file) {
+  FOLIO_ASSIGN_OR_RETURN(LlamaShape shape, read_llama_shape(file));
+  FOLIO_RETURN_IF_ERROR(validate_llama_shape(shape));
+  FOLIO_ASSIGN_OR_RETURN(Tokenizer tokenizer, Tokenizer::from_gguf(file));
+  if (tokenizer.vocab_size() != shape.vocab_size) {
+    return invalid_argument("tokenizer has {} tokens but token_embd.weight has {} rows",
+                            tokenizer.vocab_size(), shape.vocab_size);
+  }
+  std::unique_ptr<LlamaModel> model(new LlamaModel(std::move(file), shape, std::move(tokenizer)));
+  // Bind every weight of a one-token graph now, so a missing or malformed tensor is an error at
+  // load time, not at the first step.
+  LlamaStepShape probe;
+  FOLIO_ASSIGN_OR_RETURN(ir::Graph graph, build_llama_step_graph(shape, probe));
+  for (const ir::TensorInfo& tensor : graph.tensors()) {
+    if (tensor.residency != ir::Residency::kWeight) continue;
+    FOLIO_RETURN_IF_ERROR(exec::bind_weight(tensor, model->weights()).status());
+  }
+  return model;
+}
+
+exec::GraphFactory LlamaModel::graph_factory(const KvCacheGeometry& geometry) const {
+  return [shape = shape_, geometry](const exec::StepShape& step) -> Result<ir::Graph> {
+    LlamaStepShape llama_step;
+    llama_step.phase = step.ir_phase();
+    llama_step.num_tokens = step.num_tokens;
+    llama_step.num_sequences = step.num_sequence_slots;
+    llama_step.num_logit_rows = step.num_logit_rows;
+    llama_step.max_blocks_per_sequence = geometry.max_blocks_per_sequence;
+    llama_step.num_kv_blocks = geometry.num_blocks;
+    llama_step.block_size = geometry.block_size;
+    llama_step.kv_dtype = geometry.dtype;
+    return build_llama_step_graph(shape, llama_step);
+  };
+}
+
+}  // namespace folio::model

@@ -1,0 +1,277 @@
+#include "folio/model/llama_model_file.h"
+
+#include <cmath>
+#include <limits>
+#include <vector>
+
+#include "folio/model/deterministic_random.h"
+#include "folio/model/gguf_file.h"
+#include "folio/model/spm_vocabulary_builder.h"
+#include "folio/tensor/quantize.h"
+
+namespace folio::model {
+
+namespace {
+
+// llama.cpp's llama_ftype for a file whose matrices are all `dtype`.
+uint32_t llama_file_type(DType dtype) {
+  switch (dtype) {
+    case DType::kF32:
+      return 0;  // LLAMA_FTYPE_ALL_F32
+    case DType::kF16:
+      return 1;  // LLAMA_FTYPE_MOSTLY_F16
+    case DType::kQ4_0:
+      return 2;  // LLAMA_FTYPE_MOSTLY_Q4_0
+    case DType::kQ8_0:
+      return 7;  // LLAMA_FTYPE_MOSTLY_Q8_0
+    case DType::kBF16:
+      return 32;  // LLAMA_FTYPE_MOSTLY_BF16
+    case DType::kI32:
+    case DType::kI8:
+      break;
+  }
+  FOLIO_UNREACHABLE("{} is not a weight dtype", dtype_name(dtype));
+}
+
+uint64_t stream_seed(uint64_t seed, std::string_view tensor_name) {
+  uint64_t state = seed ^ fnv1a64(tensor_name);
+  return splitmix64(state);
+}
+
+// Fills a [rows, row_length] tensor of `dtype` with mean + deviation * z per value, row by
+// row, converting each f32 row to the dtype.
+GgufWriter::TensorFill random_fill(DType dtype, int64_t row_length, int64_t rows, uint64_t seed,
+                                   double mean, double deviation) {
+  return [=](std::span<std::byte> destination) {
+    Xoshiro256 random(seed);
+    std::vector<float> row(static_cast<size_t>(row_length));
+    const int64_t bytes_per_row = row_bytes(dtype, row_length);
+    FOLIO_CHECK(static_cast<int64_t>(destination.size()) == bytes_per_row * rows);
+    for (int64_t r = 0; r < rows; ++r) {
+      for (float& value : row) {
+        value = static_cast<float>(mean + deviation * random.approximately_normal());
+      }
+      quantize_row(dtype, row.data(), destination.data() + r * bytes_per_row, row_length);
+    }
+    return Status();
+  };
+}
+
+class ModelBuilder {
+ public:
+  ModelBuilder(const LlamaShape& shape, uint64_t seed) : shape_(shape), seed_(seed) {}
+
+  // A matrix of ggml shape [row_length, rows] in the weight dtype, deviation 1/sqrt(row_length).
+  Status matrix(const std::string& name, int64_t row_length, int64_t rows) {
+    const double deviation = 1.0 / std::sqrt(static_cast<double>(row_length));
+    return writer_.add_tensor(name, shape_.weight_dtype, {row_length, rows},
+                              random_fill(shape_.weight_dtype, row_length, rows,
+                                          stream_seed(seed_, name), 0.0, deviation));
+  }
+  Status vector(const std::string& name, int64_t length, double mean, double deviation) {
+    return writer_.add_tensor(
+        name, DType::kF32, {length},
+        random_fill(DType::kF32, length, 1, stream_seed(seed_, name), mean, deviation));
+  }
+
+  Status add_tensors() {
+    const int64_t hidden = shape_.hidden_size;
+    const int64_t kv_dim = shape_.kv_dim();
+    FOLIO_RETURN_IF_ERROR(matrix("token_embd.weight", hidden, shape_.vocab_size));
+    for (int64_t layer = 0; layer < shape_.num_layers; ++layer) {
+      const std::string prefix = fmt::format("blk.{}.", layer);
+      FOLIO_RETURN_IF_ERROR(vector(prefix + "attn_norm.weight", hidden, 1.0, 0.05));
+      FOLIO_RETURN_IF_ERROR(matrix(prefix + "attn_q.weight", hidden, hidden));
+      FOLIO_RETURN_IF_ERROR(matrix(prefix + "attn_k.weight", hidden, kv_dim));
+      FOLIO_RETURN_IF_ERROR(matrix(prefix + "attn_v.weight", hidden, kv_dim));
+      if (shape_.architecture == LlamaArchitecture::kQwen2) {
+        FOLIO_RETURN_IF_ERROR(vector(prefix + "attn_q.bias", hidden, 0.0, 0.1));
+        FOLIO_RETURN_IF_ERROR(vector(prefix + "attn_k.bias", kv_dim, 0.0, 0.1));
+        FOLIO_RETURN_IF_ERROR(vector(prefix + "attn_v.bias", kv_dim, 0.0, 0.1));
+      }
+      FOLIO_RETURN_IF_ERROR(matrix(prefix + "attn_output.weight", hidden, hidden));
+      FOLIO_RETURN_IF_ERROR(vector(prefix + "ffn_norm.weight", hidden, 1.0, 0.05));
+      FOLIO_RETURN_IF_ERROR(matrix(prefix + "ffn_gate.weight", hidden, shape_.ffn_size));
+      FOLIO_RETURN_IF_ERROR(matrix(prefix + "ffn_up.weight", hidden, shape_.ffn_size));
+      FOLIO_RETURN_IF_ERROR(matrix(prefix + "ffn_down.weight", shape_.ffn_size, hidden));
+    }
+    FOLIO_RETURN_IF_ERROR(vector("output_norm.weight", hidden, 1.0, 0.05));
+    if (!shape_.tie_embeddings) {
+      FOLIO_RETURN_IF_ERROR(matrix("output.weight", hidden, shape_.vocab_size));
+    }
+    return Status();
+  }
+
+  Status add_metadata() {
+    const std::string arch(llama_architecture_name(shape_.architecture));
+    auto u32 = [](int64_t value) { return GgufValue::of(static_cast<uint32_t>(value)); };
+    writer_.set("general.architecture", GgufValue::of_string(arch));
+    writer_.set("general.name", GgufValue::of_string(fmt::format("folio random {}", arch)));
+    writer_.set("general.file_type", GgufValue::of(llama_file_type(shape_.weight_dtype)));
+    if (dtype_info(shape_.weight_dtype).quantized) {
+      writer_.set("general.quantization_version", GgufValue::of<uint32_t>(2));
+    }
+    writer_.set(arch + ".context_length", u32(shape_.context_length));
+    writer_.set(arch + ".embedding_length", u32(shape_.hidden_size));
+    writer_.set(arch + ".block_count", u32(shape_.num_layers));
+    writer_.set(arch + ".feed_forward_length", u32(shape_.ffn_size));
+    writer_.set(arch + ".attention.head_count", u32(shape_.num_heads));
+    writer_.set(arch + ".attention.head_count_kv", u32(shape_.num_kv_heads));
+    writer_.set(arch + ".rope.freq_base", GgufValue::of(shape_.rope_theta));
+    writer_.set(arch + ".rope.dimension_count", u32(shape_.head_dim()));
+    writer_.set(arch + ".attention.layer_norm_rms_epsilon", GgufValue::of(shape_.rms_norm_epsilon));
+    writer_.set(arch + ".vocab_size", u32(shape_.vocab_size));
+    writer_.set("folio.random_seed", GgufValue::of(seed_));
+    FOLIO_ASSIGN_OR_RETURN(Vocabulary vocabulary, build_llama_vocabulary(shape_.vocab_size));
+    write_vocabulary_metadata(vocabulary, writer_);
+    return Status();
+  }
+
+  GgufWriter take() { return std::move(writer_); }
+
+ private:
+  const LlamaShape& shape_;
+  uint64_t seed_;
+  GgufWriter writer_;
+};
+
+Status check_size(std::string_view field, int64_t value) {
+  if (value <= 0 || value > std::numeric_limits<uint32_t>::max()) {
+    return invalid_argument("{} = {} must be between 1 and {}", field, value,
+                            std::numeric_limits<uint32_t>::max());
+  }
+  return Status();
+}
+
+}  // namespace
+
+std::string_view llama_architecture_name(LlamaArchitecture architecture) {
+  switch (architecture) {
+    case LlamaArchitecture::kLlama:
+      return "llama";
+    case LlamaArchitecture::kQwen2:
+      return "qwen2";
+  }
+  return "invalid";
+}
+
+std::optional<LlamaArchitecture> llama_architecture_from_name(std::string_view name) {
+  if (name == "llama") return LlamaArchitecture::kLlama;
+  if (name == "qwen2") return LlamaArchitecture::kQwen2;
+  return std::nullopt;
+}
+
+int64_t LlamaShape::parameter_count() const {
+  const int64_t hidden = hidden_size;
+  int64_t per_layer =
+      2 * hidden + 2 * hidden * hidden + 2 * hidden * kv_dim() + 3 * hidden * ffn_size;
+  if (architecture == LlamaArchitecture::kQwen2) per_layer += hidden + 2 * kv_dim();
+  return hidden * vocab_size * (tie_embeddings ? 1 : 2) + num_layers * per_layer + hidden;
+}
+
+Status validate_llama_shape(const LlamaShape& shape) {
+  FOLIO_RETURN_IF_ERROR(check_size("vocab_size", shape.vocab_size));
+  FOLIO_RETURN_IF_ERROR(check_size("hidden_size", shape.hidden_size));
+  FOLIO_RETURN_IF_ERROR(check_size("num_layers", shape.num_layers));
+  FOLIO_RETURN_IF_ERROR(check_size("num_heads", shape.num_heads));
+  FOLIO_RETURN_IF_ERROR(check_size("num_kv_heads", shape.num_kv_heads));
+  FOLIO_RETURN_IF_ERROR(check_size("ffn_size", shape.ffn_size));
+  FOLIO_RETURN_IF_ERROR(check_size("context_length", shape.context_length));
+  if (shape.vocab_size < kMinGeneratedVocabularySize) {
+    return invalid_argument(
+        "vocab_size = {} is below {}: the generated vocabulary needs 3 "
+        "special and 256 byte tokens",
+        shape.vocab_size, kMinGeneratedVocabularySize);
+  }
+  if (shape.hidden_size % shape.num_heads != 0) {
+    return invalid_argument("hidden_size = {} is not a multiple of num_heads = {}",
+                            shape.hidden_size, shape.num_heads);
+  }
+  if (shape.head_dim() % 2 != 0) {
+    return invalid_argument(
+        "head dimension {} (hidden_size / num_heads) is odd; RoPE needs "
+        "pairs",
+        shape.head_dim());
+  }
+  if (shape.num_heads % shape.num_kv_heads != 0) {
+    return invalid_argument("num_heads = {} is not a multiple of num_kv_heads = {}",
+                            shape.num_heads, shape.num_kv_heads);
+  }
+  if (!is_weight_dtype(shape.weight_dtype)) {
+    return invalid_argument("weight dtype {} is not one of f32, f16, bf16, q8_0, q4_0",
+                            dtype_name(shape.weight_dtype));
+  }
+  const int64_t block = dtype_info(shape.weight_dtype).block_elements;
+  if (shape.hidden_size % block != 0 || shape.ffn_size % block != 0) {
+    return invalid_argument(
+        "{} weights need hidden_size ({}) and ffn_size ({}) to be multiples "
+        "of {}",
+        dtype_name(shape.weight_dtype), shape.hidden_size, shape.ffn_size, block);
+  }
+  if (!(std::isfinite(shape.rope_theta) && shape.rope_theta > 0)) {
+    return invalid_argument("rope_theta = {} must be positive and finite", shape.rope_theta);
+  }
+  if (!(std::isfinite(shape.rms_norm_epsilon) && shape.rms_norm_epsilon > 0)) {
+    return invalid_argument("rms_norm_epsilon = {} must be positive and finite",
+                            shape.rms_norm_epsilon);
+  }
+  return Status();
+}
+
+Result<GgufWriter> make_random_llama_writer(const LlamaShape& shape, uint64_t seed) {
+  FOLIO_RETURN_IF_ERROR(validate_llama_shape(shape));
+  ModelBuilder builder(shape, seed);
+  FOLIO_RETURN_IF_ERROR(builder.add_metadata());
+  FOLIO_RETURN_IF_ERROR(builder.add_tensors());
+  return builder.take();
+}
+
+Status write_random_llama_model(const std::string& path, const LlamaShape& shape, uint64_t seed) {
+  FOLIO_ASSIGN_OR_RETURN(GgufWriter writer, make_random_llama_writer(shape, seed));
+  return writer.write_file(path);
+}
+
+Result<LlamaShape> read_llama_shape(const GgufFile& file) {
+  FOLIO_ASSIGN_OR_RETURN(std::string_view name, file.get_string("general.architecture"));
+  const std::optional<LlamaArchitecture> architecture = llama_architecture_from_name(name);
+  if (!architecture) {
+    return invalid_argument("{}: general.architecture '{}' is not one Folio runs (llama, qwen2)",
+                            file.source(), name);
+  }
+  LlamaShape shape;
+  shape.architecture = *architecture;
+  const std::string prefix = std::string(name) + ".";
+  FOLIO_ASSIGN_OR_RETURN(shape.hidden_size, file.get_integer(prefix + "embedding_length"));
+  FOLIO_ASSIGN_OR_RETURN(shape.num_layers, file.get_integer(prefix + "block_count"));
+  FOLIO_ASSIGN_OR_RETURN(shape.ffn_size, file.get_integer(prefix + "feed_forward_length"));
+  FOLIO_ASSIGN_OR_RETURN(shape.num_heads, file.get_integer(prefix + "attention.head_count"));
+  FOLIO_ASSIGN_OR_RETURN(shape.context_length, file.get_integer(prefix + "context_length"));
+  shape.num_kv_heads = shape.num_heads;
+  if (file.contains(prefix + "attention.head_count_kv")) {
+    FOLIO_ASSIGN_OR_RETURN(shape.num_kv_heads,
+                           file.get_integer(prefix + "attention.head_count_kv"));
+  }
+  if (file.contains(prefix + "rope.freq_base")) {
+    FOLIO_ASSIGN_OR_RETURN(double theta, file.get_floating(prefix + "rope.freq_base"));
+    shape.rope_theta = static_cast<float>(theta);
+  }
+  FOLIO_ASSIGN_OR_RETURN(double epsilon,
+                         file.get_floating(prefix + "attention.layer_norm_rms_epsilon"));
+  shape.rms_norm_epsilon = static_cast<float>(epsilon);
+
+  FOLIO_ASSIGN_OR_RETURN(GgufTensor embedding, file.tensor("token_embd.weight"));
+  const std::vector<int64_t>& dimensions = embedding.info->dimensions;
+  if (dimensions.size() != 2 || dimensions[0] != shape.hidden_size) {
+    return invalid_argument("{}: token_embd.weight has shape [{}], expected [{}, vocab]",
+                            file.source(), fmt::join(dimensions, ", "), shape.hidden_size);
+  }
+  shape.vocab_size = dimensions[1];
+  FOLIO_ASSIGN_OR_RETURN(GgufTensor query, file.tensor("blk.0.attn_q.weight"));
+  shape.weight_dtype = query.dtype;
+  shape.tie_embeddings = file.find_tensor("output.weight") == nullptr;
+  Status status = validate_llama_shape(shape);
+  if (!status.ok()) return status.with_context(file.source());
+  return shape;
+}
+
+}  // namespace folio::model

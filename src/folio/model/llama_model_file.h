@@ -1,0 +1,91 @@
+// Llama-family model files: the shape of a Llama model (LlamaShape), reading it from GGUF
+// metadata, and writing a deterministic random-weight model of any shape, so tests and the
+// demo need no download (`folio make-model`).
+//
+// A generated file is what llama.cpp's converter writes for a Llama (or Qwen 2) checkpoint:
+//   metadata   general.architecture = "llama" | "qwen2", general.name, general.file_type,
+//              <arch>.context_length, .embedding_length, .block_count, .feed_forward_length,
+//              .attention.head_count, .attention.head_count_kv, .rope.freq_base,
+//              .rope.dimension_count, .attention.layer_norm_rms_epsilon, .vocab_size,
+//              tokenizer.ggml.* (a generated SentencePiece vocabulary, spm_vocabulary_builder.h),
+//              folio.random_seed
+//   tensors    (ggml order: [row length, rows]; `dtype` is the shape's weight dtype)
+//     token_embd.weight             dtype [hidden, vocab]
+//     blk.N.attn_norm.weight        f32   [hidden]
+//     blk.N.attn_q.weight           dtype [hidden, heads * head_dim]
+//     blk.N.attn_k.weight           dtype [hidden, kv_heads * head_dim]
+//     blk.N.attn_v.weight           dtype [hidden, kv_heads * head_dim]
+//     blk.N.attn_q/k/v.bias         f32   [heads * head_dim] / [kv_heads * head_dim]  (qwen2)
+//     blk.N.attn_output.weight      dtype [heads * head_dim, hidden]
+//     blk.N.ffn_norm.weight         f32   [hidden]
+//     blk.N.ffn_gate.weight         dtype [hidden, ffn]
+//     blk.N.ffn_up.weight           dtype [hidden, ffn]
+//     blk.N.ffn_down.weight         dtype [ffn, hidden]
+//     output_norm.weight            f32   [hidden]
+//     output.weight                 dtype [hidden, vocab]   (absent when embeddings are tied)
+// Values keep activations well-conditioned: a matrix with rows of length n holds values of
+// standard deviation 1/sqrt(n) (so each output of x·W has the variance of one input); norm
+// weights are 1 + 0.05·z; biases 0.1·z; z approximately standard normal
+// (deterministic_random.h). Each tensor has its own random stream seeded from the seed and its
+// name, so the bytes depend only on (shape, seed). Quantized weights are made by tensor/'s
+// ggml-exact reference quantizers.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include "folio/base/result.h"
+#include "folio/model/gguf_writer.h"
+#include "folio/tensor/dtype.h"
+
+namespace folio::model {
+
+class GgufFile;
+
+enum class LlamaArchitecture { kLlama, kQwen2 };
+
+std::string_view llama_architecture_name(LlamaArchitecture architecture);  // "llama", "qwen2"
+std::optional<LlamaArchitecture> llama_architecture_from_name(std::string_view name);
+
+struct LlamaShape {
+  LlamaArchitecture architecture = LlamaArchitecture::kLlama;
+  int64_t vocab_size = 512;
+  int64_t hidden_size = 64;  // embedding_length
+  int64_t num_layers = 2;    // block_count
+  int64_t num_heads = 4;
+  int64_t num_kv_heads = 2;
+  int64_t ffn_size = 128;  // feed_forward_length
+  int64_t context_length = 256;
+  float rope_theta = 10000.0f;  // rope.freq_base
+  float rms_norm_epsilon = 1e-5f;
+  DType weight_dtype = DType::kF32;  // of the matrices; norms and biases are always f32
+  bool tie_embeddings = false;       // output projection reuses token_embd.weight
+
+  int64_t head_dim() const { return hidden_size / num_heads; }
+  int64_t kv_dim() const { return num_kv_heads * head_dim(); }
+  // Parameters of the generated file (every tensor's elements).
+  int64_t parameter_count() const;
+
+  friend bool operator==(const LlamaShape&, const LlamaShape&) = default;
+};
+
+// kInvalidArgument naming the field: a size that is not positive or not < 2^32; vocab_size <
+// 259 (the generated vocabulary's minimum); hidden_size not a multiple of num_heads; an odd
+// head_dim (RoPE rotates pairs); num_heads not a multiple of num_kv_heads; a weight dtype other
+// than f32, f16, bf16, q8_0, q4_0; for q8_0 / q4_0, hidden_size or ffn_size not a multiple of
+// 32; rope_theta or rms_norm_epsilon not positive and finite.
+Status validate_llama_shape(const LlamaShape& shape);
+
+// A writer holding the whole model; tensor bytes are generated while it writes.
+Result<GgufWriter> make_random_llama_writer(const LlamaShape& shape, uint64_t seed);
+Status write_random_llama_model(const std::string& path, const LlamaShape& shape, uint64_t seed);
+
+// Reads the shape back from a file's metadata and tensors (vocabulary size from
+// token_embd.weight, weight dtype from blk.0.attn_q.weight, tied embeddings from the absence of
+// output.weight). Optional keys take llama.cpp's defaults (head_count_kv = head_count,
+// rope.freq_base = 10000). Errors name the missing or malformed key or tensor.
+Result<LlamaShape> read_llama_shape(const GgufFile& file);
+
+}  // namespace folio::model

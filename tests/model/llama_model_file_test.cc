@@ -1,0 +1,258 @@
+// Generated Llama model files: deterministic bytes for a seed, llama.cpp's tensor names and
+// shapes, well-conditioned values, ggml-exact quantization, and a shape that reads back.
+#include "folio/model/llama_model_file.h"
+
+#include <cmath>
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "folio/model/deterministic_random.h"
+#include "folio/model/gguf_file.h"
+#include "folio/model/tokenizer.h"
+#include "folio/tensor/quantize.h"
+
+namespace folio::model {
+namespace {
+
+using ::testing::HasSubstr;
+
+std::vector<uint8_t> model_bytes(const LlamaShape& shape, uint64_t seed) {
+  Result<GgufWriter> writer = make_random_llama_writer(shape, seed);
+  FOLIO_CHECK(writer.ok(), "{}", writer.status().to_string());
+  return *writer->write_to_buffer();
+}
+
+LlamaShape small_shape(DType dtype) {
+  LlamaShape shape;
+  shape.vocab_size = 300;
+  shape.hidden_size = 64;
+  shape.num_layers = 2;
+  shape.num_heads = 4;
+  shape.num_kv_heads = 2;
+  shape.ffn_size = 96;
+  shape.context_length = 128;
+  shape.weight_dtype = dtype;
+  return shape;
+}
+
+std::vector<float> tensor_as_f32(const GgufFile& file, std::string_view name) {
+  const GgufTensor tensor = *file.tensor(name);
+  const int64_t row_length = tensor.info->dimensions[0];
+  const int64_t rows = tensor.info->element_count / row_length;
+  std::vector<float> values(static_cast<size_t>(tensor.info->element_count));
+  for (int64_t r = 0; r < rows; ++r) {
+    dequantize_row(tensor.dtype, tensor.data.data() + r * row_bytes(tensor.dtype, row_length),
+                   values.data() + r * row_length, row_length);
+  }
+  return values;
+}
+
+TEST(DeterministicRandomTest, SplitMixMatchesTheReferenceOutput) {
+  uint64_t state = 0;
+  EXPECT_EQ(splitmix64(state), 0xe220a8397b1dcdafull);  // splitmix64.c's first output for 0
+}
+
+TEST(DeterministicRandomTest, ApproximatelyNormalHasUnitMomentsAndBoundedRange) {
+  Xoshiro256 random(7);
+  constexpr int kSamples = 200000;
+  double sum = 0, sum_of_squares = 0, largest = 0;
+  for (int i = 0; i < kSamples; ++i) {
+    const double value = random.approximately_normal();
+    sum += value;
+    sum_of_squares += value * value;
+    largest = std::max(largest, std::fabs(value));
+  }
+  EXPECT_NEAR(sum / kSamples, 0.0, 0.01);
+  EXPECT_NEAR(sum_of_squares / kSamples, 1.0, 0.02);
+  EXPECT_LE(largest, 2 * std::sqrt(3.0));
+}
+
+TEST(LlamaModelFileTest, SameSeedGivesIdenticalBytesAndOtherSeedsDiffer) {
+  for (DType dtype : {DType::kF32, DType::kQ4_0}) {
+    const LlamaShape shape = small_shape(dtype);
+    const std::vector<uint8_t> first = model_bytes(shape, 42);
+    EXPECT_EQ(first, model_bytes(shape, 42));
+    const std::vector<uint8_t> other = model_bytes(shape, 43);
+    ASSERT_EQ(first.size(), other.size());  // same layout, different weights
+    EXPECT_NE(first, other);
+    const GgufFile a = *GgufFile::parse(first);
+    const GgufFile b = *GgufFile::parse(other);
+    for (const GgufTensorInfo& info : a.tensors()) {
+      const auto bytes_a = a.tensor_bytes(info);
+      const auto bytes_b = b.tensor_bytes(*b.find_tensor(info.name));
+      EXPECT_FALSE(std::equal(bytes_a.begin(), bytes_a.end(), bytes_b.begin())) << info.name;
+    }
+  }
+}
+
+TEST(LlamaModelFileTest, TensorsHaveLlamaCppNamesShapesAndTypes) {
+  LlamaShape shape = small_shape(DType::kQ8_0);
+  const std::vector<uint8_t> bytes = model_bytes(shape, 1);
+  const GgufFile file = *GgufFile::parse(bytes);
+  struct Expected {
+    std::string name;
+    std::vector<int64_t> dimensions;
+    DType dtype;
+  };
+  std::vector<Expected> expected = {{"token_embd.weight", {64, 300}, DType::kQ8_0}};
+  for (int layer = 0; layer < 2; ++layer) {
+    const std::string p = fmt::format("blk.{}.", layer);
+    expected.push_back({p + "attn_norm.weight", {64}, DType::kF32});
+    expected.push_back({p + "attn_q.weight", {64, 64}, DType::kQ8_0});
+    expected.push_back({p + "attn_k.weight", {64, 32}, DType::kQ8_0});
+    expected.push_back({p + "attn_v.weight", {64, 32}, DType::kQ8_0});
+    expected.push_back({p + "attn_output.weight", {64, 64}, DType::kQ8_0});
+    expected.push_back({p + "ffn_norm.weight", {64}, DType::kF32});
+    expected.push_back({p + "ffn_gate.weight", {64, 96}, DType::kQ8_0});
+    expected.push_back({p + "ffn_up.weight", {64, 96}, DType::kQ8_0});
+    expected.push_back({p + "ffn_down.weight", {96, 64}, DType::kQ8_0});
+  }
+  expected.push_back({"output_norm.weight", {64}, DType::kF32});
+  expected.push_back({"output.weight", {64, 300}, DType::kQ8_0});
+  ASSERT_EQ(file.tensors().size(), expected.size());
+  int64_t parameters = 0;
+  for (size_t i = 0; i < expected.size(); ++i) {
+    EXPECT_EQ(file.tensors()[i].name, expected[i].name);
+    EXPECT_EQ(file.tensors()[i].dimensions, expected[i].dimensions) << expected[i].name;
+    EXPECT_EQ(file.tensor(expected[i].name)->dtype, expected[i].dtype) << expected[i].name;
+    parameters += file.tensors()[i].element_count;
+  }
+  EXPECT_EQ(parameters, shape.parameter_count());
+  EXPECT_EQ(*file.get_string("general.architecture"), "llama");
+  EXPECT_EQ(*file.get<uint32_t>("general.file_type"), 7u);
+  EXPECT_EQ(*file.get<uint32_t>("llama.rope.dimension_count"), 16u);
+  EXPECT_EQ(*file.get<uint64_t>("folio.random_seed"), 1u);
+}
+
+TEST(LlamaModelFileTest, TiedQwen2ModelHasBiasesAndNoOutputMatrix) {
+  LlamaShape shape = small_shape(DType::kF16);
+  shape.architecture = LlamaArchitecture::kQwen2;
+  shape.tie_embeddings = true;
+  shape.rope_theta = 1000000.0f;
+  const std::vector<uint8_t> bytes = model_bytes(shape, 5);
+  const GgufFile file = *GgufFile::parse(bytes);
+  EXPECT_EQ(file.find_tensor("output.weight"), nullptr);
+  EXPECT_EQ(file.find_tensor("blk.1.attn_k.bias")->dimensions, std::vector<int64_t>{32});
+  EXPECT_EQ(*file.get_floating("qwen2.rope.freq_base"), 1000000.0);
+  int64_t parameters = 0;
+  for (const GgufTensorInfo& info : file.tensors()) parameters += info.element_count;
+  EXPECT_EQ(parameters, shape.parameter_count());
+}
+
+TEST(LlamaModelFileTest, ShapeReadsBackForEveryDtypeAndArchitecture) {
+  for (DType dtype : {DType::kF32, DType::kF16, DType::kBF16, DType::kQ8_0, DType::kQ4_0}) {
+    for (bool qwen2 : {false, true}) {
+      LlamaShape shape = small_shape(dtype);
+      shape.architecture = qwen2 ? LlamaArchitecture::kQwen2 : LlamaArchitecture::kLlama;
+      shape.tie_embeddings = qwen2;
+      shape.rms_norm_epsilon = 1e-6f;
+      const std::vector<uint8_t> bytes = model_bytes(shape, 9);
+      Result<LlamaShape> read = read_llama_shape(*GgufFile::parse(bytes));
+      ASSERT_TRUE(read.ok()) << read.status().to_string();
+      EXPECT_EQ(*read, shape) << dtype_name(dtype) << (qwen2 ? " qwen2" : " llama");
+    }
+  }
+}
+
+TEST(LlamaModelFileTest, ValuesAreWellConditioned) {
+  LlamaShape shape = small_shape(DType::kF32);
+  shape.hidden_size = 256;
+  shape.ffn_size = 512;
+  const std::vector<uint8_t> bytes = model_bytes(shape, 3);
+  const GgufFile file = *GgufFile::parse(bytes);
+  for (const GgufTensorInfo& info : file.tensors()) {
+    const std::vector<float> values = tensor_as_f32(file, info.name);
+    double sum = 0, sum_of_squares = 0;
+    for (float value : values) {
+      sum += value;
+      sum_of_squares += static_cast<double>(value) * value;
+    }
+    const double mean = sum / values.size();
+    const double deviation = std::sqrt(sum_of_squares / values.size() - mean * mean);
+    if (info.dimensions.size() == 1) {  // norm weights
+      EXPECT_NEAR(mean, 1.0, 0.02) << info.name;
+      EXPECT_NEAR(deviation, 0.05, 0.01) << info.name;
+    } else {
+      const double expected = 1.0 / std::sqrt(static_cast<double>(info.dimensions[0]));
+      EXPECT_NEAR(mean, 0.0, 0.1 * expected) << info.name;
+      EXPECT_NEAR(deviation, expected, 0.05 * expected) << info.name;
+    }
+  }
+}
+
+TEST(LlamaModelFileTest, QuantizedWeightsAreTheReferenceQuantizationOfTheF32Weights) {
+  const std::vector<uint8_t> f32_bytes = model_bytes(small_shape(DType::kF32), 11);
+  const GgufFile f32_file = *GgufFile::parse(f32_bytes);
+  for (DType dtype : {DType::kF16, DType::kBF16, DType::kQ8_0, DType::kQ4_0}) {
+    const std::vector<uint8_t> bytes = model_bytes(small_shape(dtype), 11);
+    const GgufFile file = *GgufFile::parse(bytes);
+    for (const char* name : {"token_embd.weight", "blk.1.ffn_down.weight"}) {
+      const std::vector<float> reference = tensor_as_f32(f32_file, name);
+      const GgufTensor tensor = *file.tensor(name);
+      std::vector<std::byte> expected(tensor.data.size());
+      const int64_t row_length = tensor.info->dimensions[0];
+      for (int64_t r = 0; r < tensor.info->element_count / row_length; ++r) {
+        quantize_row(dtype, reference.data() + r * row_length,
+                     expected.data() + r * row_bytes(dtype, row_length), row_length);
+      }
+      EXPECT_TRUE(std::equal(expected.begin(), expected.end(), tensor.data.begin()))
+          << dtype_name(dtype) << " " << name;
+    }
+  }
+}
+
+TEST(LlamaModelFileTest, GeneratedTokenizerWorks) {
+  const std::vector<uint8_t> bytes = model_bytes(small_shape(DType::kQ4_0), 2);
+  const GgufFile file = *GgufFile::parse(bytes);
+  Result<Tokenizer> tokenizer = Tokenizer::from_gguf(file);
+  ASSERT_TRUE(tokenizer.ok()) << tokenizer.status().to_string();
+  EXPECT_EQ(tokenizer->vocab_size(), 300);
+  const std::string text = "The light has not failed since.";
+  const std::vector<TokenId> ids = tokenizer->encode(text);
+  EXPECT_EQ(ids.front(), 1);
+  EXPECT_EQ(*tokenizer->decode(ids), text);
+}
+
+TEST(LlamaModelFileTest, InvalidShapesAreRejectedNamingTheField) {
+  struct Case {
+    void (*mutate)(LlamaShape&);
+    const char* message;
+  };
+  const Case cases[] = {
+      {[](LlamaShape& s) { s.vocab_size = 258; }, "vocab_size = 258 is below 259"},
+      {[](LlamaShape& s) { s.hidden_size = 0; }, "hidden_size = 0 must be between 1"},
+      {[](LlamaShape& s) { s.num_layers = int64_t{1} << 33; }, "num_layers = 8589934592"},
+      {[](LlamaShape& s) { s.num_heads = 3; }, "hidden_size = 64 is not a multiple of num_heads"},
+      {[](LlamaShape& s) { s.num_heads = 64; }, "head dimension 1"},
+      {[](LlamaShape& s) { s.num_kv_heads = 3; }, "not a multiple of num_kv_heads = 3"},
+      {[](LlamaShape& s) { s.weight_dtype = DType::kI8; }, "weight dtype i8"},
+      {[](LlamaShape& s) { s.ffn_size = 48; }, "multiples of 32"},
+      {[](LlamaShape& s) { s.rope_theta = -1; }, "rope_theta"},
+      {[](LlamaShape& s) { s.rms_norm_epsilon = NAN; }, "rms_norm_epsilon"},
+  };
+  for (const Case& c : cases) {
+    LlamaShape shape = small_shape(DType::kQ8_0);
+    c.mutate(shape);
+    const Status status = make_random_llama_writer(shape, 1).status();
+    EXPECT_EQ(status.code(), StatusCode::kInvalidArgument) << c.message;
+    EXPECT_THAT(status.message(), HasSubstr(c.message));
+  }
+}
+
+TEST(LlamaModelFileTest, ReadingANonLlamaFileNamesWhatIsMissing) {
+  GgufWriter writer;
+  writer.set("general.architecture", GgufValue::of_string("llama"));
+  writer.set("llama.embedding_length", GgufValue::of<uint32_t>(64));
+  const GgufFile file = *GgufFile::parse_owned(*writer.write_to_buffer(), "partial.gguf");
+  const Status status = read_llama_shape(file).status();
+  EXPECT_EQ(status.code(), StatusCode::kNotFound);
+  EXPECT_THAT(status.message(), HasSubstr("'llama.block_count' is missing"));
+  GgufWriter other;
+  other.set("general.architecture", GgufValue::of_string("mamba"));
+  const GgufFile mamba = *GgufFile::parse_owned(*other.write_to_buffer());
+  EXPECT_THAT(read_llama_shape(mamba).status().message(), HasSubstr("'mamba' is not one"));
+}
+
+}  // namespace
+}  // namespace folio::model
