@@ -23,6 +23,12 @@ void* counted_allocate(size_t bytes, size_t alignment) {
   return pointer;
 }
 
+// Out of line, so the compiler does not pair this free() with a `new` it inlined elsewhere
+// (-Wmismatched-new-delete): the replaced operator new does allocate with malloc.
+__attribute__((noinline)) void counted_release(void* pointer) {
+  std::free(pointer);
+}
+
 }  // namespace
 
 void* operator new(size_t bytes) {
@@ -38,28 +44,28 @@ void* operator new[](size_t bytes, std::align_val_t alignment) {
   return counted_allocate(bytes, static_cast<size_t>(alignment));
 }
 void operator delete(void* pointer) noexcept {
-  std::free(pointer);
+  counted_release(pointer);
 }
 void operator delete[](void* pointer) noexcept {
-  std::free(pointer);
+  counted_release(pointer);
 }
 void operator delete(void* pointer, size_t) noexcept {
-  std::free(pointer);
+  counted_release(pointer);
 }
 void operator delete[](void* pointer, size_t) noexcept {
-  std::free(pointer);
+  counted_release(pointer);
 }
 void operator delete(void* pointer, std::align_val_t) noexcept {
-  std::free(pointer);
+  counted_release(pointer);
 }
 void operator delete[](void* pointer, std::align_val_t) noexcept {
-  std::free(pointer);
+  counted_release(pointer);
 }
 void operator delete(void* pointer, size_t, std::align_val_t) noexcept {
-  std::free(pointer);
+  counted_release(pointer);
 }
 void operator delete[](void* pointer, size_t, std::align_val_t) noexcept {
-  std::free(pointer);
+  counted_release(pointer);
 }
 
 namespace folio::exec {

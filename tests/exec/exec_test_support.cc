@@ -216,4 +216,21 @@ TestArena TestArena::create(ArenaSharing sharing) {
   return arena;
 }
 
+TestArena TestArena::create_on_pool(int64_t num_pages) {
+  TestArena arena;
+  Result<std::unique_ptr<device::VirtualMemory>> vm = device::make_host_virtual_memory();
+  FOLIO_CHECK(vm.ok(), "host virtual memory: {}", vm.status().to_string());
+  arena.vm = std::move(vm).value();
+  memory::PagePoolOptions options;
+  options.name = "test_graph_arena";
+  options.page_size = 4096;
+  options.num_pages = num_pages;
+  options.thread_cache_pages = 0;
+  Result<std::unique_ptr<memory::PagePool>> pool = memory::PagePool::create(*arena.vm, options);
+  FOLIO_CHECK(pool.ok(), "page pool: {}", pool.status().to_string());
+  arena.pool = std::move(pool).value();
+  arena.arena = MultiShapeArena::create(std::make_unique<PoolArenaMemory>(*arena.pool, 1));
+  return arena;
+}
+
 }  // namespace folio::exec::testing

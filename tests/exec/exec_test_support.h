@@ -16,6 +16,7 @@
 #include "folio/exec/host_buffer.h"
 #include "folio/exec/step_inputs.h"
 #include "folio/exec/tensor_binding.h"
+#include "folio/memory/page_pool.h"
 #include "llama_like_test_graph.h"
 
 namespace folio::exec::testing {
@@ -136,12 +137,16 @@ Result<std::unique_ptr<Executor>> make_executor(const TestModelState& model, Tes
                                                 ThreadPool& pool, MultiShapeArena& arena,
                                                 ExecutorOptions options);
 
-// A host VirtualMemory and a shared arena on dedicated memory.
+// A host VirtualMemory and an arena on dedicated memory or on the pages of a page pool (members
+// are destroyed arena first, then pool, then VirtualMemory).
 struct TestArena {
   std::unique_ptr<device::VirtualMemory> vm;
+  std::unique_ptr<memory::PagePool> pool;
   std::unique_ptr<MultiShapeArena> arena;
 
   static TestArena create(ArenaSharing sharing = ArenaSharing::kShared);
+  // A pool of `num_pages` 4 KiB pages, its graph-arena pages backing the arena.
+  static TestArena create_on_pool(int64_t num_pages);
 };
 
 }  // namespace folio::exec::testing

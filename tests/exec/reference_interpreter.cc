@@ -34,6 +34,34 @@ Values rope(const Values& x, const Values& positions, const ir::RopeAttributes& 
   return y;
 }
 
+Values rms_norm(const Values& x, const Values& weight, int64_t hidden,
+                const ir::RmsNormAttributes& attributes) {
+  Values y;
+  for (size_t row = 0; row < x.size() / size_t(hidden); ++row) {
+    const double* values = x.data() + row * size_t(hidden);
+    double squares = 0;
+    for (int64_t i = 0; i < hidden; ++i) squares += values[i] * values[i];
+    const double inverse = 1.0 / std::sqrt(squares / double(hidden) + attributes.epsilon);
+    for (int64_t i = 0; i < hidden; ++i) y.push_back(values[i] * inverse * weight[size_t(i)]);
+  }
+  return y;
+}
+
+// y [rows, n] = x [rows, k] * weight [n, k]^T (+ bias [n]).
+Values matmul(const Values& x, const Values& weight, const Values* bias, int64_t k) {
+  const size_t rows = x.size() / size_t(k), n = weight.size() / size_t(k);
+  Values y;
+  for (size_t r = 0; r < rows; ++r) {
+    for (size_t c = 0; c < n; ++c) {
+      double sum = bias != nullptr ? (*bias)[c] : 0.0;
+      for (size_t i = 0; i < size_t(k); ++i)
+        sum += x[r * size_t(k) + i] * weight[c * size_t(k) + i];
+      y.push_back(sum);
+    }
+  }
+  return y;
+}
+
 }  // namespace
 
 Values ReferenceInterpreter::input_values(const ir::TensorInfo& tensor,
@@ -120,6 +148,59 @@ void ReferenceInterpreter::attention(const ir::Graph& graph, const ir::Op& op,
   values[size_t(op.outputs[0].value())] = std::move(output);
 }
 
+Status ReferenceInterpreter::evaluate(const ir::Graph& graph, const ir::Op& op,
+                                      std::vector<Values>& values) {
+  auto in = [&](int position) -> const Values& {
+    return values[size_t(op.inputs[size_t(position)].value())];
+  };
+  auto shape = [&](int position) { return operand(graph, op, position).shape; };
+  Values* out = op.outputs.empty() ? nullptr : &values[size_t(op.outputs[0].value())];
+  switch (op.kind) {
+    case ir::OpKind::kEmbedding: {
+      const int64_t hidden = shape(1)[1];
+      for (double id : in(0)) {
+        out->insert(out->end(), in(1).begin() + int64_t(id) * hidden,
+                    in(1).begin() + (int64_t(id) + 1) * hidden);
+      }
+      break;
+    }
+    case ir::OpKind::kRmsNorm:
+      *out = rms_norm(in(0), in(1), shape(0)[1], std::get<ir::RmsNormAttributes>(op.attributes));
+      break;
+    case ir::OpKind::kMatMul:
+      *out = matmul(in(0), in(1), op.inputs.size() > 2 ? &in(2) : nullptr, shape(0)[1]);
+      break;
+    case ir::OpKind::kAdd:
+      for (size_t i = 0; i < in(0).size(); ++i) out->push_back(in(0)[i] + in(1)[i]);
+      break;
+    case ir::OpKind::kSwiGlu:
+      for (size_t i = 0; i < in(0).size(); ++i)
+        out->push_back(in(0)[i] / (1.0 + std::exp(-in(0)[i])) * in(1)[i]);
+      break;
+    case ir::OpKind::kRope:
+      *out = rope(in(0), in(1), std::get<ir::RopeAttributes>(op.attributes));
+      break;
+    case ir::OpKind::kKvCacheWrite:
+      kv_write(graph, op, values);
+      break;
+    case ir::OpKind::kPagedAttention:
+      attention(graph, op, values);
+      break;
+    case ir::OpKind::kGatherRows: {
+      const int64_t hidden = shape(0)[1];
+      for (double index : in(1)) {
+        out->insert(out->end(), in(0).begin() + int64_t(index) * hidden,
+                    in(0).begin() + (int64_t(index) + 1) * hidden);
+      }
+      break;
+    }
+    case ir::OpKind::kMul:
+    case ir::OpKind::kSilu:
+      return invalid_argument("reference: {} not supported", ir::op_kind_name(op.kind));
+  }
+  return Status();
+}
+
 Result<std::vector<double>> ReferenceInterpreter::run(const ir::Graph& graph,
                                                       const StepInputs& step) {
   std::vector<Values> values(size_t(graph.num_tensors()));
@@ -131,75 +212,7 @@ Result<std::vector<double>> ReferenceInterpreter::run(const ir::Graph& graph,
       values[size_t(tensor.id.value())] = Values(stored.begin(), stored.end());
     }
   }
-  for (const ir::Op& op : graph.ops()) {
-    auto in = [&](int position) -> const Values& {
-      return values[size_t(op.inputs[size_t(position)].value())];
-    };
-    auto shape = [&](int position) { return operand(graph, op, position).shape; };
-    Values* out = op.outputs.empty() ? nullptr : &values[size_t(op.outputs[0].value())];
-    switch (op.kind) {
-      case ir::OpKind::kEmbedding: {
-        const int64_t hidden = shape(1)[1];
-        for (double id : in(0)) {
-          out->insert(out->end(), in(1).begin() + int64_t(id) * hidden,
-                      in(1).begin() + (int64_t(id) + 1) * hidden);
-        }
-        break;
-      }
-      case ir::OpKind::kRmsNorm: {
-        const int64_t hidden = shape(0)[1];
-        const double epsilon = std::get<ir::RmsNormAttributes>(op.attributes).epsilon;
-        for (int64_t r = 0; r < shape(0)[0]; ++r) {
-          double squares = 0;
-          for (int64_t i = 0; i < hidden; ++i)
-            squares += in(0)[size_t(r * hidden + i)] * in(0)[size_t(r * hidden + i)];
-          const double inverse = 1.0 / std::sqrt(squares / double(hidden) + epsilon);
-          for (int64_t i = 0; i < hidden; ++i)
-            out->push_back(in(0)[size_t(r * hidden + i)] * inverse * in(1)[size_t(i)]);
-        }
-        break;
-      }
-      case ir::OpKind::kMatMul: {
-        const int64_t rows = shape(0)[0], k = shape(0)[1], n = shape(1)[0];
-        for (int64_t r = 0; r < rows; ++r) {
-          for (int64_t c = 0; c < n; ++c) {
-            double sum = op.inputs.size() > 2 ? in(2)[size_t(c)] : 0.0;
-            for (int64_t i = 0; i < k; ++i)
-              sum += in(0)[size_t(r * k + i)] * in(1)[size_t(c * k + i)];
-            out->push_back(sum);
-          }
-        }
-        break;
-      }
-      case ir::OpKind::kAdd:
-        for (size_t i = 0; i < in(0).size(); ++i) out->push_back(in(0)[i] + in(1)[i]);
-        break;
-      case ir::OpKind::kSwiGlu:
-        for (size_t i = 0; i < in(0).size(); ++i)
-          out->push_back(in(0)[i] / (1.0 + std::exp(-in(0)[i])) * in(1)[i]);
-        break;
-      case ir::OpKind::kRope:
-        *out = rope(in(0), in(1), std::get<ir::RopeAttributes>(op.attributes));
-        break;
-      case ir::OpKind::kKvCacheWrite:
-        kv_write(graph, op, values);
-        break;
-      case ir::OpKind::kPagedAttention:
-        attention(graph, op, values);
-        break;
-      case ir::OpKind::kGatherRows: {
-        const int64_t hidden = shape(0)[1];
-        for (double index : in(1)) {
-          out->insert(out->end(), in(0).begin() + int64_t(index) * hidden,
-                      in(0).begin() + (int64_t(index) + 1) * hidden);
-        }
-        break;
-      }
-      case ir::OpKind::kMul:
-      case ir::OpKind::kSilu:
-        return invalid_argument("reference: {} not supported", ir::op_kind_name(op.kind));
-    }
-  }
+  for (const ir::Op& op : graph.ops()) FOLIO_RETURN_IF_ERROR(evaluate(graph, op, values));
   const std::optional<ir::TensorId> logits = graph.find_tensor("logits");
   if (!logits) return invalid_argument("reference: no logits output");
   return values[size_t(logits->value())];

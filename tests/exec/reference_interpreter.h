@@ -26,6 +26,7 @@ class ReferenceInterpreter {
 
  private:
   using Values = std::vector<double>;
+  Status evaluate(const ir::Graph& graph, const ir::Op& op, std::vector<Values>& values);
   Values input_values(const ir::TensorInfo& tensor, const StepInputs& step) const;
   void attention(const ir::Graph& graph, const ir::Op& op, std::vector<Values>& values) const;
   void kv_write(const ir::Graph& graph, const ir::Op& op, const std::vector<Values>& values);

@@ -44,6 +44,14 @@ class ReplayTest : public ::testing::Test {
                  .value();
   }
 
+  // Moves both executors to an arena on page-pool pages (the engine's configuration).
+  void use_pool_arena() {
+    graph_.reset();
+    eager_.reset();
+    arena_ = testing::TestArena::create_on_pool(2048);
+    configure({});
+  }
+
   // Runs `step` on both; true when the logits agree bit for bit.
   bool run_both(const OwnedStep& step, StepPath* path = nullptr) {
     Result<StepOutput> replayed = graph_->execute(step.view());
@@ -185,6 +193,7 @@ TEST_F(ReplayTest, PiecewiseReplayLaunchesOnlyAttentionEagerly) {
 }
 
 TEST_F(ReplayTest, GarbageInTheArenaBetweenReplaysChangesNoOutput) {
+  use_pool_arena();
   StepGenerator generator(testing::GeneratorConfig::for_model(config_, 16), 13);
   int mismatches = 0;
   for (int i = 0; i < 24; ++i) {

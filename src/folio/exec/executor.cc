@@ -175,12 +175,12 @@ Status Executor::run_eagerly(const StepShape& shape, StepOutput& output) {
   FOLIO_ASSIGN_OR_RETURN(const std::vector<std::byte*> outputs,
                          output_addresses(graph.graph(), eager_outputs_, true));
   FOLIO_RETURN_IF_ERROR(run_eager(graph, outputs, stream_));
-  FOLIO_ASSIGN_OR_RETURN(output.logits, logits_of(eager_outputs_, output.num_rows));
+  output.logits = logits_of(eager_outputs_, output.num_rows);
   return Status();
 }
 
-Result<std::span<const float>> Executor::logits_of(
-    const std::unordered_map<std::string, HostBuffer>& buffers, int32_t rows) {
+std::span<const float> Executor::logits_of(
+    const std::unordered_map<std::string, HostBuffer>& buffers, int32_t rows) const {
   const auto found = buffers.find(std::string(kOutputLogits));
   FOLIO_CHECK(found != buffers.end(), "no logits buffer");
   return std::span<const float>(found->second.as<const float>(),
@@ -227,7 +227,7 @@ Result<StepOutput> Executor::execute(const StepInputs& step) {
     const ArenaReplayLock lock = arena_.lock_for_replay();
     program->replay(stream_, lock);
   }
-  FOLIO_ASSIGN_OR_RETURN(output.logits, logits_of(persistent_outputs_, output.num_rows));
+  output.logits = logits_of(persistent_outputs_, output.num_rows);
   return output;
 }
 

@@ -51,7 +51,7 @@ enum class ExecutionMode : uint8_t {
 };
 
 struct ExecutorOptions {
-  std::string name = "executor";  // metrics label
+  std::string name = "executor";  // metrics label; unique among the executors of one registry
   std::vector<int32_t> bucket_ladder = BucketPolicy::default_ladder();
   // Largest step accepted; steps above the largest bucket and up to this run eagerly.
   // 0: the largest bucket.
@@ -128,8 +128,8 @@ class Executor {
       const ir::Graph& graph, std::unordered_map<std::string, HostBuffer>& buffers, bool grow);
   Result<const Program*> capture(const StepShape& shape);
   Status run_eagerly(const StepShape& shape, StepOutput& output);
-  Result<std::span<const float>> logits_of(const std::unordered_map<std::string, HostBuffer>&,
-                                           int32_t rows);
+  std::span<const float> logits_of(const std::unordered_map<std::string, HostBuffer>& buffers,
+                                   int32_t rows) const;
 
   const GraphFactory factory_;
   ThreadPool& pool_;

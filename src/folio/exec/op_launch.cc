@@ -58,6 +58,52 @@ class OpOperands {
   std::span<std::byte* const> addresses_;
 };
 
+void launch_embedding(const OpOperands& operands, device::HostStream& stream) {
+  const ir::TensorInfo& table = operands.input(ir::embedding_input::kTable);
+  kernels::EmbeddingArguments arguments;
+  arguments.token_ids = operands.input_data<const int32_t>(ir::embedding_input::kTokenIds);
+  arguments.table = operands.input_data<const void>(ir::embedding_input::kTable);
+  arguments.output = operands.output_data();
+  arguments.num_tokens = operands.output().shape[0];
+  arguments.vocab_size = table.shape[0];
+  arguments.hidden = table.shape[1];
+  arguments.table_dtype = table.dtype;
+  kernels::cpu::embedding(stream, arguments);
+}
+
+void launch_rms_norm(const OpOperands& operands, const ir::Op& op, device::HostStream& stream) {
+  const ir::TensorInfo& x = operands.input(ir::rms_norm_input::kX);
+  kernels::cpu::RmsNormArguments arguments;
+  arguments.input = operands.input_data<const float>(ir::rms_norm_input::kX);
+  arguments.weight = operands.input_data<const float>(ir::rms_norm_input::kWeight);
+  arguments.output = operands.output_data();
+  arguments.num_rows = x.shape[0];
+  arguments.hidden = x.shape[1];
+  arguments.epsilon = std::get<ir::RmsNormAttributes>(op.attributes).epsilon;
+  kernels::cpu::rms_norm(stream, arguments);
+}
+
+void launch_add(const OpOperands& operands, device::HostStream& stream) {
+  kernels::cpu::AddArguments arguments;
+  arguments.a = operands.input_data<const float>(0);
+  arguments.b = operands.input_data<const float>(1);
+  arguments.output = operands.output_data();
+  arguments.num_elements = operands.output().shape.num_elements();
+  kernels::cpu::add(stream, arguments);
+}
+
+void launch_swiglu(const OpOperands& operands, device::HostStream& stream) {
+  const ir::TensorInfo& gate = operands.input(0);
+  kernels::cpu::SiluGateArguments arguments;
+  arguments.gate = operands.input_data<const float>(0);
+  arguments.up = operands.input_data<const float>(1);
+  arguments.output = operands.output_data();
+  arguments.gate_row_stride = arguments.up_row_stride = arguments.output_row_stride = gate.shape[1];
+  arguments.num_rows = gate.shape[0];
+  arguments.width = gate.shape[1];
+  kernels::cpu::silu_gate(stream, arguments);
+}
+
 void launch_matmul(const OpOperands& operands, const PreparedOp& prepared, std::byte* workspace,
                    device::HostStream& stream) {
   const ir::TensorInfo& x = operands.input(ir::matmul_input::kX);
@@ -183,56 +229,21 @@ void PreparedGraph::launch(size_t index, std::span<std::byte* const> addresses,
   const ir::Op& op = *prepared.op;
   const OpOperands operands(graph_, op, addresses);
   switch (op.kind) {
-    case ir::OpKind::kEmbedding: {
-      const ir::TensorInfo& table = operands.input(ir::embedding_input::kTable);
-      kernels::EmbeddingArguments arguments;
-      arguments.token_ids = operands.input_data<const int32_t>(ir::embedding_input::kTokenIds);
-      arguments.table = operands.input_data<const void>(ir::embedding_input::kTable);
-      arguments.output = operands.output_data();
-      arguments.num_tokens = operands.output().shape[0];
-      arguments.vocab_size = table.shape[0];
-      arguments.hidden = table.shape[1];
-      arguments.table_dtype = table.dtype;
-      kernels::cpu::embedding(stream, arguments);
+    case ir::OpKind::kEmbedding:
+      launch_embedding(operands, stream);
       return;
-    }
-    case ir::OpKind::kRmsNorm: {
-      const ir::TensorInfo& x = operands.input(ir::rms_norm_input::kX);
-      kernels::cpu::RmsNormArguments arguments;
-      arguments.input = operands.input_data<const float>(ir::rms_norm_input::kX);
-      arguments.weight = operands.input_data<const float>(ir::rms_norm_input::kWeight);
-      arguments.output = operands.output_data();
-      arguments.num_rows = x.shape[0];
-      arguments.hidden = x.shape[1];
-      arguments.epsilon = std::get<ir::RmsNormAttributes>(op.attributes).epsilon;
-      kernels::cpu::rms_norm(stream, arguments);
+    case ir::OpKind::kRmsNorm:
+      launch_rms_norm(operands, op, stream);
       return;
-    }
     case ir::OpKind::kMatMul:
       launch_matmul(operands, prepared, workspace, stream);
       return;
-    case ir::OpKind::kAdd: {
-      kernels::cpu::AddArguments arguments;
-      arguments.a = operands.input_data<const float>(0);
-      arguments.b = operands.input_data<const float>(1);
-      arguments.output = operands.output_data();
-      arguments.num_elements = operands.output().shape.num_elements();
-      kernels::cpu::add(stream, arguments);
+    case ir::OpKind::kAdd:
+      launch_add(operands, stream);
       return;
-    }
-    case ir::OpKind::kSwiGlu: {
-      const ir::TensorInfo& gate = operands.input(0);
-      kernels::cpu::SiluGateArguments arguments;
-      arguments.gate = operands.input_data<const float>(0);
-      arguments.up = operands.input_data<const float>(1);
-      arguments.output = operands.output_data();
-      arguments.gate_row_stride = arguments.up_row_stride = arguments.output_row_stride =
-          gate.shape[1];
-      arguments.num_rows = gate.shape[0];
-      arguments.width = gate.shape[1];
-      kernels::cpu::silu_gate(stream, arguments);
+    case ir::OpKind::kSwiGlu:
+      launch_swiglu(operands, stream);
       return;
-    }
     case ir::OpKind::kRope:
       launch_rope(operands, prepared, stream);
       return;

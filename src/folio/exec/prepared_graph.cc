@@ -96,25 +96,8 @@ Status PreparedGraph::prepare_op(size_t index) {
         return unsupported(op, "the CPU kernel takes an f32 weight");
       }
       return Status();
-    case ir::OpKind::kMatMul: {
-      const ir::TensorInfo& x = input(ir::matmul_input::kX);
-      const ir::TensorInfo& weight = input(ir::matmul_input::kWeight);
-      if (!is_weight_dtype(weight.dtype)) {
-        return unsupported(
-            op, fmt::format("weight dtype {} has no CPU kernel", dtype_name(weight.dtype)));
-      }
-      if (x.shape[1] % 32 != 0) {
-        return unsupported(op, fmt::format("input features {} are not a multiple of 32, which "
-                                           "the CPU matmul requires",
-                                           x.shape[1]));
-      }
-      if (op.inputs.size() > 2 && input(ir::matmul_input::kBias).dtype != DType::kF32) {
-        return unsupported(op, "the CPU kernel takes an f32 bias");
-      }
-      prepared.workspace_bytes = aligned_workspace(
-          kernels::cpu::matmul_workspace_bytes(weight.dtype, x.shape[0], x.shape[1], num_threads_));
-      return Status();
-    }
+    case ir::OpKind::kMatMul:
+      return prepare_matmul(prepared);
     case ir::OpKind::kAdd:
     case ir::OpKind::kSwiGlu:
       return Status();
@@ -135,6 +118,29 @@ Status PreparedGraph::prepare_op(size_t index) {
       return prepare_gather(prepared);
   }
   return unsupported(op, "unknown op kind");
+}
+
+Status PreparedGraph::prepare_matmul(PreparedOp& prepared) {
+  const ir::Op& op = *prepared.op;
+  const ir::TensorInfo& x = graph_.tensor(op.inputs[static_cast<size_t>(ir::matmul_input::kX)]);
+  const ir::TensorInfo& weight =
+      graph_.tensor(op.inputs[static_cast<size_t>(ir::matmul_input::kWeight)]);
+  if (!is_weight_dtype(weight.dtype)) {
+    return unsupported(op,
+                       fmt::format("weight dtype {} has no CPU kernel", dtype_name(weight.dtype)));
+  }
+  if (x.shape[1] % 32 != 0) {
+    return unsupported(op, fmt::format("input features {} are not a multiple of 32, which the CPU "
+                                       "matmul requires",
+                                       x.shape[1]));
+  }
+  if (op.inputs.size() > 2 &&
+      graph_.tensor(op.inputs[static_cast<size_t>(ir::matmul_input::kBias)]).dtype != DType::kF32) {
+    return unsupported(op, "the CPU kernel takes an f32 bias");
+  }
+  prepared.workspace_bytes = aligned_workspace(
+      kernels::cpu::matmul_workspace_bytes(weight.dtype, x.shape[0], x.shape[1], num_threads_));
+  return Status();
 }
 
 Status PreparedGraph::prepare_rope(PreparedOp& prepared) {

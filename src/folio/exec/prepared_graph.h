@@ -94,6 +94,7 @@ class PreparedGraph {
   PreparedGraph(ir::Graph graph, const PrepareContext& context);
   Status bind_externals(const PrepareContext& context);
   Status prepare_op(size_t index);
+  Status prepare_matmul(PreparedOp& prepared);
   Status prepare_rope(PreparedOp& prepared);
   Status prepare_gather(PreparedOp& prepared);
 

@@ -62,88 +62,96 @@ int64_t Program::num_captured_kernels() const {
   return kernels;
 }
 
-Result<std::unique_ptr<Program>> capture_program(std::unique_ptr<PreparedGraph> graph,
-                                                 MultiShapeArena& arena,
-                                                 std::span<std::byte* const> output_addresses,
-                                                 device::HostStream& stream,
-                                                 const CaptureOptions& options) {
-  const auto start = std::chrono::steady_clock::now();
-  const ir::Graph& ir_graph = graph->graph();
-  const std::vector<ir::OpId> order = program_order(ir_graph);
-  FOLIO_ASSIGN_OR_RETURN(const ir::BufferPlan plan, plan_arena(*graph, order));
-
-  std::unique_ptr<Program> program(new Program());
-  program->addresses_.assign(graph->external_addresses().begin(),
-                             graph->external_addresses().end());
+Result<std::vector<std::byte*>> Program::bind(const ir::BufferPlan& plan,
+                                              std::span<std::byte* const> output_addresses,
+                                              MultiShapeArena& arena) {
+  const ir::Graph& ir_graph = graph_->graph();
+  addresses_.assign(graph_->external_addresses().begin(), graph_->external_addresses().end());
   for (const ir::TensorInfo& tensor : ir_graph.tensors()) {
     if (tensor.residency != ir::Residency::kOutput) continue;
     const auto index = static_cast<size_t>(tensor.id.value());
     if (index >= output_addresses.size() || output_addresses[index] == nullptr) {
       return invalid_argument("output '{}' has no persistent buffer to capture into", tensor.name);
     }
-    program->addresses_[index] = output_addresses[index];
+    addresses_[index] = output_addresses[index];
   }
-  FOLIO_ASSIGN_OR_RETURN(program->view_, arena.create_view(static_cast<size_t>(plan.peak_bytes)));
+  FOLIO_ASSIGN_OR_RETURN(view_, arena.create_view(static_cast<size_t>(plan.peak_bytes)));
+  arena_ = &arena;
+  planned_bytes_ = plan.peak_bytes;
   for (const ir::TensorInfo& tensor : ir_graph.tensors()) {
     if (tensor.residency != ir::Residency::kActivation) continue;
-    program->addresses_[static_cast<size_t>(tensor.id.value())] =
-        planned_address(plan, program->view_, tensor.id);
+    addresses_[static_cast<size_t>(tensor.id.value())] = planned_address(plan, view_, tensor.id);
   }
-  std::vector<std::byte*> workspaces(order.size(), nullptr);
-  for (size_t position = 0; position < order.size(); ++position) {
-    workspaces[position] =
-        planned_address(plan, program->view_,
-                        ir::TensorId(ir_graph.num_tensors() + static_cast<int32_t>(position)));
+  std::vector<std::byte*> workspaces(static_cast<size_t>(ir_graph.num_ops()), nullptr);
+  for (size_t position = 0; position < workspaces.size(); ++position) {
+    const ir::TensorId scratch(ir_graph.num_tensors() + static_cast<int32_t>(position));
+    workspaces[position] = planned_address(plan, view_, scratch);
   }
+  return workspaces;
+}
+
+void Program::record_piece(std::span<const ir::OpId> ops, std::span<std::byte* const> workspaces,
+                           const int32_t* lengths_override, device::HostStream& stream) {
+  stream.begin_capture();
+  for (ir::OpId op : ops) {
+    const auto index = static_cast<size_t>(op.value());
+    graph_->launch(index, addresses_, workspaces[index], stream, lengths_override);
+  }
+  device::HostGraph piece = stream.end_capture();
+  if (piece.empty()) return;  // two attention ops in a row leave an empty piece
+  instructions_.push_back({InstructionKind::kGraph, static_cast<int32_t>(pieces_.size())});
+  pieces_.push_back(std::move(piece));
+}
+
+void Program::record(std::span<std::byte* const> workspaces, const int32_t* lengths_override,
+                     device::HostStream& stream) {
+  const std::vector<ir::OpId> order = program_order(graph_->graph());
+  switch (kind_) {
+    case ProgramKind::kFullGraph:
+      record_piece(order, workspaces, lengths_override, stream);
+      return;
+    case ProgramKind::kPiecewise:
+      break;
+  }
+  const ir::PiecewiseSplit split = ir::split_at_attention(graph_->graph(), order);
+  for (const ir::Segment& segment : split.segments) {
+    if (segment.kind == ir::SegmentKind::kPiece) {
+      record_piece(segment.ops, workspaces, lengths_override, stream);
+      continue;
+    }
+    for (ir::OpId op : segment.ops) {
+      const auto index = static_cast<size_t>(op.value());
+      kernels::cpu::PagedAttentionArguments arguments =
+          graph_->attention_arguments(index, addresses_, workspaces[index]);
+      if (lengths_override != nullptr) arguments.context_lengths = lengths_override;
+      instructions_.push_back({InstructionKind::kAttention, static_cast<int32_t>(runners_.size())});
+      runners_.emplace_back(arguments);
+    }
+  }
+}
+
+Result<std::unique_ptr<Program>> capture_program(std::unique_ptr<PreparedGraph> graph,
+                                                 MultiShapeArena& arena,
+                                                 std::span<std::byte* const> output_addresses,
+                                                 device::HostStream& stream,
+                                                 const CaptureOptions& options) {
+  const auto start = std::chrono::steady_clock::now();
+  FOLIO_ASSIGN_OR_RETURN(const ir::BufferPlan plan,
+                         plan_arena(*graph, program_order(graph->graph())));
+  std::unique_ptr<Program> program(new Program());
+  program->kind_ = options.kind;
+  program->graph_ = std::move(graph);
+  FOLIO_ASSIGN_OR_RETURN(const std::vector<std::byte*> workspaces,
+                         program->bind(plan, output_addresses, arena));
   const int32_t* lengths_override = nullptr;
   if (options.capture_lengths_by_value_for_testing) {
-    const size_t bytes =
-        static_cast<size_t>(graph->inputs().limits().max_sequences) * sizeof(int32_t);
+    const PersistentInputs& inputs = program->graph_->inputs();
+    const size_t bytes = static_cast<size_t>(inputs.limits().max_sequences) * sizeof(int32_t);
     program->lengths_snapshot_ = HostBuffer(bytes);
-    std::memcpy(program->lengths_snapshot_.data(), graph->inputs().context_lengths(), bytes);
+    std::memcpy(program->lengths_snapshot_.data(), inputs.context_lengths(), bytes);
     lengths_override = program->lengths_snapshot_.as<int32_t>();
   }
-
-  auto record_piece = [&](std::span<const ir::OpId> ops) {
-    stream.begin_capture();
-    for (ir::OpId op : ops) {
-      const auto index = static_cast<size_t>(op.value());
-      graph->launch(index, program->addresses_, workspaces[index], stream, lengths_override);
-    }
-    device::HostGraph piece = stream.end_capture();
-    if (piece.empty()) return;
-    program->instructions_.push_back(
-        {Program::InstructionKind::kGraph, static_cast<int32_t>(program->pieces_.size())});
-    program->pieces_.push_back(std::move(piece));
-  };
-  switch (options.kind) {
-    case ProgramKind::kFullGraph:
-      record_piece(order);
-      break;
-    case ProgramKind::kPiecewise: {
-      const ir::PiecewiseSplit split = ir::split_at_attention(ir_graph, order);
-      for (const ir::Segment& segment : split.segments) {
-        if (segment.kind == ir::SegmentKind::kPiece) {
-          record_piece(segment.ops);
-          continue;
-        }
-        for (ir::OpId op : segment.ops) {
-          const auto index = static_cast<size_t>(op.value());
-          kernels::cpu::PagedAttentionArguments arguments =
-              graph->attention_arguments(index, program->addresses_, workspaces[index]);
-          if (lengths_override != nullptr) arguments.context_lengths = lengths_override;
-          program->instructions_.push_back({Program::InstructionKind::kAttention,
-                                            static_cast<int32_t>(program->runners_.size())});
-          program->runners_.emplace_back(arguments);
-        }
-      }
-      break;
-    }
-  }
-  program->kind_ = options.kind;
-  program->arena_ = &arena;
-  program->planned_bytes_ = plan.peak_bytes;
-  program->graph_ = std::move(graph);
+  program->record(workspaces, lengths_override, stream);
   program->capture_seconds_ =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   return program;

@@ -32,6 +32,7 @@
 #include "folio/exec/host_buffer.h"
 #include "folio/exec/multi_shape_arena.h"
 #include "folio/exec/prepared_graph.h"
+#include "folio/ir/buffer_plan.h"
 #include "folio/kernels/cpu/paged_attention.h"
 
 namespace folio::exec {
@@ -93,6 +94,16 @@ class Program {
                                                           device::HostStream&,
                                                           const CaptureOptions&);
   Program() = default;
+  // Binds every tensor (activations into a fresh view of `arena`) and returns each op's
+  // workspace address, by op id.
+  Result<std::vector<std::byte*>> bind(const ir::BufferPlan& plan,
+                                       std::span<std::byte* const> output_addresses,
+                                       MultiShapeArena& arena);
+  // Records the instruction list of kind_.
+  void record(std::span<std::byte* const> workspaces, const int32_t* lengths_override,
+              device::HostStream& stream);
+  void record_piece(std::span<const ir::OpId> ops, std::span<std::byte* const> workspaces,
+                    const int32_t* lengths_override, device::HostStream& stream);
 
   ProgramKind kind_ = ProgramKind::kFullGraph;
   std::unique_ptr<PreparedGraph> graph_;

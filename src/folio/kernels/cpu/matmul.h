@@ -37,7 +37,7 @@ namespace folio::kernels::cpu {
 
 // f32 weights go to OpenBLAS sgemm from this many rows of x and input features (measured,
 // docs/design/kernels.md: below K = 3072 Folio's kernel is ~10% faster than sgemm at every M;
-// from K = 3072 and M = 96 sgemm is 10-40% faster, the kernel's 4-row weight groups no longer
+// from K = 3072 and M = 96 sgemm is 8-40% faster, the kernel's 4-row weight groups no longer
 // fitting in L1).
 inline constexpr int64_t kSgemmMinRows = 96;
 inline constexpr int64_t kSgemmMinInputFeatures = 3072;
@@ -53,8 +53,9 @@ int64_t matmul_workspace_bytes(DType weight_dtype, int64_t num_rows, int64_t inp
 // Requires: num_rows >= 0, input_features > 0 and a multiple of 32, output_features >= 0;
 // weight_dtype in {f32, f16, bf16, q8_0, q4_0}; workspace 64-byte aligned with
 // workspace_bytes >= matmul_workspace_bytes(..., stream.pool().num_threads()); output does not
-// overlap input, weight, bias or workspace. Checked (abort) when violated: these are
-// programming errors, fixed for a captured graph.
+// overlap input or workspace (all of these checked: a violation aborts, being a programming
+// error fixed for a captured graph), nor weight or bias. x and W should be 64-byte aligned:
+// misaligned rows split every vector load across cache lines (20-30% slower prefill).
 void matmul(device::HostStream& stream, const MatmulArguments& arguments);
 
 }  // namespace folio::kernels::cpu
