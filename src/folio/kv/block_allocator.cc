@@ -12,12 +12,16 @@ BlockAllocator::BlockAllocator(KvPageSource& source, int32_t blocks_per_page, in
       block_size_(block_size),
       capacity_pages_(source.capacity_pages()),
       blocks_(static_cast<size_t>(capacity_blocks())),
+      block_keys_(static_cast<size_t>(capacity_blocks())),
       block_tokens_(static_cast<size_t>(capacity_blocks() * block_size)),
       block_links_(static_cast<size_t>(capacity_blocks())),
       pages_(static_cast<size_t>(capacity_pages_)),
       page_links_(static_cast<size_t>(capacity_pages_)),
       lru_(&block_links_) {
   FOLIO_CHECK(blocks_per_page >= 1 && block_size >= 1);
+  for (size_t block = 0; block < blocks_.size(); ++block) {
+    blocks_[block].page = static_cast<int32_t>(block / static_cast<size_t>(blocks_per_page));
+  }
   for (IndexList& list : page_lists_) list = IndexList(&page_links_);
   for (PageSlot& page : pages_) page.free_blocks = IndexList(&block_links_);
   source_.set_eviction_handler(this);
@@ -57,12 +61,9 @@ void BlockAllocator::log_undo(UndoEntry::Kind kind, int32_t node, int32_t old_va
   undo_log_.push_back(entry);
 }
 
-void BlockAllocator::set_state(int32_t block, BlockState state) {
+void BlockAllocator::change_state(int32_t block, BlockState state) {
   BlockSlot& slot = blocks_[block];
   PageSlot& page = pages_[page_of(block)];
-  if (in_transaction_) {
-    log_undo(UndoEntry::Kind::kBlockState, block, static_cast<int32_t>(slot.state));
-  }
   const auto adjust = [&](BlockState which, int32_t delta) {
     switch (which) {
       case BlockState::kUnbacked:
@@ -86,18 +87,28 @@ void BlockAllocator::set_state(int32_t block, BlockState state) {
   slot.state = state;
 }
 
+void BlockAllocator::set_state(int32_t block, BlockState state) {
+  if (in_transaction_) {
+    log_undo(UndoEntry::Kind::kBlockState, block, static_cast<int32_t>(blocks_[block].state));
+  }
+  change_state(block, state);
+}
+
+void BlockAllocator::take_block(int32_t block, IndexList& list) {
+  const IndexList::Position position = list.remove(block);
+  if (in_transaction_) {
+    log_undo(UndoEntry::Kind::kBlockTaken, block, static_cast<int32_t>(blocks_[block].state), &list,
+             position);
+  }
+  change_state(block, BlockState::kOwned);
+  blocks_[block].ref_count = 1;
+}
+
 void BlockAllocator::set_reference(int32_t block, int32_t ref_count) {
   if (in_transaction_) {
     log_undo(UndoEntry::Kind::kBlockReference, block, blocks_[block].ref_count);
   }
   blocks_[block].ref_count = ref_count;
-}
-
-void BlockAllocator::list_remove(IndexList& list, int32_t node) {
-  const IndexList::Position position = list.remove(node);
-  if (in_transaction_) {
-    log_undo(UndoEntry::Kind::kListRemoved, node, 0, &list, position);
-  }
 }
 
 void BlockAllocator::list_push_back(IndexList& list, int32_t node) {
@@ -179,6 +190,11 @@ void BlockAllocator::undo(const UndoEntry& entry) {
       break;
     case UndoEntry::Kind::kBlockReference:
       blocks_[entry.node].ref_count = entry.old_value;
+      break;
+    case UndoEntry::Kind::kBlockTaken:
+      blocks_[entry.node].ref_count = 0;
+      change_state(entry.node, static_cast<BlockState>(entry.old_value));
+      entry.list->restore(entry.node, entry.position);
       break;
     case UndoEntry::Kind::kPagePinned: {
       PageSlot& page = pages_[entry.node];
@@ -267,7 +283,7 @@ void BlockAllocator::drop_page(int32_t page_index, bool give_back) {
         break;
       case BlockState::kCached: {
         lru_.remove(block);
-        const auto entry = prefix_index_.find(slot.hash);
+        const auto entry = prefix_index_.find(block_keys_[block].hash);
         if (entry != prefix_index_.end() && entry->second == block) prefix_index_.erase(entry);
         slot.registered = false;
         ++stats_.evicted_blocks;
@@ -303,9 +319,9 @@ void BlockAllocator::release_surplus_pages(int32_t keep_empty_pages) {
 bool BlockAllocator::verify_candidate(int32_t block, uint64_t parent_hash,
                                       std::span<const int32_t> tokens,
                                       const CacheNamespace& cache_namespace) const {
-  const BlockSlot& slot = blocks_[block];
-  if (!slot.registered || slot.parent_hash != parent_hash) return false;
-  if (!(slot.cache_namespace == cache_namespace)) return false;
+  const BlockKey& key = block_keys_[block];
+  if (!blocks_[block].registered || key.parent_hash != parent_hash) return false;
+  if (!(key.cache_namespace == cache_namespace)) return false;
   if (pages_[page_of(block)].doomed) return false;
   const int32_t* stored = block_tokens_.data() + int64_t{block} * block_size_;
   return std::equal(tokens.begin(), tokens.end(), stored);
@@ -325,6 +341,14 @@ void BlockAllocator::lookup_hits(const AcquireRequest& request, std::vector<int3
   }
 }
 
+bool BlockAllocator::has_verified_hit(uint64_t hash, uint64_t parent_hash,
+                                      std::span<const int32_t> tokens,
+                                      const CacheNamespace& cache_namespace) const {
+  const auto entry = prefix_index_.find(hash);
+  return entry != prefix_index_.end() &&
+         verify_candidate(entry->second, parent_hash, tokens, cache_namespace);
+}
+
 int64_t BlockAllocator::count_cached(std::span<const int32_t> blocks) const {
   int64_t cached = 0;
   for (int32_t block : blocks) cached += blocks_[block].state == BlockState::kCached ? 1 : 0;
@@ -340,9 +364,7 @@ bool BlockAllocator::register_block(BlockId block, uint64_t hash, uint64_t paren
   FOLIO_CHECK(static_cast<int32_t>(tokens.size()) == block_size_);
   if (!prefix_index_.emplace(hash, block.value()).second) return false;
   slot.registered = true;
-  slot.hash = hash;
-  slot.parent_hash = parent_hash;
-  slot.cache_namespace = cache_namespace;
+  block_keys_[block.value()] = BlockKey{hash, parent_hash, cache_namespace};
   std::copy(tokens.begin(), tokens.end(),
             block_tokens_.begin() + int64_t{block.value()} * block_size_);
   return true;
@@ -386,7 +408,11 @@ AcquireStatus BlockAllocator::acquire(const AcquireRequest& request, std::vector
   const auto num_new = [&] {
     return int64_t{request.num_blocks} - static_cast<int64_t>(hits.size());
   };
-  if (num_obtainable_blocks() - count_cached(hits) - num_new() < request.watermark_blocks) {
+  // Asking the source is a call into another component: only when our own blocks fall short.
+  const int64_t own_blocks = counts_.free + counts_.cached - count_cached(hits);
+  if (own_blocks - num_new() < request.watermark_blocks &&
+      own_blocks + int64_t{source_.num_pages_available()} * blocks_per_page_ - num_new() <
+          request.watermark_blocks) {
     return AcquireStatus::kNoCapacityNow;
   }
   // Phase A: pages from the source. Phase B (below) neither allocates pages nor drains.
@@ -406,10 +432,9 @@ AcquireStatus BlockAllocator::acquire(const AcquireRequest& request, std::vector
     blocks.emplace_back(block);
   }
   num_hits = static_cast<int32_t>(hits.size());
-  const auto num_candidates = static_cast<int64_t>(request.hit_candidates.size());
-  pending_stats_.queried_blocks += num_candidates;
+  pending_stats_.queried_blocks += request.num_queried_blocks;
   pending_stats_.hit_blocks += num_hits;
-  pending_stats_.missed_blocks += num_candidates - num_hits;
+  pending_stats_.missed_blocks += request.num_queried_blocks - num_hits;
   pending_stats_.hit_tokens += int64_t{num_hits} * block_size_;
   return AcquireStatus::kAcquired;
 }
@@ -423,9 +448,7 @@ bool BlockAllocator::take_hit(int32_t block) {
   FOLIO_DCHECK(slot.state == BlockState::kCached);
   const int32_t page_index = page_of(block);
   if (!pin_page(page_index)) return false;
-  list_remove(lru_, block);
-  set_state(block, BlockState::kOwned);
-  set_reference(block, 1);
+  take_block(block, lru_);
   relink_page(page_index);
   return true;
 }
@@ -440,9 +463,7 @@ int32_t BlockAllocator::take_free_block() {
       if (!pin_page(page_index)) continue;
       PageSlot& page = pages_[page_index];
       const int32_t block = page.free_blocks.front();
-      list_remove(page.free_blocks, block);
-      set_state(block, BlockState::kOwned);
-      set_reference(block, 1);
+      take_block(block, page.free_blocks);
       relink_page(page_index);
       return block;
     }
@@ -454,9 +475,7 @@ int32_t BlockAllocator::take_cached_block() {
   for (int32_t block = lru_.front(); block >= 0; block = lru_.next(block)) {
     const int32_t page_index = page_of(block);
     if (!pin_page(page_index)) continue;
-    list_remove(lru_, block);
-    set_state(block, BlockState::kOwned);
-    set_reference(block, 1);
+    take_block(block, lru_);
     reclaimed_cached_.push_back(block);
     relink_page(page_index);
     return block;
@@ -468,11 +487,10 @@ void BlockAllocator::commit() {
   FOLIO_CHECK(in_transaction_);
   in_transaction_ = false;
   for (int32_t block : reclaimed_cached_) {
-    BlockSlot& slot = blocks_[block];
-    const auto entry = prefix_index_.find(slot.hash);
+    const auto entry = prefix_index_.find(block_keys_[block].hash);
     FOLIO_CHECK(entry != prefix_index_.end() && entry->second == block);
     prefix_index_.erase(entry);
-    slot.registered = false;
+    blocks_[block].registered = false;
     ++stats_.evicted_blocks;
   }
   stats_.queried_blocks += pending_stats_.queried_blocks;
@@ -506,6 +524,17 @@ void BlockAllocator::rollback() {
 }
 
 // --- Outside transactions.
+
+int32_t BlockAllocator::take_block_from_pinned_page() {
+  FOLIO_CHECK(!in_transaction_);
+  const int32_t page_index = page_lists_[static_cast<int>(PageList::kPinnedWithFree)].front();
+  if (page_index < 0) return -1;
+  PageSlot& page = pages_[page_index];
+  const int32_t block = page.free_blocks.front();
+  take_block(block, page.free_blocks);
+  relink_page(page_index);
+  return block;
+}
 
 void BlockAllocator::add_reference(BlockId block) {
   FOLIO_CHECK(!in_transaction_);

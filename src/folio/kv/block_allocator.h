@@ -70,9 +70,12 @@ struct PrefixCacheStats {
 // What one acquisition needs.
 struct AcquireRequest {
   // Chain hashes of the leading full blocks that may be served from the prefix cache, in order,
-  // and their tokens (hit_candidates.size() * block_size of them).
+  // and their tokens (hit_candidates.size() * block_size of them). The caller may stop the list
+  // at its first miss (see has_verified_hit); num_queried_blocks is the count that counts as
+  // looked up in the statistics (hits + misses).
   std::span<const uint64_t> hit_candidates;
   std::span<const int32_t> candidate_tokens;
+  int32_t num_queried_blocks = 0;
   uint64_t parent_hash = 0;  // the key of the block before the first candidate
   CacheNamespace cache_namespace;
   int32_t num_blocks = 0;  // hits + new blocks
@@ -110,6 +113,9 @@ class BlockAllocator final : public KvEvictionHandler {
   bool in_transaction() const { return in_transaction_; }
 
   // --- Outside transactions.
+  // A FREE block of a page that is already pinned, or -1 when there is none: the one
+  // acquisition that cannot fail halfway, so it needs no transaction (appends use it).
+  int32_t take_block_from_pinned_page();
   // Requires: the block is OWNED.
   void add_reference(BlockId block);
   // Drops one reference; at zero the block becomes CACHED (if registered) or FREE. Returns
@@ -125,6 +131,10 @@ class BlockAllocator final : public KvEvictionHandler {
   void process_evictions();
 
   // --- Queries.
+  // Whether a registered block holds exactly this key, parent key, tokens and namespace (a
+  // prefix hit if acquired now).
+  bool has_verified_hit(uint64_t hash, uint64_t parent_hash, std::span<const int32_t> tokens,
+                        const CacheNamespace& cache_namespace) const;
   BlockState state(BlockId block) const { return blocks_[block.value()].state; }
   int32_t ref_count(BlockId block) const { return blocks_[block.value()].ref_count; }
   bool is_registered(BlockId block) const { return blocks_[block.value()].registered; }
@@ -142,10 +152,15 @@ class BlockAllocator final : public KvEvictionHandler {
   enum class PageList : uint8_t { kNone, kPinnedWithFree, kUnpinnedWithFree, kEmpty };
   static constexpr int kNumPageLists = 4;
 
+  // Hot per-block state, 12 bytes so that the per-token paths stay in cache.
   struct BlockSlot {
     BlockState state = BlockState::kUnbacked;
     bool registered = false;
     int32_t ref_count = 0;
+    int32_t page = 0;  // block / blocks_per_page, stored: a division costs more than a load
+  };
+  // What a registered block is keyed and verified by (cold).
+  struct BlockKey {
     uint64_t hash = 0;
     uint64_t parent_hash = 0;
     CacheNamespace cache_namespace;
@@ -167,6 +182,7 @@ class BlockAllocator final : public KvEvictionHandler {
       kListPushedBack,
       kBlockState,
       kBlockReference,
+      kBlockTaken,  // a FREE or CACHED block left `list` and became OWNED with one reference
       kPagePinned,
       kPageInstalled,
       kPageRelinked
@@ -178,15 +194,18 @@ class BlockAllocator final : public KvEvictionHandler {
     IndexList::Position position;
   };
 
-  int32_t page_of(int32_t block) const { return block / blocks_per_page_; }
+  int32_t page_of(int32_t block) const { return blocks_[block].page; }
   PageList page_list_for(const PageSlot& page) const;
 
   void log_undo(UndoEntry::Kind kind, int32_t node, int32_t old_value = 0,
                 IndexList* list = nullptr, IndexList::Position position = {});
+  // Updates the counters; never logged.
+  void change_state(int32_t block, BlockState state);
   // Primitive mutations; each is logged while a transaction is open.
   void set_state(int32_t block, BlockState state);
+  // Removes a FREE or CACHED block from `list` and makes it OWNED with one reference.
+  void take_block(int32_t block, IndexList& list);
   void set_reference(int32_t block, int32_t ref_count);
-  void list_remove(IndexList& list, int32_t node);
   void list_push_back(IndexList& list, int32_t node);
   void relink_page(int32_t page);
   bool pin_page(int32_t page);
@@ -212,6 +231,7 @@ class BlockAllocator final : public KvEvictionHandler {
   const int32_t capacity_pages_;
 
   std::vector<BlockSlot> blocks_;        // [capacity_blocks]
+  std::vector<BlockKey> block_keys_;     // [capacity_blocks]: meaningful while registered
   std::vector<int32_t> block_tokens_;    // [capacity_blocks, block_size]: registered tokens
   std::vector<IndexLinks> block_links_;  // a page's free list or the LRU
   std::vector<PageSlot> pages_;          // [capacity_pages]

@@ -98,7 +98,8 @@ void BlockAllocator::check_invariants(std::span<const int32_t> expected_ref_coun
               "{} registered blocks but {} index entries", num_registered, prefix_index_.size());
   for (const auto& [hash, block] : prefix_index_) {
     const BlockSlot& slot = blocks_[block];
-    FOLIO_CHECK(slot.registered && slot.hash == hash, "index entry for block {} is stale", block);
+    FOLIO_CHECK(slot.registered && block_keys_[block].hash == hash,
+                "index entry for block {} is stale", block);
     FOLIO_CHECK(slot.state == BlockState::kOwned || slot.state == BlockState::kCached);
   }
   for (int list = 0; list < kNumPageLists; ++list) {

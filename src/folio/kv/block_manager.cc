@@ -145,6 +145,7 @@ Status BlockManager::apply_pending_copies() {
 
 Result<int32_t> BlockManager::acquire_one_block() {
   FOLIO_RETURN_IF_ERROR(flush_copies_if_needed());
+  if (const int32_t block = allocator_->take_block_from_pinned_page(); block >= 0) return block;
   AcquireRequest request;
   request.num_blocks = 1;
   int32_t num_hits = 0;
@@ -163,21 +164,56 @@ void BlockManager::release_block(int32_t block) {
   }
 }
 
+uint64_t BlockManager::block_hash(Sequence& sequence, int32_t index) const {
+  const int32_t block_size = options_.geometry.block_size;
+  FOLIO_DCHECK(int64_t{index + 1} * block_size <= static_cast<int64_t>(sequence.tokens.size()));
+  while (static_cast<int32_t>(sequence.block_hashes.size()) <= index) {
+    const auto next = static_cast<int32_t>(sequence.block_hashes.size());
+    const uint64_t parent = next == 0 ? sequence.parent_hash : sequence.block_hashes.back();
+    const auto tokens = std::span<const int32_t>(sequence.tokens)
+                            .subspan(static_cast<size_t>(next) * block_size, block_size);
+    sequence.block_hashes.push_back(hash_block(parent, tokens, sequence.cache_namespace));
+  }
+  return sequence.block_hashes[index];
+}
+
 void BlockManager::register_computed_blocks(Sequence& sequence) {
   const int32_t block_size = options_.geometry.block_size;
-  const auto num_full = static_cast<int32_t>(std::min<int64_t>(
-      sequence.num_computed / block_size, static_cast<int64_t>(sequence.block_hashes.size())));
+  const int32_t num_full = sequence.num_computed / block_size;
   for (int32_t index = sequence.num_registered; index < num_full; ++index) {
     const BlockId block(sequence.blocks[index]);
+    const uint64_t hash = block_hash(sequence, index);
     if (allocator_->is_registered(block)) continue;  // shared with a fork that registered it
     const uint64_t parent = index == 0 ? sequence.parent_hash : sequence.block_hashes[index - 1];
     const auto tokens = std::span<const int32_t>(sequence.tokens)
                             .subspan(static_cast<size_t>(index) * block_size, block_size);
     // false: an identical block is already cached; this one stays unregistered (freed as FREE).
-    allocator_->register_block(block, sequence.block_hashes[index], parent, tokens,
-                               sequence.cache_namespace);
+    allocator_->register_block(block, hash, parent, tokens, sequence.cache_namespace);
   }
   sequence.num_registered = std::max(sequence.num_registered, num_full);
+}
+
+AcquireRequest BlockManager::prefix_request(Sequence& sequence, int32_t num_queried) {
+  const int32_t block_size = options_.geometry.block_size;
+  // Hash only as far as the cache answers: the candidates end at the first miss.
+  int32_t num_candidates = 0;
+  while (num_candidates < num_queried) {
+    const uint64_t hash = block_hash(sequence, num_candidates);
+    const uint64_t parent =
+        num_candidates == 0 ? sequence.parent_hash : sequence.block_hashes[num_candidates - 1];
+    const auto tokens = std::span<const int32_t>(sequence.tokens)
+                            .subspan(static_cast<size_t>(num_candidates) * block_size, block_size);
+    if (!allocator_->has_verified_hit(hash, parent, tokens, sequence.cache_namespace)) break;
+    ++num_candidates;
+  }
+  AcquireRequest acquire;
+  acquire.hit_candidates = std::span<const uint64_t>(sequence.block_hashes).first(num_candidates);
+  acquire.candidate_tokens = std::span<const int32_t>(sequence.tokens)
+                                 .first(static_cast<size_t>(num_candidates) * block_size);
+  acquire.num_queried_blocks = num_queried;
+  acquire.parent_hash = sequence.parent_hash;
+  acquire.cache_namespace = sequence.cache_namespace;
+  return acquire;
 }
 
 // --- Admission and allocation.
@@ -227,21 +263,17 @@ Result<BlockManager::Reservation> BlockManager::prepare_allocate(SeqId seq,
   }
   FOLIO_RETURN_IF_ERROR(flush_copies_if_needed());
   Sequence& sequence = reservation.sequence_;
+  if (!spare_sequences_.empty()) {
+    sequence = std::move(spare_sequences_.back());
+    spare_sequences_.pop_back();
+  }
   sequence.cache_namespace = request.cache_namespace;
   sequence.parent_hash = request.parent_hash;
   sequence.tokens.assign(request.tokens.begin(), request.tokens.end());
-  append_full_block_hashes(sequence.parent_hash, sequence.tokens, block_size,
-                           sequence.cache_namespace, sequence.block_hashes);
   const int64_t max_hit_tokens = std::clamp<int64_t>(
       request.max_hit_tokens < 0 ? num_tokens - 1 : request.max_hit_tokens, 0, num_tokens);
-  const auto num_candidates = static_cast<size_t>(
-      std::min<int64_t>(max_hit_tokens / block_size, sequence.block_hashes.size()));
-  AcquireRequest acquire;
-  acquire.hit_candidates = std::span<const uint64_t>(sequence.block_hashes).first(num_candidates);
-  acquire.candidate_tokens =
-      std::span<const int32_t>(sequence.tokens).first(num_candidates * block_size);
-  acquire.parent_hash = sequence.parent_hash;
-  acquire.cache_namespace = sequence.cache_namespace;
+  AcquireRequest acquire =
+      prefix_request(sequence, static_cast<int32_t>(max_hit_tokens / block_size));
   acquire.num_blocks = static_cast<int32_t>(num_blocks);
   acquire.watermark_blocks = watermark;
   int32_t num_hits = 0;
@@ -290,39 +322,39 @@ Result<AppendOutcome> BlockManager::append_slot(SeqId seq, int32_t token) {
                         position);
   }
   AppendOutcome outcome;
-  const int64_t offset = position % block_size;
+  // block_size is a power of two (8, 16 or 32): a mask, not a 64-bit division.
+  const int64_t offset = position & (block_size - 1);
   if (offset == 0) {
     FOLIO_ASSIGN_OR_RETURN(const int32_t block, acquire_one_block());
     if (block < 0) return outcome;  // kNoCapacityNow, nothing changed
     sequence->blocks.push_back(block);
   } else if (allocator_->ref_count(BlockId(sequence->blocks.back())) > 1) {
-    // The partial last block is shared (a fork): write into a private copy.
-    const int32_t shared = sequence->blocks.back();
-    // A block may be read by several queued copies but must not also be written by one.
-    if ((copy_pending_[shared] & kCopyDestination) != 0) {
-      FOLIO_RETURN_IF_ERROR(apply_pending_copies());
-    }
-    FOLIO_ASSIGN_OR_RETURN(const int32_t block, acquire_one_block());
-    if (block < 0) return outcome;
-    const BlockCopy copy{shared, block};
-    pending_copies_.push_back(copy);
-    copy_pending_[shared] |= kCopySource;
-    copy_pending_[block] |= kCopyDestination;
-    release_block(shared);  // still referenced by the other holders
-    sequence->blocks.back() = block;
-    outcome.copy_on_write = copy;
+    FOLIO_RETURN_IF_ERROR(copy_on_write(*sequence, outcome));
+    if (!outcome.copy_on_write.has_value()) return outcome;  // kNoCapacityNow
   }
   sequence->tokens.push_back(token);
-  if (offset + 1 == block_size) {
-    const uint64_t parent =
-        sequence->block_hashes.empty() ? sequence->parent_hash : sequence->block_hashes.back();
-    const auto tokens =
-        std::span<const int32_t>(sequence->tokens).last(static_cast<size_t>(block_size));
-    sequence->block_hashes.push_back(hash_block(parent, tokens, sequence->cache_namespace));
-  }
   outcome.status = AppendStatus::kAppended;
   outcome.slot = int64_t{sequence->blocks.back()} * block_size + offset;
   return outcome;
+}
+
+Status BlockManager::copy_on_write(Sequence& sequence, AppendOutcome& outcome) {
+  // The partial last block is shared (a fork): the sequence writes into a private copy.
+  const int32_t shared = sequence.blocks.back();
+  // A block may be read by several queued copies but must not also be written by one.
+  if ((copy_pending_[shared] & kCopyDestination) != 0) {
+    FOLIO_RETURN_IF_ERROR(apply_pending_copies());
+  }
+  FOLIO_ASSIGN_OR_RETURN(const int32_t block, acquire_one_block());
+  if (block < 0) return Status();  // no capacity: outcome.copy_on_write stays empty
+  const BlockCopy copy{shared, block};
+  pending_copies_.push_back(copy);
+  copy_pending_[shared] |= kCopySource;
+  copy_pending_[block] |= kCopyDestination;
+  release_block(shared);  // still referenced by the other holders
+  sequence.blocks.back() = block;
+  outcome.copy_on_write = copy;
+  return Status();
 }
 
 Status BlockManager::mark_computed(SeqId seq, int32_t num_computed_tokens) {
@@ -357,9 +389,23 @@ Status BlockManager::free(SeqId seq) {
       release_block(*block);
     }
   }
+  recycle(std::move(sequence));
   sequences_.erase(entry);
   allocator_->release_surplus_pages(options_.keep_empty_pages);
   return Status();
+}
+
+void BlockManager::recycle(Sequence&& sequence) {
+  // Keeps the vectors' capacity for the next admission: three allocations fewer per sequence.
+  constexpr size_t kMaxSpareSequences = 64;
+  if (spare_sequences_.size() >= kMaxSpareSequences) return;
+  Sequence& spare = spare_sequences_.emplace_back(std::move(sequence));
+  spare.swapped = false;
+  spare.tokens.clear();
+  spare.blocks.clear();
+  spare.block_hashes.clear();
+  spare.num_computed = 0;
+  spare.num_registered = 0;
 }
 
 Status BlockManager::fork(SeqId parent, SeqId child) {
@@ -388,11 +434,12 @@ Result<int32_t> BlockManager::num_tokens(SeqId seq) const {
   return static_cast<int32_t>(entry->second.tokens.size());
 }
 
-Result<uint64_t> BlockManager::last_block_hash(SeqId seq) const {
+Result<uint64_t> BlockManager::last_block_hash(SeqId seq) {
   const auto entry = sequences_.find(seq);
   if (entry == sequences_.end()) return not_found("sequence {} is not in the KV cache", seq);
-  const Sequence& sequence = entry->second;
-  return sequence.block_hashes.empty() ? sequence.parent_hash : sequence.block_hashes.back();
+  Sequence& sequence = entry->second;
+  const auto num_full = static_cast<int32_t>(sequence.tokens.size() / options_.geometry.block_size);
+  return num_full == 0 ? sequence.parent_hash : block_hash(sequence, num_full - 1);
 }
 
 }  // namespace folio::kv

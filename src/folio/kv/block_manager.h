@@ -101,8 +101,10 @@ class BlockManager {
     CacheNamespace cache_namespace;
     uint64_t parent_hash = kRootPrefixHash;
     std::vector<int32_t> tokens;
-    std::vector<int32_t> blocks;         // device block ids; host swap blocks while swapped
-    std::vector<uint64_t> block_hashes;  // chain key of every full block
+    std::vector<int32_t> blocks;  // device block ids; host swap blocks while swapped
+    // Chain keys of the leading full blocks, computed on demand (block_hash()): a prompt that
+    // misses at its first block and is never computed needs no more.
+    std::vector<uint64_t> block_hashes;
     int32_t num_computed = 0;
     int32_t num_registered = 0;  // leading full blocks already offered to the prefix index
   };
@@ -177,7 +179,7 @@ class BlockManager {
   Result<bool> is_swapped(SeqId seq) const;
   Result<int32_t> num_tokens(SeqId seq) const;
   // Chain key of the sequence's last full block (its parent hash when it has none).
-  Result<uint64_t> last_block_hash(SeqId seq) const;
+  Result<uint64_t> last_block_hash(SeqId seq);
   BlockId dummy_block() const { return dummy_block_; }
   KvLayoutNumbers layout() const;
   const BlockManagerOptions& options() const { return options_; }
@@ -202,7 +204,16 @@ class BlockManager {
   // One new block outside any reservation (appends); -1 when there is no capacity.
   Result<int32_t> acquire_one_block();
   void release_block(int32_t block);
+  // Gives the sequence a private copy of its shared last block and queues the copy; leaves
+  // outcome.copy_on_write empty when no block is available.
+  Status copy_on_write(Sequence& sequence, AppendOutcome& outcome);
   void register_computed_blocks(Sequence& sequence);
+  // The prefix-cache part of an acquisition: the leading full blocks (of the first
+  // num_queried) that the cache holds now.
+  AcquireRequest prefix_request(Sequence& sequence, int32_t num_queried);
+  // The chain key of full block `index` of the sequence. Requires: the block is full.
+  uint64_t block_hash(Sequence& sequence, int32_t index) const;
+  void recycle(Sequence&& sequence);
   Status validate_swap_set(std::span<const SeqId> seqs, bool want_swapped) const;
 
   BlockManagerOptions options_;
@@ -220,6 +231,7 @@ class BlockManager {
   std::vector<uint8_t> copy_pending_;  // [capacity_blocks]: kCopySource | kCopyDestination bits
   bool flush_needed_ = false;          // a queued block dropped to ref 0
   std::vector<BlockId> scratch_blocks_;
+  std::vector<Sequence> spare_sequences_;  // freed records, reused with their capacity
 };
 
 }  // namespace folio::kv

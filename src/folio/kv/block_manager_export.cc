@@ -1,5 +1,6 @@
 // BlockManager: block tables and slot mappings for kernels, and the invariant walk.
 #include <algorithm>
+#include <bit>
 
 #include "folio/base/check.h"
 #include "folio/kv/block_manager.h"
@@ -41,6 +42,7 @@ Status BlockManager::fill_block_tables(std::span<const SeqId> seqs, int32_t max_
 Status BlockManager::fill_slot_mapping(std::span<const StepSegment> segments,
                                        std::span<int32_t> out) const {
   const int32_t block_size = options_.geometry.block_size;
+  const int32_t block_shift = std::countr_zero(static_cast<uint32_t>(block_size));
   size_t total = 0;
   for (const StepSegment& segment : segments) {
     FOLIO_ASSIGN_OR_RETURN(const Sequence* sequence,
@@ -64,7 +66,8 @@ Status BlockManager::fill_slot_mapping(std::span<const StepSegment> segments,
     const std::vector<int32_t>& blocks = sequences_.at(segment.seq).blocks;
     for (int32_t position = segment.first_position;
          position < segment.first_position + segment.num_tokens; ++position) {
-      out[index++] = blocks[position / block_size] * block_size + position % block_size;
+      // block_size is a power of two: shifts and masks instead of divisions.
+      out[index++] = blocks[position >> block_shift] * block_size + (position & (block_size - 1));
     }
   }
   // Padding tokens write to the dummy block; spreading them over its slots keeps a device's
@@ -87,7 +90,18 @@ void BlockManager::check_invariants() const {
     FOLIO_CHECK(
         static_cast<int64_t>(sequence.blocks.size()) == (num_tokens + block_size - 1) / block_size,
         "sequence {} has {} tokens but {} blocks", seq, num_tokens, sequence.blocks.size());
-    FOLIO_CHECK(static_cast<int64_t>(sequence.block_hashes.size()) == num_tokens / block_size);
+    FOLIO_CHECK(static_cast<int64_t>(sequence.block_hashes.size()) <= num_tokens / block_size);
+    uint64_t parent = sequence.parent_hash;
+    for (size_t index = 0; index < sequence.block_hashes.size(); ++index) {
+      parent = hash_block(
+          parent, std::span<const int32_t>(sequence.tokens).subspan(index * block_size, block_size),
+          sequence.cache_namespace);
+      FOLIO_CHECK(sequence.block_hashes[index] == parent, "sequence {} block {} has a stale key",
+                  seq, index);
+    }
+    FOLIO_CHECK(sequence.num_registered == sequence.num_computed / block_size,
+                "sequence {} offered {} blocks to the prefix index but computed {} tokens", seq,
+                sequence.num_registered, sequence.num_computed);
     FOLIO_CHECK(sequence.num_computed <= num_tokens);
     for (int32_t block : sequence.blocks) {
       ++(sequence.swapped ? host_references : device_references)[block];

@@ -11,7 +11,10 @@ constexpr std::align_val_t kAlignment{64};
 }  // namespace
 
 FixedPageSource::FixedPageSource(int64_t page_bytes, int32_t capacity_pages)
-    : page_bytes_(page_bytes), capacity_pages_(capacity_pages), pages_(capacity_pages) {
+    : page_bytes_(page_bytes),
+      capacity_pages_(capacity_pages),
+      pages_(capacity_pages),
+      num_free_(capacity_pages) {
   FOLIO_CHECK(page_bytes > 0 && page_bytes % 64 == 0,
               "page size {} is not a positive multiple of 64", page_bytes);
   FOLIO_CHECK(capacity_pages > 0, "a page source needs at least one page");
@@ -24,10 +27,7 @@ FixedPageSource::~FixedPageSource() {
 }
 
 int32_t FixedPageSource::num_pages_available() const {
-  std::lock_guard lock(mutex_);
-  int32_t available = 0;
-  for (const PageSlot& slot : pages_) available += slot.state == PageState::kFree ? 1 : 0;
-  return available;
+  return num_free_.load(std::memory_order_relaxed);
 }
 
 KvPageHandle FixedPageSource::handle_of(int32_t page_index) const {
@@ -45,7 +45,10 @@ int32_t FixedPageSource::claim_page_locked() {
   int32_t victim = -1;
   for (int32_t index = 0; index < capacity_pages_; ++index) {
     const PageSlot& slot = pages_[index];
-    if (slot.state == PageState::kFree) return index;
+    if (slot.state == PageState::kFree) {
+      num_free_.fetch_sub(1, std::memory_order_relaxed);
+      return index;
+    }
     if (slot.state == PageState::kUnpinned &&
         (victim < 0 || slot.last_unpinned < pages_[victim].last_unpinned)) {
       victim = index;
@@ -84,6 +87,7 @@ Status FixedPageSource::release_page(const KvPage& page) {
   }
   pages_[index].state = PageState::kFree;
   ++pages_[index].generation;
+  num_free_.fetch_add(1, std::memory_order_relaxed);
   return Status();
 }
 
@@ -132,6 +136,7 @@ void FixedPageSource::return_pages_of_other_owner(std::span<const int32_t> page_
         index >= 0 && index < capacity_pages_ && pages_[index].state == PageState::kOtherOwner,
         "page {} is not held by the other owner", index);
     pages_[index].state = PageState::kFree;
+    num_free_.fetch_add(1, std::memory_order_relaxed);
   }
 }
 
@@ -155,6 +160,7 @@ FixedPageSource::Counts FixedPageSource::counts() const {
     }
   }
   counts.evictions = evictions_;
+  FOLIO_CHECK(counts.free == num_free_.load(std::memory_order_relaxed));
   return counts;
 }
 

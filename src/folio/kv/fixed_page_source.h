@@ -14,6 +14,7 @@
 // is called with the mutex held; it must not call back into the source.
 #pragma once
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -83,6 +84,9 @@ class FixedPageSource final : public KvPageSource {
   KvEvictionHandler* handler_ = nullptr;  // guarded by mutex_
   uint64_t tick_ = 0;                     // guarded by mutex_
   int64_t evictions_ = 0;                 // guarded by mutex_
+  // Pages in state kFree; written under mutex_, read without it by num_pages_available (a hint,
+  // as the interface allows), so relaxed.
+  std::atomic<int32_t> num_free_{0};
 };
 
 }  // namespace folio::kv

@@ -1,0 +1,23 @@
+#include "folio/memory/page_table.h"
+
+namespace folio::memory {
+
+std::string_view page_state_name(PageState state) {
+  switch (state) {
+    case PageState::kFree:
+      return "free";
+    case PageState::kCached:
+      return "cached";
+    case PageState::kReserved:
+      return "reserved";
+    case PageState::kUnpinned:
+      return "unpinned";
+    case PageState::kPinned:
+      return "pinned";
+    case PageState::kReleasing:
+      return "releasing";
+  }
+  return "unknown";
+}
+
+}  // namespace folio::memory
