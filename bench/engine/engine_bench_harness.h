@@ -9,13 +9,16 @@
 //                                              measured in the same iteration
 //   engine_graph_gain/<name>                   tokens/s at 32 with graphs / without (only for
 //                                              factories with a graph mode)
-// The toy factory (engine_bench.cc) measures the engine's own overhead (scheduling, sampling,
-// bookkeeping) with a model that costs almost nothing; the real model's factory is wired where
-// the model and executor layers are available.
+// Every throughput benchmark also reports engine_us_per_token: wall time outside
+// StepRunner::run (scheduling, step layout, sampling, detokenizing, bookkeeping) per generated
+// token, measured by timing the runner in the same run. The toy factory (engine_bench.cc) makes
+// that the interesting number; the real model's factory is wired where the model and executor
+// layers are available.
 #pragma once
 
 #include <benchmark/benchmark.h>
 
+#include <chrono>
 #include <functional>
 #include <memory>
 #include <string>
@@ -44,6 +47,27 @@ struct LoadShape {
   int32_t requests_per_slot = 3;  // requests per iteration = concurrency * this (at least 8)
 };
 
+// Forwards to a runner and adds up the wall time spent in it.
+class TimedRunner final : public StepRunner {
+ public:
+  explicit TimedRunner(std::unique_ptr<StepRunner> inner) : inner_(std::move(inner)) {}
+  Result<StepOutput> run(const ScheduledStep& step) override {
+    const auto start = std::chrono::steady_clock::now();
+    Result<StepOutput> output = inner_->run(step);
+    seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    return output;
+  }
+  int32_t vocab_size() const override { return inner_->vocab_size(); }
+  bool supports_adapter(int64_t adapter_id) const override {
+    return inner_->supports_adapter(adapter_id);
+  }
+  double seconds() const { return seconds_; }
+
+ private:
+  std::unique_ptr<StepRunner> inner_;
+  double seconds_ = 0.0;
+};
+
 // One engine with a KV cache big enough for `concurrency` requests of `shape` at once.
 class BenchEngine {
  public:
@@ -63,7 +87,8 @@ class BenchEngine {
     source_ = std::make_unique<kv::FixedPageSource>(
         block_bytes * blocks_per_page, static_cast<int32_t>(blocks / blocks_per_page + 1));
     manager_ = std::move(kv::BlockManager::create(kv_options, *source_, copier_).value());
-    runner_ = std::move(factory.make(manager_->layout(), graphs).value());
+    runner_ =
+        std::make_unique<TimedRunner>(std::move(factory.make(manager_->layout(), graphs).value()));
     EngineOptions options;
     options.scheduler.max_num_sequences = std::max(concurrency, 1);
     options.scheduler.max_num_batched_tokens = std::max(512, concurrency);
@@ -99,13 +124,15 @@ class BenchEngine {
     return generated;
   }
 
+  double runner_seconds() const { return runner_->seconds(); }
+
  private:
   LoadShape shape_;
   int32_t concurrency_;
   std::unique_ptr<kv::FixedPageSource> source_;
   kv::HostKvBlockCopier copier_;
   std::unique_ptr<kv::BlockManager> manager_;
-  std::unique_ptr<StepRunner> runner_;
+  std::unique_ptr<TimedRunner> runner_;
   std::unique_ptr<Engine> engine_;
 };
 
@@ -121,9 +148,17 @@ inline void register_engine_benchmarks(const RunnerFactory& factory, LoadShape s
             BenchEngine engine(factory, graphs, concurrency, shape);
             int64_t tokens = 0;
             uint64_t seed = 1;
-            for (auto _ : state) tokens += engine.run_batch(seed++);
+            double seconds = 0.0;
+            for (auto _ : state) {
+              const auto start = std::chrono::steady_clock::now();
+              tokens += engine.run_batch(seed++);
+              seconds +=
+                  std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+            }
             state.counters["tokens_per_second"] =
                 benchmark::Counter(static_cast<double>(tokens), benchmark::Counter::kIsRate);
+            state.counters["engine_us_per_token"] =
+                (seconds - engine.runner_seconds()) * 1e6 / static_cast<double>(tokens);
           })
           ->Unit(benchmark::kMillisecond)
           ->UseRealTime();

@@ -72,7 +72,7 @@ TEST(EngineConcurrencyTest, SubmitAndCancelFromManyThreadsWhileTheLoopRuns) {
   SubmissionLog log;
   harness.engine().start();
   constexpr int kSubmitters = 4;
-  constexpr int kPerSubmitter = 30;
+  constexpr int kPerSubmitter = 50;
   std::atomic<bool> submitting{true};
   std::vector<std::thread> threads;
   for (int thread = 0; thread < kSubmitters; ++thread) {

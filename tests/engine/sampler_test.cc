@@ -52,6 +52,36 @@ TEST(GreedyTest, PicksTheLowestIndexAmongEqualMaximaAndNeverNaN) {
   EXPECT_EQ(greedy_token(nothing).status().code(), StatusCode::kInvalidArgument);
 }
 
+TEST(GreedyTest, AgreesWithASequentialScanOnRandomRows) {
+  SplitMix64 random(5);
+  const float nan = std::nanf("");
+  const float inf = std::numeric_limits<float>::infinity();
+  for (int trial = 0; trial < 500; ++trial) {
+    const size_t size = 1 + random.next() % 70;
+    std::vector<float> logits(size);
+    for (float& logit : logits) {
+      const uint64_t kind = random.next() % 10;
+      // Few distinct values, so ties are common; some NaN and infinities.
+      logit = kind == 0                     ? nan
+              : kind == 1                   ? -inf
+              : kind == 2 && trial % 7 == 0 ? inf
+                                            : static_cast<float>(random.next() % 5);
+    }
+    int32_t expected = -1;
+    for (size_t index = 0; index < size; ++index) {
+      if (logits[index] > (expected < 0 ? -inf : logits[expected])) {
+        expected = static_cast<int32_t>(index);
+      }
+    }
+    const Result<int32_t> token = greedy_token(logits);
+    if (expected < 0) {
+      EXPECT_FALSE(token.ok());
+    } else {
+      EXPECT_EQ(*token, expected) << "trial " << trial;
+    }
+  }
+}
+
 TEST(PenaltyTest, RepetitionPresenceAndFrequencyChangeTheRightLogitsByTheRightAmounts) {
   const std::vector<int32_t> prompt = {1, 1, 3};
   TokenHistory history(prompt);

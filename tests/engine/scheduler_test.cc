@@ -249,6 +249,21 @@ TEST_F(SchedulerTest, PreemptionBySwapKeepsDecodesOnTheHost) {
   EXPECT_EQ(resumed.segments[0].first_position, 16);
 }
 
+TEST_F(SchedulerTest, ASwappedSequenceThatCanNeverComeBackFails) {
+  SchedulerOptions options;
+  options.preemption_mode = PreemptionMode::kSwap;
+  // 5 usable blocks, watermark 1 block: admission and swap-in take at most 4, appends all 5.
+  build(5, options, /*swap_blocks=*/16, /*watermark=*/0.2);
+  Sequence* grower = add(16);
+  StepPlan plan;
+  for (int step_count = 0; step_count < 40 && plan.failed.empty(); ++step_count) plan = step();
+  ASSERT_EQ(plan.failed.size(), 1u);
+  EXPECT_EQ(plan.failed[0].first, grower);
+  EXPECT_EQ(plan.failed[0].second.code(), StatusCode::kResourceExhausted);
+  EXPECT_GE(grower->num_preemptions, 1);
+  EXPECT_FALSE(scheduler_->has_unfinished());
+}
+
 TEST_F(SchedulerTest, SwapModeWithoutSwapSpaceIsRejected) {
   kv::BlockManagerOptions kv_options;
   kv_options.geometry = {kBlockSize, 1, 1, 4, DType::kF32};

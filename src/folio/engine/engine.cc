@@ -168,6 +168,8 @@ void Engine::start() {
 }
 
 void Engine::stop() {
+  FOLIO_CHECK(!loop_thread_.joinable() || std::this_thread::get_id() != loop_thread_.get_id(),
+              "Engine::stop() called from a request callback on the engine thread");
   {
     std::lock_guard lock(inbox_mutex_);
     stop_requested_ = true;

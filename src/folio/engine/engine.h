@@ -86,7 +86,7 @@ class Engine {
   // Requires: not started.
   void start();
   // Stops and joins the loop thread (if started), then ends every unfinished request with
-  // kError (kUnavailable). Later submissions fail. Idempotent.
+  // kError (kUnavailable). Later submissions fail. Idempotent. Not from a request callback.
   void stop();
 
   // Driving thread: one step. Returns whether a forward step ran.

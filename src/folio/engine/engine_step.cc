@@ -80,9 +80,13 @@ void Engine::run_plan(StepPlan& plan, TimePoint started) {
 }
 
 void Engine::accept_token(RequestState& state, std::span<const float> logits_row) {
-  logits_scratch_.assign(logits_row.begin(), logits_row.end());
-  Result<int32_t> sampled =
-      sampler_.sample(logits_scratch_, state.sampling, state.history, state.generator);
+  Result<int32_t> sampled = 0;
+  if (state.sampling.is_greedy() && !state.sampling.has_penalties()) {
+    sampled = greedy_token(logits_row);  // nothing to rewrite: no copy of the row
+  } else {
+    logits_scratch_.assign(logits_row.begin(), logits_row.end());
+    sampled = sampler_.sample(logits_scratch_, state.sampling, state.history, state.generator);
+  }
   if (!sampled.ok()) {
     finish(state, FinishReason::kError, sampled.status().with_context("sampling"));
     return;

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <iterator>
 #include <limits>
 
 namespace folio::engine {
@@ -55,13 +56,40 @@ void apply_penalties(std::span<float> logits, const SamplingParams& params,
 }
 
 Result<int32_t> greedy_token(std::span<const float> logits) {
+  // One pass over eight independent lanes (no loop-carried dependency, so the compiler can
+  // vectorize it): lane l keeps the largest value among indices = l mod 8 and, through the
+  // strict `>`, the first index holding it; a NaN never wins `>`. The lanes then combine to the
+  // largest value and, among lanes holding it, the lowest index: the same token as one
+  // sequential scan keeping the first strictly greater value.
+  constexpr size_t kLanes = 8;
+  float lane_max[kLanes];
+  int32_t lane_index[kLanes];
+  std::fill(std::begin(lane_max), std::end(lane_max), -std::numeric_limits<float>::infinity());
+  std::fill(std::begin(lane_index), std::end(lane_index), -1);
+  const size_t size = logits.size();
+  const size_t full = size - size % kLanes;
+  for (size_t base = 0; base < full; base += kLanes) {
+    for (size_t lane = 0; lane < kLanes; ++lane) {
+      const float value = logits[base + lane];
+      const bool greater = value > lane_max[lane];
+      lane_max[lane] = greater ? value : lane_max[lane];
+      lane_index[lane] = greater ? static_cast<int32_t>(base + lane) : lane_index[lane];
+    }
+  }
+  for (size_t index = full; index < size; ++index) {
+    const size_t lane = index - full;
+    if (logits[index] > lane_max[lane]) {
+      lane_max[lane] = logits[index];
+      lane_index[lane] = static_cast<int32_t>(index);
+    }
+  }
   int32_t best = -1;
   float best_logit = -std::numeric_limits<float>::infinity();
-  for (size_t token = 0; token < logits.size(); ++token) {
-    // Strictly greater keeps the lowest index on ties; NaN compares false and is never taken.
-    if (logits[token] > best_logit) {
-      best_logit = logits[token];
-      best = static_cast<int32_t>(token);
+  for (size_t lane = 0; lane < kLanes; ++lane) {
+    if (lane_index[lane] < 0) continue;
+    if (lane_max[lane] > best_logit || (lane_max[lane] == best_logit && lane_index[lane] < best)) {
+      best_logit = lane_max[lane];
+      best = lane_index[lane];
     }
   }
   if (best < 0) {

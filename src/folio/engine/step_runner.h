@@ -18,7 +18,8 @@
 // Copies: copy-on-write and swap copies are run by the block manager's KvBlockCopier before
 // run() is called, so the cache is consistent when the step starts.
 //
-// Thread-safety: run() is called from the engine thread only, one step at a time.
+// Thread-safety: run() is called from the engine's driving thread only, one step at a time;
+// supports_adapter() from any thread.
 #pragma once
 
 #include <cstdint>
@@ -67,7 +68,8 @@ class StepRunner {
   virtual Result<StepOutput> run(const ScheduledStep& step) = 0;
   // Rows of every StepOutput.
   virtual int32_t vocab_size() const = 0;
-  // Whether requests may name this adapter (checked at submit). The base model (0) always.
+  // Whether requests may name this adapter; called by Engine::submit, so from any thread. The
+  // base model (0) always.
   virtual bool supports_adapter(int64_t adapter_id) const { return adapter_id == 0; }
 };
 
