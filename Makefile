@@ -34,3 +34,8 @@ demo: build
 
 clean:
 	rm -rf build
+
+# Every Google Benchmark binary (not part of the test suite; figures go in the issue notes).
+bench: build
+	for binary in $$(find $(BUILD_DIR)/bench -type f -executable -name '*bench*' | sort); do \
+	  echo "== $$binary"; $$binary --benchmark_min_time=0.05 || exit 1; done

@@ -9,6 +9,7 @@ packages=(
   libfmt-dev libspdlog-dev
   libopenblas-dev libopenblas0-pthread
   nlohmann-json3-dev libcpp-httplib-dev libcli11-dev
+  clang libclang-rt-14-dev
 )
 
 missing=()
