@@ -74,7 +74,7 @@ TEST(LlamaGraphTest, GraphVerifiesAndHasOneAttentionPerLayer) {
   int attention = 0;
   for (const ir::Op& op : graph->ops()) attention += ir::is_attention(op.kind) ? 1 : 0;
   EXPECT_EQ(attention, 3);
-  std::optional<ir::TensorId> logits = graph->find_tensor(kLlamaOutputLogits);
+  std::optional<ir::TensorId> logits = graph->find_tensor(exec::kOutputLogits);
   ASSERT_TRUE(logits.has_value());
   EXPECT_EQ(graph->tensor(*logits).residency, ir::Residency::kOutput);
   EXPECT_EQ(graph->tensor(*logits).shape, (ir::Shape{2, shape.vocab_size}));

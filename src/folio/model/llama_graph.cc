@@ -25,16 +25,16 @@ Result<StepInputs> declare_inputs(GraphBuilder& builder, const LlamaStepShape& s
   auto input = [&](std::string_view name, ir::Shape shape) {
     return builder.input(std::string(name), DType::kI32, std::move(shape));
   };
-  FOLIO_ASSIGN_OR_RETURN(inputs.token_ids, input(kLlamaInputTokenIds, {tokens}));
-  FOLIO_ASSIGN_OR_RETURN(inputs.positions, input(kLlamaInputPositions, {tokens}));
-  FOLIO_ASSIGN_OR_RETURN(inputs.slot_mapping, input(kLlamaInputSlotMapping, {tokens}));
-  FOLIO_ASSIGN_OR_RETURN(inputs.attention.seq_lens, input(kLlamaInputSeqLens, {sequences}));
+  FOLIO_ASSIGN_OR_RETURN(inputs.token_ids, input(exec::kInputTokenIds, {tokens}));
+  FOLIO_ASSIGN_OR_RETURN(inputs.positions, input(exec::kInputPositions, {tokens}));
+  FOLIO_ASSIGN_OR_RETURN(inputs.slot_mapping, input(exec::kInputSlotMapping, {tokens}));
+  FOLIO_ASSIGN_OR_RETURN(inputs.attention.seq_lens, input(exec::kInputSeqLens, {sequences}));
   FOLIO_ASSIGN_OR_RETURN(inputs.attention.query_start_loc,
-                         input(kLlamaInputQueryStart, {sequences + 1}));
+                         input(exec::kInputQueryStart, {sequences + 1}));
   FOLIO_ASSIGN_OR_RETURN(inputs.attention.block_tables,
-                         input(kLlamaInputBlockTables, {sequences, step.max_blocks_per_sequence}));
+                         input(exec::kInputBlockTables, {sequences, step.max_blocks_per_sequence}));
   FOLIO_ASSIGN_OR_RETURN(inputs.logit_indices,
-                         input(kLlamaInputLogitIndices, {step.num_logit_rows}));
+                         input(exec::kInputLogitIndices, {step.num_logit_rows}));
   return inputs;
 }
 
@@ -64,7 +64,7 @@ class LlamaEmitter {
                                                    {model_.vocab_size, model_.hidden_size}));
     }
     FOLIO_ASSIGN_OR_RETURN(TensorId logits,
-                           builder_.matmul(rows, head, std::string(kLlamaOutputLogits)));
+                           builder_.matmul(rows, head, std::string(exec::kOutputLogits)));
     FOLIO_RETURN_IF_ERROR(builder_.mark_output(logits));
     return builder_.finish();
   }

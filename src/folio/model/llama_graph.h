@@ -7,29 +7,22 @@
 // the final RMSNorm, a gather of the R rows whose logits are wanted, and the LM head (the
 // output matrix, or the token embedding when they are tied).
 //
-// Names the executor binds by (kLlamaInput*): weights by their GGUF names, KV caches as
-// "blk.N.k_cache" / "blk.N.v_cache", persistent inputs as below, and the output "logits"
-// f32 [R, vocab].
+// Names the executor binds by: weights by their GGUF names, KV caches as "blk.N.k_cache" /
+// "blk.N.v_cache", persistent inputs by the executor's names (exec::kInput*, persistent_inputs.h)
+// and the output exec::kOutputLogits, f32 [R, vocab].
 #pragma once
 
 #include <cstdint>
 #include <string_view>
 
 #include "folio/base/result.h"
+#include "folio/exec/executor.h"
+#include "folio/exec/persistent_inputs.h"
 #include "folio/ir/graph.h"
 #include "folio/model/llama_model_file.h"
 #include "folio/tensor/dtype.h"
 
 namespace folio::model {
-
-inline constexpr std::string_view kLlamaInputTokenIds = "token_ids";          // i32 [T]
-inline constexpr std::string_view kLlamaInputPositions = "positions";         // i32 [T]
-inline constexpr std::string_view kLlamaInputSlotMapping = "slot_mapping";    // i32 [T]
-inline constexpr std::string_view kLlamaInputSeqLens = "seq_lens";            // i32 [S]
-inline constexpr std::string_view kLlamaInputQueryStart = "query_start_loc";  // i32 [S + 1]
-inline constexpr std::string_view kLlamaInputBlockTables = "block_tables";    // i32 [S, B]
-inline constexpr std::string_view kLlamaInputLogitIndices = "logit_indices";  // i32 [R]
-inline constexpr std::string_view kLlamaOutputLogits = "logits";              // f32 [R, vocab]
 
 // The padded shape of one step and of the KV cache it reads.
 struct LlamaStepShape {
