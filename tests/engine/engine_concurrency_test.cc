@@ -7,7 +7,7 @@
 #include <thread>
 
 #include "engine_test_util.h"
-#include "folio/engine/random.h"
+#include "folio/base/random.h"
 
 namespace folio::engine {
 namespace {

@@ -6,7 +6,7 @@
 #include <gtest/gtest.h>
 
 #include "engine_test_util.h"
-#include "folio/engine/random.h"
+#include "folio/base/random.h"
 
 namespace folio::engine {
 namespace {

@@ -10,7 +10,7 @@
 #include <numeric>
 #include <set>
 
-#include "folio/engine/random.h"
+#include "folio/base/random.h"
 
 namespace folio::engine {
 namespace {

@@ -4,7 +4,7 @@
 
 #include <gtest/gtest.h>
 
-#include "folio/engine/random.h"
+#include "folio/base/random.h"
 #include "folio/engine/text_decoder.h"
 
 namespace folio::engine {

@@ -63,7 +63,7 @@ TEST(PreTokenizerTest, Qwen2PatternSplitsEveryDigit) {
 }
 
 TEST(PreTokenizerTest, WordsAlwaysConcatenateToTheInput) {
-  Xoshiro256 random(1234);
+  Xoshiro256StarStar random(1234);
   const std::string alphabet[] = {"a",
                                   "Z",
                                   "7",

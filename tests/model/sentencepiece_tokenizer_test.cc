@@ -287,7 +287,7 @@ class NaiveSentencePiece {
   std::map<uint8_t, TokenId> bytes_;
 };
 
-std::string random_text(Xoshiro256& random) {
+std::string random_text(Xoshiro256StarStar& random) {
   static const std::string alphabet[] = {"a",
                                          "e",
                                          "t",
@@ -325,7 +325,7 @@ TEST(SentencePieceTokenizerTest, MatchesANaiveReferenceOnRandomText) {
   if (std::filesystem::exists(kLlamaVocabularyPath)) {
     vocabularies.push_back(*read_vocabulary(*GgufFile::open(kLlamaVocabularyPath)));
   }
-  Xoshiro256 random(99);
+  Xoshiro256StarStar random(99);
   for (const Vocabulary& vocabulary : vocabularies) {
     const Tokenizer tokenizer = *Tokenizer::from_vocabulary(vocabulary);
     const NaiveSentencePiece naive(vocabulary);

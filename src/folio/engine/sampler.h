@@ -31,7 +31,7 @@
 #include <vector>
 
 #include "folio/base/result.h"
-#include "folio/engine/random.h"
+#include "folio/base/random.h"
 #include "folio/engine/sampling_params.h"
 
 namespace folio::engine {

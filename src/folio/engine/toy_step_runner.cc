@@ -2,7 +2,7 @@
 
 #include <cstring>
 
-#include "folio/engine/random.h"
+#include "folio/base/random.h"
 
 namespace folio::engine {
 

@@ -34,8 +34,7 @@ uint32_t llama_file_type(DType dtype) {
 }
 
 uint64_t stream_seed(uint64_t seed, std::string_view tensor_name) {
-  uint64_t state = seed ^ fnv1a64(tensor_name);
-  return splitmix64(state);
+  return SplitMix64(seed ^ fnv1a64(tensor_name)).next();
 }
 
 // Fills a [rows, row_length] tensor of `dtype` with mean + deviation * z per value, row by
@@ -43,13 +42,13 @@ uint64_t stream_seed(uint64_t seed, std::string_view tensor_name) {
 GgufWriter::TensorFill random_fill(DType dtype, int64_t row_length, int64_t rows, uint64_t seed,
                                    double mean, double deviation) {
   return [=](std::span<std::byte> destination) {
-    Xoshiro256 random(seed);
+    Xoshiro256StarStar random(seed);
     std::vector<float> row(static_cast<size_t>(row_length));
     const int64_t bytes_per_row = row_bytes(dtype, row_length);
     FOLIO_CHECK(static_cast<int64_t>(destination.size()) == bytes_per_row * rows);
     for (int64_t r = 0; r < rows; ++r) {
       for (float& value : row) {
-        value = static_cast<float>(mean + deviation * random.approximately_normal());
+        value = static_cast<float>(mean + deviation * approximately_normal(random));
       }
       quantize_row(dtype, row.data(), destination.data() + r * bytes_per_row, row_length);
     }

@@ -1,6 +1,8 @@
-// Pseudo-random numbers for sampling, reproducible across runs, compilers and platforms.
+// Pseudo-random numbers reproducible across runs, compilers and platforms, for seeded sampling
+// and for generated model weights.
 //
-// Sampling with a seed must give the same tokens everywhere, so the generator is a documented
+// Sampling with a seed must give the same tokens everywhere, and a seed must give the same model
+// bytes everywhere, so the generator is a documented
 // algorithm with integer-only state transitions rather than std::mt19937 plus a distribution
 // (the standard distributions are implementation-defined):
 // - SplitMix64 (Steele, Lea, Flood 2014; the seeding generator recommended by xoshiro's
@@ -16,7 +18,7 @@
 #include <array>
 #include <cstdint>
 
-namespace folio::engine {
+namespace folio {
 
 class SplitMix64 {
  public:
@@ -74,4 +76,4 @@ class Xoshiro256StarStar {
   State state_{};
 };
 
-}  // namespace folio::engine
+}  // namespace folio
