@@ -2,9 +2,24 @@
 
 #include <atomic>
 
+#if defined(__x86_64__) || defined(__i386__)
+#include <cpuid.h>
+#endif
+
 #include "folio/base/check.h"
 
 namespace folio::kernels::cpu {
+
+bool cpu_has_f16c() {
+#if defined(__x86_64__) || defined(__i386__)
+  unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+  if (__get_cpuid(1, &eax, &ebx, &ecx, &edx) == 0) return false;
+  return (ecx & bit_F16C) != 0;
+#else
+  return false;
+#endif
+}
+
 namespace {
 
 SimdLevel detect() {
@@ -12,12 +27,10 @@ SimdLevel detect() {
   __builtin_cpu_init();
   if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
       __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq") &&
-      __builtin_cpu_supports("avx512vnni") && __builtin_cpu_supports("f16c") &&
-      __builtin_cpu_supports("fma")) {
+      __builtin_cpu_supports("avx512vnni") && cpu_has_f16c() && __builtin_cpu_supports("fma")) {
     return SimdLevel::kAvx512;
   }
-  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
-      __builtin_cpu_supports("f16c")) {
+  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && cpu_has_f16c()) {
     return SimdLevel::kAvx2;
   }
 #endif

@@ -22,6 +22,10 @@ enum class SimdLevel : uint8_t { kPortable, kAvx2, kAvx512 };
 
 std::string_view simd_level_name(SimdLevel level);
 
+// Whether the CPU converts between f16 and f32 in hardware (F16C). Read from CPUID because
+// clang's __builtin_cpu_supports does not know the feature.
+bool cpu_has_f16c();
+
 // The best level this CPU supports, detected once.
 SimdLevel detected_simd_level();
 

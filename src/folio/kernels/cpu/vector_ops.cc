@@ -3,6 +3,7 @@
 #include <atomic>
 
 #include "folio/base/check.h"
+#include "folio/kernels/cpu/simd_level.h"
 
 namespace folio::kernels::cpu {
 namespace {
@@ -35,8 +36,7 @@ bool simd_path_supported(SimdPath path) {
     case SimdPath::kAvx2:
 #if defined(__x86_64__)
       // libgcc's detection also checks that the OS saves the YMM/ZMM state (XGETBV).
-      return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
-             __builtin_cpu_supports("f16c");
+      return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && cpu_has_f16c();
 #else
       return false;
 #endif
