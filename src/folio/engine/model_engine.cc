@@ -128,8 +128,11 @@ Result<std::unique_ptr<ModelEngine>> ModelEngine::create(
   const model::Tokenizer* tokenizer = &bundle->model_->tokenizer();
   parts.text_decoder_factory =
       make_span_text_decoder_factory([tokenizer](std::span<const int32_t> ids) {
-        // The sampler only draws ids inside the vocabulary, so decoding cannot fail.
-        Result<std::string> text = tokenizer->decode(ids);
+        // The sampler only draws ids inside the vocabulary, so decoding cannot fail. Generated
+        // text continues the prompt, so a leading space is kept.
+        model::DecodeOptions options;
+        options.strip_leading_space = false;
+        Result<std::string> text = tokenizer->decode(ids, options);
         FOLIO_CHECK(text.ok(), "decoding generated tokens: {}", text.status().to_string());
         return std::move(*text);
       });
