@@ -106,9 +106,9 @@ void run_bench(const BenchOptions& options) {
   check_command(bundle.status());
   engine::ModelEngine& model_engine = **bundle;
   const model::LlamaModel& model = model_engine.model();
-  std::vector<engine::Request> requests = make_requests(
-      options, *prompt, *output, static_cast<int32_t>(model.shape().vocab_size),
-      model.tokenizer().bos());
+  std::vector<engine::Request> requests =
+      make_requests(options, *prompt, *output, static_cast<int32_t>(model.shape().vocab_size),
+                    model.tokenizer().bos());
 
   Collected collected;
   for (engine::Request& request : requests) {
@@ -145,7 +145,8 @@ void run_bench(const BenchOptions& options) {
     sample_memory();
     if (now_finished != finished) {
       finished = now_finished;
-      if (!options.engine.quiet) render_progress(static_cast<int32_t>(finished), options.num_requests);
+      if (!options.engine.quiet)
+        render_progress(static_cast<int32_t>(finished), options.num_requests);
     }
   }
   const double seconds =
@@ -158,20 +159,21 @@ void run_bench(const BenchOptions& options) {
     if (completion.reason == engine::FinishReason::kError) ++errors;
     prompt_tokens += completion.num_prompt_tokens;
     generated += completion.num_generated_tokens;
-    ttft_ms.push_back(std::chrono::duration<double, std::milli>(
-                          completion.timing.time_to_first_token).count());
+    ttft_ms.push_back(
+        std::chrono::duration<double, std::milli>(completion.timing.time_to_first_token).count());
     if (completion.num_generated_tokens > 1) {
-      tpot_ms.push_back(std::chrono::duration<double, std::milli>(
-                            completion.timing.time_per_output_token).count());
+      tpot_ms.push_back(
+          std::chrono::duration<double, std::milli>(completion.timing.time_per_output_token)
+              .count());
     }
     latency_ms.push_back(
         std::chrono::duration<double, std::milli>(completion.timing.total_time).count());
   }
   const engine::EngineStats stats = engine.stats();
   exec::GraphCacheStats graphs = model_engine.executor().stats();
-  const int64_t graph_steps = (graphs.hits + graphs.misses + graphs.eager_fallbacks) -
-                              (graphs_before.hits + graphs_before.misses +
-                               graphs_before.eager_fallbacks);
+  const int64_t graph_steps =
+      (graphs.hits + graphs.misses + graphs.eager_fallbacks) -
+      (graphs_before.hits + graphs_before.misses + graphs_before.eager_fallbacks);
   const double graph_hit_rate =
       graph_steps == 0 ? 0.0 : static_cast<double>(graphs.hits - graphs_before.hits) / graph_steps;
   const double prefix_hit_rate =

@@ -8,8 +8,9 @@ namespace folio::app {
 void add_engine_options(CLI::App& command, EngineCommandOptions& options) {
   command.add_option("-m,--model", options.model_path, "GGUF model file")->required();
   command.add_option("--threads", options.threads, "Compute threads (0: all cores)");
-  command.add_option("--memory-mib", options.memory_mib,
-                     "Memory budget for KV cache and graph arena, MiB")
+  command
+      .add_option("--memory-mib", options.memory_mib,
+                  "Memory budget for KV cache and graph arena, MiB")
       ->capture_default_str();
   command.add_option("--kv-dtype", options.kv_dtype, "KV cache element type: f16 or f32")
       ->capture_default_str();
@@ -49,7 +50,8 @@ Result<std::unique_ptr<engine::ModelEngine>> start_model_engine(
   engine_options.scheduler.max_num_sequences = options.max_sequences;
   engine_options.scheduler.max_num_batched_tokens = options.max_batched_tokens;
   engine_options.scheduler.prefill_chunk_size = options.chunk_size;
-  if (options.swap_mib > 0) engine_options.scheduler.preemption_mode = engine::PreemptionMode::kSwap;
+  if (options.swap_mib > 0)
+    engine_options.scheduler.preemption_mode = engine::PreemptionMode::kSwap;
   Result<std::unique_ptr<engine::ModelEngine>> bundle =
       engine::ModelEngine::create(std::move(model), engine_options);
   if (!bundle.ok()) return bundle.status().with_context(options.model_path);
@@ -57,16 +59,16 @@ Result<std::unique_ptr<engine::ModelEngine>> start_model_engine(
     const model::LlamaShape& shape = (*bundle)->model().shape();
     const double seconds =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    std::fprintf(stderr,
-                 "loaded %s: %s, %lld layers, hidden %lld, vocab %lld, %s weights, %d threads, "
-                 "%lld MiB pool (%.2f s)\n",
-                 options.model_path.c_str(),
-                 std::string(model::llama_architecture_name(shape.architecture)).c_str(),
-                 static_cast<long long>(shape.num_layers), static_cast<long long>(shape.hidden_size),
-                 static_cast<long long>(shape.vocab_size),
-                 std::string(dtype_name(shape.weight_dtype)).c_str(),
-                 (*bundle)->thread_pool().num_threads(), static_cast<long long>(options.memory_mib),
-                 seconds);
+    std::fprintf(
+        stderr,
+        "loaded %s: %s, %lld layers, hidden %lld, vocab %lld, %s weights, %d threads, "
+        "%lld MiB pool (%.2f s)\n",
+        options.model_path.c_str(),
+        std::string(model::llama_architecture_name(shape.architecture)).c_str(),
+        static_cast<long long>(shape.num_layers), static_cast<long long>(shape.hidden_size),
+        static_cast<long long>(shape.vocab_size),
+        std::string(dtype_name(shape.weight_dtype)).c_str(), (*bundle)->thread_pool().num_threads(),
+        static_cast<long long>(options.memory_mib), seconds);
   }
   return bundle;
 }

@@ -31,6 +31,7 @@ void add_engine_options(CLI::App& command, EngineCommandOptions& options);
 
 // Opens the model and starts its engine (not yet its loop thread). Prints loading progress to
 // stderr unless quiet.
-Result<std::unique_ptr<engine::ModelEngine>> start_model_engine(const EngineCommandOptions& options);
+Result<std::unique_ptr<engine::ModelEngine>> start_model_engine(
+    const EngineCommandOptions& options);
 
 }  // namespace folio::app

@@ -91,9 +91,8 @@ void add_generate_command(CLI::App& app) {
   command->add_option("--top-p", options->top_p, "Nucleus sampling mass");
   command->add_option("--min-p", options->min_p, "Drop tokens below min-p x the most likely");
   command->add_option("--repetition-penalty", options->repetition_penalty, "1: off");
-  command->add_option("--seed", options->seed, "Sampling seed")->each([options](const std::string&) {
-    options->seed_given = true;
-  });
+  command->add_option("--seed", options->seed, "Sampling seed")
+      ->each([options](const std::string&) { options->seed_given = true; });
   command->add_option("--stop", options->stop, "Stop string (repeatable)");
   command->callback([options] { run_generate(*options); });
 }

@@ -13,19 +13,21 @@
 namespace folio::detail {
 [[noreturn]] void check_failed(const char* file, int line, const char* expression,
                                const std::string& message);
-inline std::string check_message() { return {}; }
+inline std::string check_message() {
+  return {};
+}
 template <typename... Args>
 std::string check_message(fmt::format_string<Args...> format, Args&&... args) {
   return fmt::format(format, std::forward<Args>(args)...);
 }
 }  // namespace folio::detail
 
-#define FOLIO_CHECK(condition, ...)                                                       \
-  do {                                                                                    \
-    if (!(condition)) [[unlikely]] {                                                      \
-      ::folio::detail::check_failed(__FILE__, __LINE__, #condition,                       \
-                                    ::folio::detail::check_message(__VA_ARGS__));        \
-    }                                                                                     \
+#define FOLIO_CHECK(condition, ...)                                               \
+  do {                                                                            \
+    if (!(condition)) [[unlikely]] {                                              \
+      ::folio::detail::check_failed(__FILE__, __LINE__, #condition,               \
+                                    ::folio::detail::check_message(__VA_ARGS__)); \
+    }                                                                             \
   } while (false)
 
 #if !defined(NDEBUG) || defined(FOLIO_DEBUG_CHECKS)
@@ -38,5 +40,6 @@ std::string check_message(fmt::format_string<Args...> format, Args&&... args) {
 #define FOLIO_EXPENSIVE_CHECKS() false
 #endif
 
-#define FOLIO_UNREACHABLE(...) \
-  ::folio::detail::check_failed(__FILE__, __LINE__, "unreachable", ::folio::detail::check_message(__VA_ARGS__))
+#define FOLIO_UNREACHABLE(...)                                     \
+  ::folio::detail::check_failed(__FILE__, __LINE__, "unreachable", \
+                                ::folio::detail::check_message(__VA_ARGS__))

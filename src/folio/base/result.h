@@ -14,9 +14,10 @@ template <typename T>
 class [[nodiscard]] Result {
  public:
   // Implicit from a value or an error status, so `return value;` and `return status;` both work.
-  Result(T value) : storage_(std::in_place_index<0>, std::move(value)) {}  // NOLINT
+  Result(T value) : storage_(std::in_place_index<0>, std::move(value)) {}        // NOLINT
   Result(Status status) : storage_(std::in_place_index<1>, std::move(status)) {  // NOLINT
-    FOLIO_CHECK(!std::get<1>(storage_).ok(), "Result constructed from an OK status without a value");
+    FOLIO_CHECK(!std::get<1>(storage_).ok(),
+                "Result constructed from an OK status without a value");
   }
 
   bool ok() const { return storage_.index() == 0; }

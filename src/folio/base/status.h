@@ -21,7 +21,8 @@ enum class StatusCode {
   kOutOfRange,          // an index, offset or length outside what exists
   kNotFound,            // a named thing (file, id, model) does not exist
   kAlreadyExists,       // creating something that is already there
-  kFailedPrecondition,  // the object is in the wrong state for this call (double free, stale handle)
+  kFailedPrecondition,  // the object is in the wrong state for this call (double free, stale
+                        // handle)
   kResourceExhausted,   // out of memory or another quota; may succeed later
   kUnavailable,         // a peer or device cannot be reached right now
   kCancelled,           // the caller asked to stop
@@ -67,10 +68,10 @@ class [[nodiscard]] Status {
 };
 
 // Builders with fmt-style messages: invalid_argument("page size {} is not a power of two", n).
-#define FOLIO_DEFINE_STATUS_BUILDER(name, code)                               \
-  template <typename... Args>                                                 \
-  Status name(fmt::format_string<Args...> format, Args&&... args) {           \
-    return Status(code, fmt::format(format, std::forward<Args>(args)...));    \
+#define FOLIO_DEFINE_STATUS_BUILDER(name, code)                            \
+  template <typename... Args>                                              \
+  Status name(fmt::format_string<Args...> format, Args&&... args) {        \
+    return Status(code, fmt::format(format, std::forward<Args>(args)...)); \
   }
 FOLIO_DEFINE_STATUS_BUILDER(invalid_argument, StatusCode::kInvalidArgument)
 FOLIO_DEFINE_STATUS_BUILDER(out_of_range, StatusCode::kOutOfRange)
@@ -88,7 +89,8 @@ FOLIO_DEFINE_STATUS_BUILDER(internal_error, StatusCode::kInternal)
 // Writes to_string(), so tests can stream a status (`EXPECT_TRUE(s.ok()) << s`).
 std::ostream& operator<<(std::ostream& out, const Status& status);
 
-// Status from the current errno, naming the call that failed: errno_status("mmap", "reserving 4 GiB").
+// Status from the current errno, naming the call that failed: errno_status("mmap", "reserving 4
+// GiB").
 Status errno_status(std::string_view call, std::string_view what);
 
 }  // namespace folio
@@ -101,8 +103,8 @@ struct fmt::formatter<folio::Status> : fmt::formatter<std::string> {
 };
 
 // Returns early from the enclosing function (which returns Status or Result<T>) on error.
-#define FOLIO_RETURN_IF_ERROR(expression)                        \
-  do {                                                           \
-    ::folio::Status folio_status_ = (expression);                \
-    if (!folio_status_.ok()) return folio_status_;               \
+#define FOLIO_RETURN_IF_ERROR(expression)          \
+  do {                                             \
+    ::folio::Status folio_status_ = (expression);  \
+    if (!folio_status_.ok()) return folio_status_; \
   } while (false)

@@ -22,9 +22,9 @@ class StrongId {
 
  public:
   using representation_type = Representation;
-  static constexpr Representation kInvalid =
-      std::is_signed_v<Representation> ? Representation(-1)
-                                       : std::numeric_limits<Representation>::max();
+  static constexpr Representation kInvalid = std::is_signed_v<Representation>
+                                                 ? Representation(-1)
+                                                 : std::numeric_limits<Representation>::max();
 
   constexpr StrongId() = default;
   constexpr explicit StrongId(Representation value) : value_(value) {}

@@ -42,8 +42,12 @@ constexpr int kFieldBits = 22;
 constexpr uint64_t kFieldMask = (uint64_t{1} << kFieldBits) - 1;
 constexpr uint64_t kGenerationMask = (uint64_t{1} << (64 - 2 * kFieldBits)) - 1;
 
-uint64_t next_task(uint64_t cursor) { return cursor & kFieldMask; }
-uint64_t task_limit(uint64_t cursor) { return (cursor >> kFieldBits) & kFieldMask; }
+uint64_t next_task(uint64_t cursor) {
+  return cursor & kFieldMask;
+}
+uint64_t task_limit(uint64_t cursor) {
+  return (cursor >> kFieldBits) & kFieldMask;
+}
 
 inline void cpu_relax() {
 #if defined(__x86_64__) || defined(__i386__)
@@ -139,8 +143,9 @@ void ThreadPool::parallel_for(int64_t num_tasks,
   while (job_completed_.load(std::memory_order_acquire) < num_tasks) cpu_relax();
 }
 
-void ThreadPool::parallel_range(int64_t num_items, int64_t grain,
-                                FunctionRef<void(int64_t begin, int64_t end, int thread_index)> body) {
+void ThreadPool::parallel_range(
+    int64_t num_items, int64_t grain,
+    FunctionRef<void(int64_t begin, int64_t end, int thread_index)> body) {
   if (num_items <= 0) return;
   grain = std::max<int64_t>(grain, 1);
   const int64_t max_tasks = static_cast<int64_t>(num_threads()) * 4;
@@ -184,9 +189,8 @@ void ThreadPool::worker_loop(int thread_index) {
     {
       std::unique_lock lock(sleep_mutex_);
       num_sleeping_.fetch_add(1, std::memory_order_seq_cst);
-      wake_.wait(lock, [&] {
-        return stopping_ || !background_tasks_.empty() || has_unclaimed_task();
-      });
+      wake_.wait(lock,
+                 [&] { return stopping_ || !background_tasks_.empty() || has_unclaimed_task(); });
       num_sleeping_.fetch_sub(1, std::memory_order_relaxed);
       if (has_unclaimed_task()) continue;
       if (background_tasks_.empty()) {

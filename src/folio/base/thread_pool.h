@@ -43,7 +43,8 @@ class ThreadPool {
   // pool's threads; returns when all have finished. thread_index is in [0, num_threads()) and
   // identifies the running thread (for per-thread scratch space): no two tasks run at the same
   // time with the same thread_index.
-  void parallel_for(int64_t num_tasks, FunctionRef<void(int64_t task_index, int thread_index)> task);
+  void parallel_for(int64_t num_tasks,
+                    FunctionRef<void(int64_t task_index, int thread_index)> task);
 
   // Splits [0, num_items) into ranges of at least `grain` items, at most a few per thread, and
   // runs body(begin, end, thread_index) on each.

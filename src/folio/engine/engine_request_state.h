@@ -7,8 +7,8 @@
 #include <string>
 #include <vector>
 
-#include "folio/engine/engine.h"
 #include "folio/base/random.h"
+#include "folio/engine/engine.h"
 #include "folio/engine/sampler.h"
 #include "folio/engine/sequence.h"
 #include "folio/engine/stop_string_matcher.h"

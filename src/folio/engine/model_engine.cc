@@ -22,7 +22,9 @@ kernels::PagedKvLayout to_kernel_layout(const kv::KvLayoutNumbers& numbers) {
   return layout;
 }
 
-int32_t ceil_div(int32_t a, int32_t b) { return (a + b - 1) / b; }
+int32_t ceil_div(int32_t a, int32_t b) {
+  return (a + b - 1) / b;
+}
 
 }  // namespace
 
@@ -86,8 +88,8 @@ Status ModelEngine::build_executor(const ModelEngineOptions& options) {
                                              exec::BucketPolicy::default_ladder().back());
   executor_options.first_dummy_block = block_manager_->dummy_block().value();
   executor_options.num_dummy_blocks = 1;
-  executor_options.mode = options.use_graphs ? exec::ExecutionMode::kGraph
-                                             : exec::ExecutionMode::kEager;
+  executor_options.mode =
+      options.use_graphs ? exec::ExecutionMode::kGraph : exec::ExecutionMode::kEager;
   executor_options.metrics = &registry_;
   exec::ExecutorResources resources{*thread_pool_, *arena_, model_->weights(),
                                     exec::KvCacheBinding{to_kernel_layout(numbers), num_blocks}};
@@ -103,8 +105,8 @@ Status ModelEngine::build_executor(const ModelEngineOptions& options) {
   return Status();
 }
 
-Result<std::unique_ptr<ModelEngine>> ModelEngine::create(
-    std::unique_ptr<model::LlamaModel> model, const ModelEngineOptions& options) {
+Result<std::unique_ptr<ModelEngine>> ModelEngine::create(std::unique_ptr<model::LlamaModel> model,
+                                                         const ModelEngineOptions& options) {
   if (options.num_threads < 1) {
     return invalid_argument("thread count must be at least 1, got {}", options.num_threads);
   }

@@ -25,18 +25,27 @@ struct DTypeInfo {
 
 constexpr DTypeInfo dtype_info(DType dtype) {
   switch (dtype) {
-    case DType::kF32: return {"f32", 1, 4, 0, false};
-    case DType::kF16: return {"f16", 1, 2, 1, false};
-    case DType::kBF16: return {"bf16", 1, 2, 30, false};
-    case DType::kQ8_0: return {"q8_0", 32, 34, 8, true};
-    case DType::kQ4_0: return {"q4_0", 32, 18, 2, true};
-    case DType::kI32: return {"i32", 1, 4, 26, false};
-    case DType::kI8: return {"i8", 1, 1, 24, false};
+    case DType::kF32:
+      return {"f32", 1, 4, 0, false};
+    case DType::kF16:
+      return {"f16", 1, 2, 1, false};
+    case DType::kBF16:
+      return {"bf16", 1, 2, 30, false};
+    case DType::kQ8_0:
+      return {"q8_0", 32, 34, 8, true};
+    case DType::kQ4_0:
+      return {"q4_0", 32, 18, 2, true};
+    case DType::kI32:
+      return {"i32", 1, 4, 26, false};
+    case DType::kI8:
+      return {"i8", 1, 1, 24, false};
   }
   return {"invalid", 1, 0, -1, false};
 }
 
-constexpr std::string_view dtype_name(DType dtype) { return dtype_info(dtype).name; }
+constexpr std::string_view dtype_name(DType dtype) {
+  return dtype_info(dtype).name;
+}
 
 // Bytes of a row of `elements` values. Requires: elements is a multiple of the block size.
 constexpr int64_t row_bytes(DType dtype, int64_t elements) {
