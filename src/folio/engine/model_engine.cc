@@ -8,20 +8,6 @@
 namespace folio::engine {
 namespace {
 
-kernels::PagedKvLayout to_kernel_layout(const kv::KvLayoutNumbers& numbers) {
-  kernels::PagedKvLayout layout;
-  layout.base = numbers.base;
-  layout.page_bytes = numbers.page_bytes;
-  layout.blocks_per_page = numbers.blocks_per_page;
-  layout.block_bytes = numbers.block_bytes;
-  layout.block_size = numbers.block_size;
-  layout.num_layers = numbers.num_layers;
-  layout.num_kv_heads = numbers.num_kv_heads;
-  layout.head_dim = numbers.head_dim;
-  layout.dtype = numbers.dtype;
-  return layout;
-}
-
 int32_t ceil_div(int32_t a, int32_t b) {
   return (a + b - 1) / b;
 }
@@ -92,7 +78,7 @@ Status ModelEngine::build_executor(const ModelEngineOptions& options) {
       options.use_graphs ? exec::ExecutionMode::kGraph : exec::ExecutionMode::kEager;
   executor_options.metrics = &registry_;
   exec::ExecutorResources resources{*thread_pool_, *arena_, model_->weights(),
-                                    exec::KvCacheBinding{to_kernel_layout(numbers), num_blocks}};
+                                    exec::KvCacheBinding{numbers, num_blocks}};
   FOLIO_ASSIGN_OR_RETURN(executor_, exec::Executor::create(model_->graph_factory(geometry),
                                                            resources, executor_options));
   if (options.use_graphs && options.precapture_seconds > 0) {

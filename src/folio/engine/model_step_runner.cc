@@ -10,8 +10,8 @@ Result<StepOutput> ModelStepRunner::run(const ScheduledStep& step) {
   for (int64_t adapter : step.adapter_ids) {
     if (adapter != 0) return invalid_argument("adapter {} is not served by this model", adapter);
   }
-  const exec::StepInputs inputs{step.token_ids,   step.positions,    step.slot_mapping,
-                                step.query_start, step.seq_lens,     step.block_tables,
+  const exec::StepInputs inputs{step.token_ids,    step.positions, step.slot_mapping,
+                                step.query_start,  step.seq_lens,  step.block_tables,
                                 step.logit_indices};
   FOLIO_ASSIGN_OR_RETURN(exec::StepOutput output, executor_.execute(inputs));
   last_path_ = output.path;

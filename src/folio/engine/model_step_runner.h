@@ -15,7 +15,8 @@ class ModelStepRunner final : public StepRunner {
   // `executor` must outlive the runner; its graphs were emitted for block tables of
   // `max_blocks_per_sequence` columns.
   ModelStepRunner(exec::Executor& executor, int32_t vocab_size, int32_t max_blocks_per_sequence)
-      : executor_(executor), vocab_size_(vocab_size),
+      : executor_(executor),
+        vocab_size_(vocab_size),
         max_blocks_per_sequence_(max_blocks_per_sequence) {}
 
   Result<StepOutput> run(const ScheduledStep& step) override;

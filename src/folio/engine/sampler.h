@@ -30,8 +30,8 @@
 #include <unordered_map>
 #include <vector>
 
-#include "folio/base/result.h"
 #include "folio/base/random.h"
+#include "folio/base/result.h"
 #include "folio/engine/sampling_params.h"
 
 namespace folio::engine {

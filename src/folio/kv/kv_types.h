@@ -11,6 +11,8 @@
 // token's place: slot = block * block_size + token_in_block.
 #pragma once
 
+#include "folio/kernels/paged_kv_layout.h"
+
 #include <cstddef>
 #include <cstdint>
 
@@ -61,22 +63,8 @@ struct KvCacheGeometry {
   Status validate() const;
 };
 
-// The numbers an attention kernel needs to find a slot's K and V; field for field the same as
-// kernels::PagedKvLayout (src/folio/kernels/paged_kv_layout.h).
-struct KvLayoutNumbers {
-  std::byte* base = nullptr;  // start of page 0 of the page source's address range
-  int64_t page_bytes = 0;
-  int32_t blocks_per_page = 0;
-  int64_t block_bytes = 0;
-  int32_t block_size = 0;
-  int32_t num_layers = 0;
-  int32_t num_kv_heads = 0;
-  int32_t head_dim = 0;
-  DType dtype = DType::kF16;
-
-  std::byte* block_pointer(int64_t block) const {
-    return base + (block / blocks_per_page) * page_bytes + (block % blocks_per_page) * block_bytes;
-  }
-};
+// Where a slot's K and V live: the attention kernels' own layout struct, so the numbers the
+// block manager exports are the ones the kernels read (kernels/paged_kv_layout.h).
+using KvLayoutNumbers = kernels::PagedKvLayout;
 
 }  // namespace folio::kv
