@@ -15,6 +15,7 @@
 
 #include "apps/folio/commands.h"
 #include "apps/folio/engine_options.h"
+#include "apps/folio/progress_bar.h"
 
 namespace folio::app {
 namespace {
@@ -85,15 +86,6 @@ std::vector<engine::Request> make_requests(const BenchOptions& options, Range pr
   return requests;
 }
 
-void render_progress(int32_t done, int32_t total) {
-  constexpr int kWidth = 30;
-  const int filled = total == 0 ? kWidth : done * kWidth / total;
-  std::fprintf(stderr, "\r[%.*s%*s] %d/%d requests", filled, "##############################",
-               kWidth - filled, "", done, total);
-  if (done == total) std::fputs("\n", stderr);
-  std::fflush(stderr);
-}
-
 void run_bench(const BenchOptions& options) {
   Result<Range> prompt = parse_range(options.prompt_lengths, "--prompt-len");
   check_command(prompt.status());
@@ -132,6 +124,8 @@ void run_bench(const BenchOptions& options) {
   engine.start();
   size_t next = 0;
   size_t finished = 0;
+  ProgressBar bar("bench", options.num_requests, ProgressUnit::kItems, "requests",
+                  !options.engine.quiet);
   while (finished < requests.size()) {
     while (next < requests.size() && next - finished < static_cast<size_t>(options.concurrency)) {
       check_command(engine.submit(std::move(requests[next])).status());
@@ -145,10 +139,10 @@ void run_bench(const BenchOptions& options) {
     sample_memory();
     if (now_finished != finished) {
       finished = now_finished;
-      if (!options.engine.quiet)
-        render_progress(static_cast<int32_t>(finished), options.num_requests);
+      bar.update(static_cast<int64_t>(finished));
     }
   }
+  bar.finish();
   const double seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   engine.stop();

@@ -3,6 +3,8 @@
 #include <chrono>
 #include <cstdio>
 
+#include "apps/folio/progress_bar.h"
+
 namespace folio::app {
 
 void add_engine_options(CLI::App& command, EngineCommandOptions& options) {
@@ -12,6 +14,8 @@ void add_engine_options(CLI::App& command, EngineCommandOptions& options) {
       .add_option("--memory-mib", options.memory_mib,
                   "Memory budget for KV cache and graph arena, MiB")
       ->capture_default_str();
+  command.add_option("--kv-cache-mib", options.kv_cache_mib,
+                     "Most of the budget the KV cache may hold, MiB (0: all the rest)");
   command.add_option("--kv-dtype", options.kv_dtype, "KV cache element type: f16 or f32")
       ->capture_default_str();
   command.add_option("--block-size", options.block_size, "Tokens per KV block: 8, 16 or 32")
@@ -35,9 +39,19 @@ Result<std::unique_ptr<engine::ModelEngine>> start_model_engine(
   if (!options.quiet) std::fprintf(stderr, "loading %s ...\n", options.model_path.c_str());
   FOLIO_ASSIGN_OR_RETURN(std::unique_ptr<model::LlamaModel> model,
                          model::LlamaModel::open(options.model_path));
+  {
+    ProgressBar bar("loading weights", model->weight_bytes(), ProgressUnit::kBytes, "",
+                    !options.quiet);
+    model->prefault_weights([&bar](int64_t done, int64_t) { bar.update(done); });
+  }
+  if (options.kv_cache_mib < 0) {
+    return invalid_argument("--kv-cache-mib must be 0 (no cap) or positive, got {}",
+                            options.kv_cache_mib);
+  }
   engine::ModelEngineOptions engine_options;
   if (options.threads > 0) engine_options.num_threads = options.threads;
   engine_options.memory_budget_bytes = options.memory_mib << 20;
+  engine_options.kv_cache_bytes = options.kv_cache_mib << 20;
   std::optional<DType> kv_dtype = dtype_from_name(options.kv_dtype);
   if (!kv_dtype || (*kv_dtype != DType::kF16 && *kv_dtype != DType::kF32)) {
     return invalid_argument("--kv-dtype must be f16 or f32, got '{}'", options.kv_dtype);
@@ -52,6 +66,9 @@ Result<std::unique_ptr<engine::ModelEngine>> start_model_engine(
   engine_options.scheduler.prefill_chunk_size = options.chunk_size;
   if (options.swap_mib > 0)
     engine_options.scheduler.preemption_mode = engine::PreemptionMode::kSwap;
+  if (!options.quiet && !options.no_graphs) {
+    std::fprintf(stderr, "capturing decode graphs ...\n");
+  }
   Result<std::unique_ptr<engine::ModelEngine>> bundle =
       engine::ModelEngine::create(std::move(model), engine_options);
   if (!bundle.ok()) return bundle.status().with_context(options.model_path);

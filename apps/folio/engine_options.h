@@ -15,6 +15,7 @@ struct EngineCommandOptions {
   std::string model_path;
   int threads = 0;  // 0: FOLIO_NUM_THREADS or the hardware's
   int64_t memory_mib = 512;
+  int64_t kv_cache_mib = 0;  // 0: no cap within the pool
   std::string kv_dtype = "f16";
   int32_t block_size = 16;
   int32_t max_sequences = 64;

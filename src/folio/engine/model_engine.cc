@@ -4,6 +4,7 @@
 
 #include "folio/device/host_virtual_memory.h"
 #include "folio/exec/arena_memory.h"
+#include "folio/exec/bucket_policy.h"
 
 namespace folio::engine {
 namespace {
@@ -36,7 +37,14 @@ Status ModelEngine::build_memory(const ModelEngineOptions& options) {
   pool_options.metrics = &registry_;
   FOLIO_ASSIGN_OR_RETURN(pool_, memory::PagePool::create(*virtual_memory_, pool_options));
   arena_ = exec::MultiShapeArena::create(std::make_unique<exec::PoolArenaMemory>(*pool_, 1));
-  page_source_ = std::make_unique<kv::PoolPageSource>(*pool_, 2);
+  if (options.kv_cache_bytes < 0) {
+    return invalid_argument("KV cache cap {} B must be positive (or 0 for no cap)",
+                            options.kv_cache_bytes);
+  }
+  const int64_t kv_cap_pages =
+      options.kv_cache_bytes == 0 ? 0 : std::max<int64_t>(1, options.kv_cache_bytes / options.page_bytes);
+  page_source_ = std::make_unique<kv::PoolPageSource>(
+      *pool_, 2, static_cast<int32_t>(std::min<int64_t>(kv_cap_pages, pool_options.num_pages)));
 
   const model::LlamaShape& shape = model_->shape();
   kv::BlockManagerOptions kv_options;
@@ -45,6 +53,10 @@ Status ModelEngine::build_memory(const ModelEngineOptions& options) {
   kv_options.geometry.num_kv_heads = static_cast<int32_t>(shape.num_kv_heads);
   kv_options.geometry.head_dim = static_cast<int32_t>(shape.head_dim());
   kv_options.geometry.dtype = options.kv_dtype;
+  // Enough padding blocks for the bucket ladder's largest padding (the executor checks it).
+  FOLIO_ASSIGN_OR_RETURN(const exec::BucketPolicy ladder,
+                         exec::BucketPolicy::create(exec::BucketPolicy::default_ladder()));
+  kv_options.num_dummy_blocks = std::max(1, ceil_div(ladder.max_padding(), options.block_size));
   kv_options.max_context_tokens = options.max_context_tokens > 0
                                       ? options.max_context_tokens
                                       : static_cast<int32_t>(shape.context_length);
@@ -73,7 +85,7 @@ Status ModelEngine::build_executor(const ModelEngineOptions& options) {
   executor_options.max_num_tokens = std::max(options.scheduler.max_num_batched_tokens,
                                              exec::BucketPolicy::default_ladder().back());
   executor_options.first_dummy_block = block_manager_->dummy_block().value();
-  executor_options.num_dummy_blocks = 1;
+  executor_options.num_dummy_blocks = block_manager_->num_dummy_blocks();
   executor_options.mode =
       options.use_graphs ? exec::ExecutionMode::kGraph : exec::ExecutionMode::kEager;
   executor_options.metrics = &registry_;

@@ -28,6 +28,9 @@ struct ModelEngineOptions {
   int num_threads = ThreadPool::default_num_threads();
   int64_t memory_budget_bytes = int64_t{512} << 20;  // the page pool: KV cache + graph arena
   int64_t page_bytes = int64_t{2} << 20;
+  // Most bytes of the pool the KV cache may hold (whole pages, at least one); 0: no cap, the KV
+  // cache grows into whatever the graph arena and adapters leave.
+  int64_t kv_cache_bytes = 0;
   int32_t block_size = 16;
   DType kv_dtype = DType::kF16;
   int32_t max_context_tokens = 0;  // 0: the model's context length

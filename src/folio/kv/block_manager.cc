@@ -64,11 +64,24 @@ Result<std::unique_ptr<BlockManager>> BlockManager::create(const BlockManagerOpt
   const auto blocks_per_page = static_cast<int32_t>(source.page_bytes() / block_bytes);
   std::unique_ptr<BlockManager> manager(
       new BlockManager(options, source, copier, swap_space, blocks_per_page));
-  FOLIO_ASSIGN_OR_RETURN(const int32_t dummy, manager->acquire_one_block());
-  if (dummy < 0) {
-    return resource_exhausted("the KV page source has no page left for the dummy block");
+  if (options.num_dummy_blocks < 1 || options.num_dummy_blocks > blocks_per_page) {
+    return invalid_argument("num_dummy_blocks {} must be in [1, {}] (blocks per page)",
+                            options.num_dummy_blocks, blocks_per_page);
   }
-  manager->dummy_block_ = BlockId(dummy);
+  // A fresh allocator hands out its first page's blocks in order, so the dummy blocks are
+  // contiguous; checked rather than assumed.
+  std::vector<int32_t> dummies;
+  for (int32_t index = 0; index < options.num_dummy_blocks; ++index) {
+    FOLIO_ASSIGN_OR_RETURN(const int32_t dummy, manager->acquire_one_block());
+    if (dummy < 0) {
+      return resource_exhausted("the KV page source has no page left for the dummy blocks");
+    }
+    dummies.push_back(dummy);
+  }
+  std::sort(dummies.begin(), dummies.end());
+  FOLIO_CHECK(dummies.back() - dummies.front() + 1 == options.num_dummy_blocks,
+              "dummy blocks {}..{} are not contiguous", dummies.front(), dummies.back());
+  manager->dummy_block_ = BlockId(dummies.front());
   return manager;
 }
 
@@ -221,8 +234,10 @@ AcquireRequest BlockManager::prefix_request(Sequence& sequence, int32_t num_quer
 Admission BlockManager::can_allocate(int32_t num_tokens) const {
   if (num_tokens <= 0 || num_tokens > options_.max_context_tokens) return Admission::kNeverFits;
   const int64_t needed = blocks_for(num_tokens, options_.geometry.block_size);
-  // The dummy block is never available.
-  if (needed > allocator_->capacity_blocks() - 1 - watermark_blocks_) return Admission::kNeverFits;
+  // The dummy blocks are never available.
+  if (needed > allocator_->capacity_blocks() - options_.num_dummy_blocks - watermark_blocks_) {
+    return Admission::kNeverFits;
+  }
   if (allocator_->num_obtainable_blocks() - needed < watermark_blocks_) {
     return Admission::kNoCapacityNow;
   }

@@ -54,6 +54,10 @@ struct BlockManagerOptions {
   int32_t max_context_tokens = 0;  // the longest sequence accepted
   double watermark = 0.01;         // fraction of capacity that admission keeps obtainable
   int32_t keep_empty_pages = 1;    // empty pages kept before giving pages back to the source
+  // Contiguous blocks reserved for padding tokens' writes (in [1, blocks per page]): a padded
+  // step spreads its padding tokens over their slots, so they must hold the executor's largest
+  // padding (exec::BucketPolicy::max_padding()).
+  int32_t num_dummy_blocks = 1;
 };
 
 enum class Admission { kAdmitted, kNoCapacityNow, kNeverFits };
@@ -131,8 +135,8 @@ class BlockManager {
     AllocateOutcome outcome_;
   };
 
-  // Takes one page for the dummy block. Errors: bad options, a block that does not fit a page,
-  // a swap space of another block size, or no page for the dummy block.
+  // Takes one page for the dummy blocks. Errors: bad options, a block that does not fit a page,
+  // a swap space of another block size, or no page for the dummy blocks.
   static Result<std::unique_ptr<BlockManager>> create(const BlockManagerOptions& options,
                                                       KvPageSource& source, KvBlockCopier& copier,
                                                       HostSwapSpace* swap_space = nullptr);
@@ -180,7 +184,9 @@ class BlockManager {
   Result<int32_t> num_tokens(SeqId seq) const;
   // Chain key of the sequence's last full block (its parent hash when it has none).
   Result<uint64_t> last_block_hash(SeqId seq);
+  // The first of num_dummy_blocks() contiguous reserved blocks.
   BlockId dummy_block() const { return dummy_block_; }
+  int32_t num_dummy_blocks() const { return options_.num_dummy_blocks; }
   KvLayoutNumbers layout() const;
   const BlockManagerOptions& options() const { return options_; }
   const BlockCounts& counts() const { return allocator_->counts(); }

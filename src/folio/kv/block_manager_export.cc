@@ -70,10 +70,11 @@ Status BlockManager::fill_slot_mapping(std::span<const StepSegment> segments,
       out[index++] = blocks[position >> block_shift] * block_size + (position & (block_size - 1));
     }
   }
-  // Padding tokens write to the dummy block; spreading them over its slots keeps a device's
-  // parallel writes from piling onto one address.
+  // Padding tokens write to the dummy blocks; spreading them over their (contiguous) slots
+  // keeps parallel writes from piling onto one address.
+  const int32_t dummy_slots = options_.num_dummy_blocks * block_size;
   for (size_t padding = 0; index < out.size(); ++index, ++padding) {
-    out[index] = dummy_block_.value() * block_size + static_cast<int32_t>(padding % block_size);
+    out[index] = dummy_block_.value() * block_size + static_cast<int32_t>(padding % dummy_slots);
   }
   return Status();
 }
@@ -84,7 +85,9 @@ void BlockManager::check_invariants() const {
   std::vector<int32_t> device_references(static_cast<size_t>(allocator_->capacity_blocks()), 0);
   std::vector<int32_t> host_references(
       swap_space_ != nullptr ? static_cast<size_t>(swap_space_->num_blocks()) : 0, 0);
-  ++device_references[dummy_block_.value()];
+  for (int32_t dummy = 0; dummy < options_.num_dummy_blocks; ++dummy) {
+    ++device_references[dummy_block_.value() + dummy];
+  }
   for (const auto& [seq, sequence] : sequences_) {
     const auto num_tokens = static_cast<int64_t>(sequence.tokens.size());
     FOLIO_CHECK(
@@ -108,8 +111,10 @@ void BlockManager::check_invariants() const {
     }
   }
   allocator_->check_invariants(device_references);
-  FOLIO_CHECK(allocator_->state(dummy_block_) == BlockState::kOwned &&
-              !allocator_->is_registered(dummy_block_));
+  for (int32_t dummy = 0; dummy < options_.num_dummy_blocks; ++dummy) {
+    const BlockId block(dummy_block_.value() + dummy);
+    FOLIO_CHECK(allocator_->state(block) == BlockState::kOwned && !allocator_->is_registered(block));
+  }
   if (swap_space_ != nullptr) swap_space_->check_invariants(host_references);
   for (const BlockCopy& copy : pending_copies_) {
     FOLIO_CHECK(copy_pending_[copy.source] != 0 && copy_pending_[copy.destination] != 0);

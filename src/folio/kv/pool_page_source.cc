@@ -1,11 +1,18 @@
 #include "folio/kv/pool_page_source.h"
 
+#include <algorithm>
+
 #include "folio/base/check.h"
 
 namespace folio::kv {
 
-PoolPageSource::PoolPageSource(memory::PagePool& pool, uint64_t owner)
-    : pool_(pool), owner_(owner), refs_(static_cast<size_t>(pool.num_pages())) {}
+PoolPageSource::PoolPageSource(memory::PagePool& pool, uint64_t owner, int32_t max_pages_held)
+    : pool_(pool),
+      owner_(owner),
+      max_pages_held_(max_pages_held > 0
+                          ? std::min(max_pages_held, static_cast<int32_t>(pool.num_pages()))
+                          : static_cast<int32_t>(pool.num_pages())),
+      refs_(static_cast<size_t>(pool.num_pages())) {}
 
 PoolPageSource::~PoolPageSource() {
   std::lock_guard lock(mutex_);
@@ -19,7 +26,7 @@ int32_t PoolPageSource::num_pages_available() const {
     if (content == memory::ContentType::kKvCache) continue;
     available += stats.per_content[memory::content_index(content)].pages_evictable;
   }
-  return static_cast<int32_t>(available);
+  return static_cast<int32_t>(std::min<int64_t>(available, max_pages_held_ - num_pages_held()));
 }
 
 memory::AllocationRef PoolPageSource::current_ref(const KvPage& page) const {
@@ -31,6 +38,12 @@ memory::AllocationRef PoolPageSource::current_ref(const KvPage& page) const {
 }
 
 Result<KvPage> PoolPageSource::allocate_page() {
+  if (num_pages_held() >= max_pages_held_) {
+    // A racing allocation may overshoot by one page per thread; the block manager allocates
+    // from one thread, so the cap holds exactly there.
+    return resource_exhausted("the KV cache holds its cap of {} pages ({} bytes)", max_pages_held_,
+                              int64_t{max_pages_held_} * page_bytes());
+  }
   memory::AllocationRequest request;
   request.num_pages = 1;
   request.content = memory::ContentType::kKvCache;

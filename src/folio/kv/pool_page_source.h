@@ -13,6 +13,11 @@
 // num_pages_available() counts the pool's free pages (global and thread-cached) plus the
 // evictable pages of other content types: pages the pool can hand out without evicting KV.
 //
+// An optional cap (max_pages_held) bounds the pages the KV cache holds at once, so that a
+// deployment can reserve the rest of the budget for adapters and graph arenas, and a test can
+// force preemption with a small cache. The cap only bounds the count: page indices still range
+// over the whole pool (capacity_pages()), since a KV page can be any pool page.
+//
 // Thread-safety: every method may be called from any thread. The page table below is guarded by
 // a mutex that is never held across a pool call that can evict (allocation), because the pool
 // may call on_evict on the allocating thread; the handler is called with the mutex held, so
@@ -31,8 +36,8 @@ namespace folio::kv {
 class PoolPageSource final : public KvPageSource, private memory::EvictionListener {
  public:
   // `owner` tags the pool allocations (AllocationRequest::owner), e.g. a model's id. The pool
-  // must outlive the source.
-  explicit PoolPageSource(memory::PagePool& pool, uint64_t owner = 0);
+  // must outlive the source. `max_pages_held` <= 0: no cap beyond the pool itself.
+  explicit PoolPageSource(memory::PagePool& pool, uint64_t owner = 0, int32_t max_pages_held = 0);
   // Requires: every page was released (the block manager gives its pages back when destroyed).
   ~PoolPageSource() override;
   PoolPageSource(const PoolPageSource&) = delete;
@@ -51,6 +56,7 @@ class PoolPageSource final : public KvPageSource, private memory::EvictionListen
 
   // Pages currently held (allocated and neither released nor evicted).
   int32_t num_pages_held() const;
+  int32_t max_pages_held() const { return max_pages_held_; }
 
  private:
   void on_evict(const memory::EvictionNotice& notice) override;
@@ -59,6 +65,7 @@ class PoolPageSource final : public KvPageSource, private memory::EvictionListen
 
   memory::PagePool& pool_;
   const uint64_t owner_;
+  const int32_t max_pages_held_;  // the pool's page count when uncapped
 
   mutable std::mutex mutex_;
   std::vector<memory::AllocationRef> refs_;  // [pool pages]; guarded by mutex_

@@ -60,6 +60,29 @@ Result<std::unique_ptr<LlamaModel>> LlamaModel::from_file(GgufFile file) {
   return model;
 }
 
+int64_t LlamaModel::weight_bytes() const {
+  int64_t total = 0;
+  for (const GgufTensorInfo& info : file_.tensors()) total += static_cast<int64_t>(info.byte_size);
+  return total;
+}
+
+uint64_t LlamaModel::prefault_weights(
+    FunctionRef<void(int64_t done, int64_t total)> progress) const {
+  constexpr size_t kPageBytes = 4096;  // the smallest page a mapping can fault in
+  const int64_t total = weight_bytes();
+  int64_t done = 0;
+  uint64_t checksum = 0;
+  for (const GgufTensorInfo& info : file_.tensors()) {
+    const std::span<const std::byte> bytes = file_.tensor_bytes(info);
+    for (size_t offset = 0; offset < bytes.size(); offset += kPageBytes) {
+      checksum = checksum * 31 + std::to_integer<uint64_t>(bytes[offset]);
+    }
+    done += static_cast<int64_t>(info.byte_size);
+    progress(done, total);
+  }
+  return checksum;
+}
+
 exec::GraphFactory LlamaModel::graph_factory(const KvCacheGeometry& geometry) const {
   return [shape = shape_, geometry](const exec::StepShape& step) -> Result<ir::Graph> {
     LlamaStepShape llama_step;

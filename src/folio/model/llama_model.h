@@ -9,6 +9,7 @@
 #include <memory>
 #include <string>
 
+#include "folio/base/function_ref.h"
 #include "folio/exec/executor.h"
 #include "folio/exec/tensor_binding.h"
 #include "folio/model/gguf_file.h"
@@ -39,6 +40,13 @@ class LlamaModel {
   const GgufFile& file() const { return file_; }
   // Weights by GGUF name, pointing into the file mapping (valid while the model lives).
   const exec::WeightSource& weights() const { return *weights_; }
+
+  // Reads one byte of every page of every tensor, so the mapped weights are resident before the
+  // first step (otherwise the first requests pay every weight's page faults, i.e. the disk
+  // reads). `progress` hears (bytes done, bytes total) after each tensor. Returns a checksum of
+  // the bytes read (which keeps the reads from being optimized away).
+  uint64_t prefault_weights(FunctionRef<void(int64_t done, int64_t total)> progress) const;
+  int64_t weight_bytes() const;
 
   // Emits the step graph of an executor bucket for a cache of `geometry`.
   exec::GraphFactory graph_factory(const KvCacheGeometry& geometry) const;
