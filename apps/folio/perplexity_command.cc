@@ -92,11 +92,11 @@ void run_perplexity(const PerplexityCommandOptions& options) {
   if (!result.ok()) check_command(result.status().with_context(options.text_path));
 
   const int threads = model_engine.thread_pool().num_threads();
-  std::printf("folio perplexity: %s, %lld tokens, context %d, stride %d, %d windows, graphs %s, "
-              "%d threads\n",
-              options.text_path.c_str(), static_cast<long long>(result->num_tokens),
-              result->context, result->stride, result->num_windows,
-              options.engine.no_graphs ? "off" : "on", threads);
+  std::printf(
+      "folio perplexity: %s, %lld tokens, context %d, stride %d, %d windows, graphs %s, "
+      "%d threads\n",
+      options.text_path.c_str(), static_cast<long long>(result->num_tokens), result->context,
+      result->stride, result->num_windows, options.engine.no_graphs ? "off" : "on", threads);
   std::printf("  perplexity  %.4f (mean NLL %.6f nats over %lld scored tokens)\n",
               result->perplexity, result->mean_nll,
               static_cast<long long>(result->num_scored_tokens));

@@ -105,14 +105,14 @@ class WindowEvaluator {
     FOLIO_RETURN_IF_ERROR(block_manager_.fill_slot_mapping(std::span(&segment, 1), slots_));
     const int32_t query_start[] = {0, count};
     const int32_t context_length = start + count;
-    const exec::StepInputs step{window_tokens.subspan(static_cast<size_t>(start),
-                                                      static_cast<size_t>(count)),
-                                positions_,
-                                slots_,
-                                query_start,
-                                std::span(&context_length, 1),
-                                block_tables_,
-                                logit_indices_};
+    const exec::StepInputs step{
+        window_tokens.subspan(static_cast<size_t>(start), static_cast<size_t>(count)),
+        positions_,
+        slots_,
+        query_start,
+        std::span(&context_length, 1),
+        block_tables_,
+        logit_indices_};
     FOLIO_ASSIGN_OR_RETURN(exec::StepOutput output, executor_.execute(step));
     FOLIO_CHECK(output.num_rows == static_cast<int32_t>(logit_indices_.size()),
                 "executor returned {} logit rows for {} asked", output.num_rows,
@@ -142,7 +142,7 @@ struct ResolvedOptions {
   int32_t chunk_tokens = 0;
 };
 
-Result<ResolvedOptions> resolve_options(const ModelEngine& model_engine,
+Result<ResolvedOptions> resolve_options(ModelEngine& model_engine,
                                         const PerplexityOptions& options) {
   const int32_t context_limit = model_engine.block_manager().options().max_context_tokens;
   ResolvedOptions resolved;
@@ -224,10 +224,9 @@ Result<PerplexityResult> compute_perplexity(ModelEngine& model_engine,
                                             const PerplexityOptions& options) {
   FOLIO_RETURN_IF_ERROR(check_tokens(tokens, model_engine.model().shape().vocab_size));
   FOLIO_ASSIGN_OR_RETURN(const ResolvedOptions resolved, resolve_options(model_engine, options));
-  FOLIO_ASSIGN_OR_RETURN(
-      const std::vector<PerplexityWindow> windows,
-      plan_perplexity_windows(static_cast<int64_t>(tokens.size()), resolved.context,
-                              resolved.stride));
+  FOLIO_ASSIGN_OR_RETURN(const std::vector<PerplexityWindow> windows,
+                         plan_perplexity_windows(static_cast<int64_t>(tokens.size()),
+                                                 resolved.context, resolved.stride));
 
   PerplexityResult result;
   result.num_tokens = static_cast<int64_t>(tokens.size());
