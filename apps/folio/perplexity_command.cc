@@ -89,7 +89,7 @@ void run_perplexity(const PerplexityCommandOptions& options) {
   }
   Result<engine::PerplexityResult> result =
       engine::compute_text_perplexity(model_engine, *text, perplexity_options);
-  if (!result.ok()) check_command(result.status().with_context(options.text_path));
+  check_command(result.status());
 
   const int threads = model_engine.thread_pool().num_threads();
   std::printf(

@@ -148,8 +148,10 @@ Result<ResolvedOptions> resolve_options(ModelEngine& model_engine,
   ResolvedOptions resolved;
   resolved.context = options.context == 0 ? context_limit : options.context;
   if (resolved.context < 2 || resolved.context > context_limit) {
-    return invalid_argument("context {} must be in [2, {}] (the model's context length)",
-                            resolved.context, context_limit);
+    return invalid_argument(
+        "context {} must be in [2, {}] (the engine's context limit: the model's context length "
+        "unless lowered)",
+        resolved.context, context_limit);
   }
   resolved.stride = options.stride == 0 ? std::max(1, resolved.context / 2) : options.stride;
   if (resolved.stride < 1 || resolved.stride > resolved.context) {
