@@ -34,7 +34,8 @@ void add_engine_options(CLI::App& command, EngineCommandOptions& options) {
 }
 
 Result<std::unique_ptr<engine::ModelEngine>> start_model_engine(
-    const EngineCommandOptions& options) {
+    const EngineCommandOptions& options,
+    const std::function<void(engine::ModelEngineOptions&)>& customize) {
   const auto start = std::chrono::steady_clock::now();
   if (!options.quiet) std::fprintf(stderr, "loading %s ...\n", options.model_path.c_str());
   FOLIO_ASSIGN_OR_RETURN(std::unique_ptr<model::LlamaModel> model,
@@ -69,6 +70,7 @@ Result<std::unique_ptr<engine::ModelEngine>> start_model_engine(
   if (!options.quiet && !options.no_graphs) {
     std::fprintf(stderr, "capturing decode graphs ...\n");
   }
+  if (customize) customize(engine_options);
   Result<std::unique_ptr<engine::ModelEngine>> bundle =
       engine::ModelEngine::create(std::move(model), engine_options);
   if (!bundle.ok()) return bundle.status().with_context(options.model_path);

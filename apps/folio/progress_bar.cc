@@ -24,8 +24,8 @@ std::string format_amount(int64_t value, ProgressUnit unit) {
 
 }  // namespace
 
-ProgressBar::ProgressBar(std::string label, int64_t total, ProgressUnit unit,
-                         std::string item_name, bool enabled)
+ProgressBar::ProgressBar(std::string label, int64_t total, ProgressUnit unit, std::string item_name,
+                         bool enabled)
     : label_(std::move(label)),
       total_(total),
       unit_(unit),
@@ -77,8 +77,7 @@ void ProgressBar::draw() {
   std::fprintf(stderr, "%s%s [%.*s%.*s] %s/%s %s  %s %s/s", interactive_ ? "\r" : "",
                label_.c_str(), filled, "########################", kBarWidth - filled,
                "------------------------", format_amount(done_, unit_).c_str(),
-               format_amount(total_, unit_).c_str(), unit.c_str(), rate_text.c_str(),
-               unit.c_str());
+               format_amount(total_, unit_).c_str(), unit.c_str(), rate_text.c_str(), unit.c_str());
   std::fflush(stderr);
 }
 

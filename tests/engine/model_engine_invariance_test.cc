@@ -50,7 +50,7 @@ std::vector<Spec> make_workload() {
     const auto length = static_cast<int32_t>(4 + (state >> 40) % 41);
     spec.prompt = random_prompt(state, length, 509);
     for (int32_t& token : spec.prompt) token += 3;  // no BOS / EOS / UNK inside prompts
-    if (index % 3 == 0) {  // a third share a prefix of three blocks
+    if (index % 3 == 0) {                           // a third share a prefix of three blocks
       spec.prompt.insert(spec.prompt.begin(), shared_prefix.begin(), shared_prefix.end());
     }
     spec.max_tokens = static_cast<int32_t>(4 + (state >> 20) % 29);

@@ -42,7 +42,9 @@ Status ModelEngine::build_memory(const ModelEngineOptions& options) {
                             options.kv_cache_bytes);
   }
   const int64_t kv_cap_pages =
-      options.kv_cache_bytes == 0 ? 0 : std::max<int64_t>(1, options.kv_cache_bytes / options.page_bytes);
+      options.kv_cache_bytes == 0
+          ? 0
+          : std::max<int64_t>(1, options.kv_cache_bytes / options.page_bytes);
   page_source_ = std::make_unique<kv::PoolPageSource>(
       *pool_, 2, static_cast<int32_t>(std::min<int64_t>(kv_cap_pages, pool_options.num_pages)));
 
@@ -82,6 +84,7 @@ Status ModelEngine::build_executor(const ModelEngineOptions& options) {
   exec::ExecutorOptions executor_options;
   executor_options.name = "model";
   executor_options.max_sequences = options.scheduler.max_num_sequences;
+  executor_options.max_logit_rows = options.max_logit_rows;
   executor_options.max_num_tokens = std::max(options.scheduler.max_num_batched_tokens,
                                              exec::BucketPolicy::default_ladder().back());
   executor_options.first_dummy_block = block_manager_->dummy_block().value();

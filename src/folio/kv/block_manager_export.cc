@@ -113,7 +113,8 @@ void BlockManager::check_invariants() const {
   allocator_->check_invariants(device_references);
   for (int32_t dummy = 0; dummy < options_.num_dummy_blocks; ++dummy) {
     const BlockId block(dummy_block_.value() + dummy);
-    FOLIO_CHECK(allocator_->state(block) == BlockState::kOwned && !allocator_->is_registered(block));
+    FOLIO_CHECK(allocator_->state(block) == BlockState::kOwned &&
+                !allocator_->is_registered(block));
   }
   if (swap_space_ != nullptr) swap_space_->check_invariants(host_references);
   for (const BlockCopy& copy : pending_copies_) {
