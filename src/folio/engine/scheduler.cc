@@ -229,13 +229,12 @@ bool Scheduler::try_resume_swapped(Sequence* sequence, StepPlan& plan) {
   // it) can ever admit; recomputing would not fit either.
   const int32_t block_size = block_manager_.options().geometry.block_size;
   const int64_t num_blocks = (int64_t{sequence->num_allocated} + block_size - 1) / block_size;
-  if (num_blocks >
-      block_manager_.allocator().capacity_blocks() - 1 - block_manager_.watermark_blocks()) {
+  if (num_blocks > block_manager_.max_sequence_blocks() - block_manager_.watermark_blocks()) {
     fail(sequence,
          resource_exhausted(
              "request's KV ({} blocks) can no longer be brought back into a KV cache of {} "
              "blocks above its watermark; lower max_tokens or give the KV cache more memory",
-             num_blocks, block_manager_.allocator().capacity_blocks()),
+             num_blocks, block_manager_.max_sequence_blocks()),
          plan);
     return false;
   }

@@ -37,6 +37,10 @@ BlockAllocator::~BlockAllocator() {
   }
 }
 
+int64_t BlockAllocator::max_held_blocks() const {
+  return int64_t{std::min(source_.max_pages_held(), capacity_pages_)} * blocks_per_page_;
+}
+
 int64_t BlockAllocator::num_obtainable_blocks() const {
   return counts_.free + counts_.cached + int64_t{source_.num_pages_available()} * blocks_per_page_;
 }

@@ -99,6 +99,8 @@ class BlockAllocator final : public KvEvictionHandler {
   int32_t block_size() const { return block_size_; }
   // Blocks the whole budget of the source could hold.
   int64_t capacity_blocks() const { return int64_t{capacity_pages_} * blocks_per_page_; }
+  // Blocks the KV cache may hold at once: the source's page cap (KvPageSource::max_pages_held).
+  int64_t max_held_blocks() const;
   // FREE + CACHED blocks plus the blocks of pages the source has available now.
   int64_t num_obtainable_blocks() const;
 

@@ -96,7 +96,7 @@ BlockManager::BlockManager(const BlockManagerOptions& options, KvPageSource& sou
       allocator_(
           std::make_unique<BlockAllocator>(source, blocks_per_page, options.geometry.block_size)) {
   watermark_blocks_ =
-      static_cast<int64_t>(options.watermark * static_cast<double>(allocator_->capacity_blocks()));
+      static_cast<int64_t>(options.watermark * static_cast<double>(allocator_->max_held_blocks()));
   copy_pending_.assign(static_cast<size_t>(allocator_->capacity_blocks()), 0);
 }
 
@@ -235,7 +235,7 @@ Admission BlockManager::can_allocate(int32_t num_tokens) const {
   if (num_tokens <= 0 || num_tokens > options_.max_context_tokens) return Admission::kNeverFits;
   const int64_t needed = blocks_for(num_tokens, options_.geometry.block_size);
   // The dummy blocks are never available.
-  if (needed > allocator_->capacity_blocks() - options_.num_dummy_blocks - watermark_blocks_) {
+  if (needed > max_sequence_blocks() - watermark_blocks_) {
     return Admission::kNeverFits;
   }
   if (allocator_->num_obtainable_blocks() - needed < watermark_blocks_) {
@@ -272,7 +272,7 @@ Result<BlockManager::Reservation> BlockManager::prepare_allocate(SeqId seq,
   reservation.seq_ = seq;
   const int64_t num_blocks = blocks_for(num_tokens, block_size);
   const int64_t watermark = request.apply_watermark ? watermark_blocks_ : 0;
-  if (num_blocks > allocator_->capacity_blocks() - 1 - watermark) {
+  if (num_blocks > max_sequence_blocks() - watermark) {
     reservation.outcome_.admission = Admission::kNeverFits;
     return reservation;
   }

@@ -192,6 +192,10 @@ class BlockManager {
   const BlockCounts& counts() const { return allocator_->counts(); }
   const PrefixCacheStats& prefix_stats() const { return allocator_->stats(); }
   int64_t watermark_blocks() const { return watermark_blocks_; }
+  // Blocks a sequence may ever own: what the KV cache may hold, less the dummy blocks.
+  int64_t max_sequence_blocks() const {
+    return allocator_->max_held_blocks() - options_.num_dummy_blocks;
+  }
   int64_t num_sequences() const { return static_cast<int64_t>(sequences_.size()); }
   const BlockAllocator& allocator() const { return *allocator_; }
   // Aborts unless every invariant above holds. O(capacity + total table length).

@@ -64,6 +64,9 @@ class KvPageSource {
   virtual std::byte* base() const = 0;
   // Page indices lie in [0, capacity_pages()): the whole budget, shared with other owners.
   virtual int32_t capacity_pages() const = 0;
+  // Most pages the KV cache may hold at once (a cap within the budget); capacity_pages() when
+  // the source sets none. Admission sizes itself by this, addressing by capacity_pages().
+  virtual int32_t max_pages_held() const { return capacity_pages(); }
   // Pages allocate_page() could return now without evicting KV pages. A hint: other threads
   // may change it at any time.
   virtual int32_t num_pages_available() const = 0;

@@ -56,7 +56,7 @@ class PoolPageSource final : public KvPageSource, private memory::EvictionListen
 
   // Pages currently held (allocated and neither released nor evicted).
   int32_t num_pages_held() const;
-  int32_t max_pages_held() const { return max_pages_held_; }
+  int32_t max_pages_held() const override { return max_pages_held_; }
 
  private:
   void on_evict(const memory::EvictionNotice& notice) override;
