@@ -174,7 +174,7 @@ TEST_F(ServerTest, BadInputGets400WithAnOpenAiErrorBody) {
       {"/v1/completions", R"({"model": "other", "prompt": "x"})"},
       {"/v1/completions", R"({"model": "tiny", "prompt": "x", "max_tokens": -3})"},
       {"/v1/completions", R"({"model": "tiny", "prompt": "x", "max_tokens": 100000000})"},
-      {"/v1/completions", R"({"model": "tiny", "prompt": "x", "max_tokens": 250})"},
+      {"/v1/completions", R"({"model": "tiny", "prompt": "x", "max_tokens": 255})"},
       {"/v1/completions", Json{{"model", "tiny"}, {"prompt", long_prompt}}.dump()},
       {"/v1/completions", R"({"model": "tiny", "prompt": [1, 2, 999999]})"},
       {"/v1/completions", R"({"model": "tiny", "prompt": "x", "n": 3})"},
