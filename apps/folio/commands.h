@@ -26,5 +26,6 @@ void add_inspect_command(CLI::App& app);
 void add_generate_command(CLI::App& app);
 void add_bench_command(CLI::App& app);
 void add_perplexity_command(CLI::App& app);
+void add_serve_command(CLI::App& app);
 
 }  // namespace folio::app

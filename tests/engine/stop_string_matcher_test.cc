@@ -135,7 +135,46 @@ TEST(TextDecoderTest, SpanDecoderStreamsDeltasHoldingSplitCharacters) {
   EXPECT_EQ(*decoder->push(1), "");
   EXPECT_EQ(*decoder->push(2), "\xC3\xA9");
   EXPECT_EQ(*decoder->push(1), "");
-  EXPECT_EQ(decoder->finish(), "\xC3");
+  EXPECT_EQ(decoder->finish(), "\xEF\xBF\xBD") << "a lead byte never completed becomes U+FFFD";
+}
+
+TEST(TextDecoderTest, ReplaceInvalidUtf8SubstitutesMaximalSubparts) {
+  const std::string replacement = "\xEF\xBF\xBD";
+  EXPECT_EQ(replace_invalid_utf8("plain \xC3\xA9 \xF0\x9F\x98\x80"),
+            "plain \xC3\xA9 \xF0\x9F\x98\x80");
+  EXPECT_EQ(replace_invalid_utf8("\x80"), replacement);
+  EXPECT_EQ(replace_invalid_utf8("a\xE2\x82z"), "a" + replacement + "z");  // one subpart
+  EXPECT_EQ(replace_invalid_utf8("\xC0\xAF"), replacement + replacement);  // overlong
+  EXPECT_EQ(replace_invalid_utf8("\xED\xA0\x80"), replacement + replacement + replacement);
+  EXPECT_EQ(replace_invalid_utf8("\xF4\x90\x80\x80"),
+            replacement + replacement + replacement + replacement);
+  EXPECT_EQ(replace_invalid_utf8("\xF0\x9F\x98"), replacement);
+  EXPECT_EQ(replace_invalid_utf8("\xFF\xFE"), replacement + replacement);
+}
+
+TEST(TextDecoderTest, SpanDecoderOutputIsTheWholeTextWithInvalidBytesReplaced) {
+  // Every split of an ill-formed byte string into one-byte tokens streams the same text as
+  // replacing the whole string at once, and every delta is valid UTF-8 on its own.
+  const std::vector<std::string> texts = {
+      "a\xE2\x82z",           "\xE2\x82\xAC\x80", "\xF0\x9F\x98",         "\xC3", "x\xE0\x80\x80y",
+      "\xED\xA0\x80\xC3\xA9", "\xF5\x80\x80\x80", "\x80\x80\x80\x80\x80", "ok",
+  };
+  for (const std::string& text : texts) {
+    auto decode = [&text](std::span<const int32_t> tokens) {
+      return text.substr(0, tokens.size());
+    };
+    std::unique_ptr<TextDecoder> decoder = make_span_text_decoder_factory(decode)();
+    std::string streamed;
+    for (size_t index = 0; index < text.size(); ++index) {
+      const std::string delta = *decoder->push(static_cast<int32_t>(index));
+      EXPECT_EQ(replace_invalid_utf8(delta), delta);
+      streamed += delta;
+    }
+    const std::string rest = decoder->finish();
+    EXPECT_EQ(replace_invalid_utf8(rest), rest);
+    streamed += rest;
+    EXPECT_EQ(streamed, replace_invalid_utf8(text));
+  }
 }
 
 TEST(TextDecoderTest, SpanDecoderRejectsOutputThatIsNotPrefixStable) {

@@ -34,7 +34,11 @@ class TextDecoder {
 using TextDecoderFactory = std::function<std::unique_ptr<TextDecoder>()>;
 
 // Decodes the whole generated sequence with `decode` after every token and returns what was
-// added since the last call, holding back a trailing unfinished UTF-8 character. Each push is
+// added since the last call, holding back a trailing unfinished UTF-8 character. Its output is
+// always valid UTF-8: bytes that can never be part of a character (a lone continuation byte, a
+// lead byte followed by something else, the bytes still held at finish()) become U+FFFD, one
+// per maximal ill-formed subsequence (replace_invalid_utf8), so the concatenated output equals
+// replace_invalid_utf8 of the whole decoded text however the tokens split it. Each push is
 // an error (kFailedPrecondition) if the new decoding does not extend what was already returned
 // (a decoder whose output is not prefix-stable cannot be streamed this way).
 TextDecoderFactory make_span_text_decoder_factory(
@@ -43,5 +47,10 @@ TextDecoderFactory make_span_text_decoder_factory(
 // Bytes at the end of `text` that begin a UTF-8 character not yet complete (0 to 3). Bytes that
 // cannot start or continue a character are treated as complete.
 size_t incomplete_utf8_suffix(std::string_view text);
+
+// `text` with every maximal ill-formed subsequence replaced by U+FFFD (Unicode's "substitution
+// of maximal subparts", as WHATWG's decoder and Python's errors="replace" do): overlong forms,
+// surrogates and values above U+10FFFF are ill-formed too. Valid UTF-8 is returned unchanged.
+std::string replace_invalid_utf8(std::string_view text);
 
 }  // namespace folio::engine

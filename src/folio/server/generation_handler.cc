@@ -1,0 +1,247 @@
+#include "folio/server/generation_handler.h"
+
+#include <fmt/format.h>
+
+#include "folio/base/check.h"
+
+namespace folio::server {
+namespace {
+
+// How long the HTTP thread waits for engine output before it checks the connection again.
+constexpr std::chrono::milliseconds kPollInterval{100};
+
+std::string_view route_of(Endpoint endpoint) {
+  switch (endpoint) {
+    case Endpoint::kCompletions:
+      return "/v1/completions";
+    case Endpoint::kChatCompletions:
+      return "/v1/chat/completions";
+  }
+  return "other";
+}
+
+// The HTTP status of a request the engine ended with an error (or cancelled for shutdown).
+int status_of_failure(const engine::Completion& completion) {
+  if (completion.reason == engine::FinishReason::kCancelled) return 503;
+  return completion.error.code() == StatusCode::kUnavailable ? 503 : 500;
+}
+
+std::string failure_message(const engine::Completion& completion) {
+  if (completion.reason == engine::FinishReason::kCancelled) {
+    return "the request was cancelled: the server is shutting down";
+  }
+  return fmt::format("the engine failed the request: {}", completion.error.to_string());
+}
+
+GenerationResult result_of(const engine::Completion& completion, std::string text) {
+  GenerationResult result;
+  result.text = std::move(text);
+  result.reason = completion.reason;
+  result.prompt_tokens = completion.num_prompt_tokens;
+  result.completion_tokens = completion.num_generated_tokens;
+  return result;
+}
+
+}  // namespace
+
+void send_error(httplib::Response& response, int status, std::string_view message,
+                std::string_view type, std::string_view code) {
+  response.status = status;
+  response.set_content(format_error_body(message, type, code), "application/json");
+}
+
+Result<std::vector<int32_t>> Server::Handlers::prompt_tokens(
+    const GenerationRequest& parsed) const {
+  const model::Tokenizer& tokenizer = *server_.model_.tokenizer;
+  std::vector<int32_t> tokens;
+  if (parsed.endpoint == Endpoint::kChatCompletions) {
+    // Template markers are control tokens when the vocabulary has them.
+    model::EncodeOptions options;
+    options.parse_special = true;
+    tokens = tokenizer.encode(render_chat(server_.chat_template_, parsed.messages), options);
+  } else if (!parsed.prompt_tokens.empty()) {
+    for (int32_t token : parsed.prompt_tokens) {
+      if (token >= tokenizer.vocab_size()) {
+        return invalid_argument("prompt token id {} is outside the vocabulary of {} tokens", token,
+                                tokenizer.vocab_size());
+      }
+    }
+    tokens = parsed.prompt_tokens;
+  } else {
+    tokens = tokenizer.encode(parsed.prompt_text);
+  }
+  if (tokens.empty()) return invalid_argument("the prompt encodes to no tokens");
+  return tokens;
+}
+
+Result<engine::Request> Server::Handlers::make_engine_request(
+    const GenerationRequest& parsed) const {
+  FOLIO_ASSIGN_OR_RETURN(std::vector<int32_t> tokens, prompt_tokens(parsed));
+  const auto num_prompt = static_cast<int32_t>(tokens.size());
+  const int32_t context = server_.model_.context_length;
+  const int32_t max_prompt = server_.options_.max_prompt_tokens > 0
+                                 ? std::min(server_.options_.max_prompt_tokens, context - 1)
+                                 : context - 1;
+  if (num_prompt > max_prompt) {
+    return invalid_argument(
+        "the prompt has {} tokens, more than this server accepts ({}; the model's maximum "
+        "context length is {} tokens)",
+        num_prompt, max_prompt, context);
+  }
+  const int32_t room = context - num_prompt;
+  int32_t max_tokens = 0;
+  if (parsed.max_tokens.has_value()) {
+    max_tokens = *parsed.max_tokens;
+    if (max_tokens > room) {
+      return invalid_argument(
+          "this model's maximum context length is {} tokens; the request asks for {} tokens "
+          "({} in the prompt, {} to generate)",
+          context, num_prompt + max_tokens, num_prompt, max_tokens);
+    }
+  } else {
+    const int32_t endpoint_default = parsed.endpoint == Endpoint::kCompletions
+                                         ? server_.options_.protocol.default_max_tokens
+                                         : server_.options_.protocol.max_tokens;
+    max_tokens = std::min(endpoint_default, room);
+  }
+  engine::Request request;
+  request.prompt = std::move(tokens);
+  request.sampling = parsed.sampling;
+  request.max_tokens = max_tokens;
+  request.stop_strings = parsed.stop;
+  request.ignore_eos = parsed.ignore_eos;
+  return request;
+}
+
+void Server::Handlers::generate(Endpoint endpoint, const httplib::Request& http_request,
+                                httplib::Response& response) {
+  const SteadyTime arrival = std::chrono::steady_clock::now();
+  Result<GenerationRequest> parsed =
+      parse_generation_request(endpoint, http_request.body, server_.options_.protocol);
+  if (!parsed.ok()) {
+    return send_error(response, 400, parsed.status().message(), kInvalidRequestError);
+  }
+  if (parsed->model != server_.model_.name) {
+    return send_error(response, 400,
+                      fmt::format("the model '{}' does not exist; this server serves '{}'",
+                                  parsed->model, server_.model_.name),
+                      kInvalidRequestError, "model_not_found");
+  }
+  Result<engine::Request> request = make_engine_request(*parsed);
+  if (!request.ok()) {
+    return send_error(response, 400, request.status().message(), kInvalidRequestError);
+  }
+  switch (server_.admit()) {
+    case Admission::kAdmitted:
+      break;
+    case Admission::kShuttingDown:
+      return send_error(response, 503, "the server is shutting down", kServerError);
+    case Admission::kQueueFull:
+      return send_error(response, 429,
+                        fmt::format("too many requests in flight (limit {}); retry later",
+                                    server_.options_.max_pending_requests),
+                        kRateLimitError);
+  }
+  auto accepted = std::make_shared<Accepted>();
+  accepted->endpoint = endpoint;
+  accepted->header.id =
+      fmt::format("{}-{}", endpoint == Endpoint::kChatCompletions ? "chatcmpl" : "cmpl",
+                  server_.next_response_id_.fetch_add(1));
+  accepted->header.created = std::chrono::duration_cast<std::chrono::seconds>(
+                                 std::chrono::system_clock::now().time_since_epoch())
+                                 .count();
+  accepted->header.model = server_.model_.name;
+  accepted->stream = std::make_shared<RequestStream>();
+  accepted->include_usage = parsed->include_usage;
+  accepted->route = route_of(endpoint);
+  accepted->arrival = arrival;
+  RequestStream::attach(accepted->stream, *request);
+  Result<engine::RequestId> id = server_.model_.engine->submit(std::move(*request));
+  if (!id.ok()) {
+    server_.release();
+    const bool stopped = id.status().code() == StatusCode::kFailedPrecondition;
+    return send_error(response, stopped ? 503 : 400, id.status().message(),
+                      stopped ? kServerError : kInvalidRequestError);
+  }
+  accepted->id = *id;
+  server_.register_cancellable(*id);
+  if (parsed->stream) return answer_stream(std::move(accepted), response);
+  answer_whole(*accepted, response);
+}
+
+void Server::Handlers::answer_whole(const Accepted& accepted, httplib::Response& response) {
+  std::string text;
+  std::optional<engine::Completion> completion;
+  while (!completion.has_value()) {
+    RequestStream::Update update = accepted.stream->take(kPollInterval);
+    for (const std::string& piece : update.pieces) text += piece;
+    completion = std::move(update.completion);
+  }
+  finish_accepted(accepted);
+  if (completion->reason == engine::FinishReason::kError ||
+      completion->reason == engine::FinishReason::kCancelled) {
+    return send_error(response, status_of_failure(*completion), failure_message(*completion),
+                      kServerError);
+  }
+  response.set_content(
+      format_response(accepted.endpoint, accepted.header, result_of(*completion, text)),
+      "application/json");
+}
+
+void Server::Handlers::answer_stream(std::shared_ptr<Accepted> accepted,
+                                     httplib::Response& response) {
+  response.set_header("Cache-Control", "no-cache");
+  // httplib calls the provider on this request's thread only, one call at a time, until it
+  // calls sink.done() or returns false; so `accepted->first_chunk` needs no lock.
+  auto provider = [accepted](size_t /*offset*/, httplib::DataSink& sink) {
+    std::string out;
+    if (accepted->first_chunk && accepted->endpoint == Endpoint::kChatCompletions) {
+      // OpenAI opens a chat stream with the role and empty content.
+      out += format_text_chunk(accepted->endpoint, accepted->header, "", /*first=*/true);
+      accepted->first_chunk = false;
+    }
+    RequestStream::Update update = accepted->stream->take(kPollInterval);
+    for (const std::string& piece : update.pieces) {
+      out += format_text_chunk(accepted->endpoint, accepted->header, piece, accepted->first_chunk);
+      accepted->first_chunk = false;
+    }
+    if (update.completion.has_value()) {
+      const engine::Completion& completion = *update.completion;
+      if (completion.reason == engine::FinishReason::kError ||
+          completion.reason == engine::FinishReason::kCancelled) {
+        out += format_error_event(failure_message(completion), kServerError);
+      } else {
+        out += format_finish_chunk(accepted->endpoint, accepted->header, completion.reason);
+        if (accepted->include_usage) {
+          out +=
+              format_usage_chunk(accepted->endpoint, accepted->header, result_of(completion, {}));
+        }
+      }
+      out += kStreamDone;
+    }
+    if (!out.empty() && !sink.write(out.data(), out.size())) {
+      // The client is gone: stop generating for it (the releaser sees success == false).
+      return false;
+    }
+    if (update.completion.has_value()) sink.done();
+    return true;
+  };
+  auto releaser = [this, accepted](bool success) {
+    // Not success: the connection failed before [DONE]. Cancelling a finished request is a
+    // no-op, so this is safe whatever the engine did meanwhile.
+    if (!success) server_.model_.engine->cancel(accepted->id);
+    finish_accepted(*accepted);
+  };
+  response.set_chunked_content_provider("text/event-stream", std::move(provider),
+                                        std::move(releaser));
+}
+
+void Server::Handlers::finish_accepted(const Accepted& accepted) {
+  server_.unregister_cancellable(accepted.id);
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - accepted.arrival).count();
+  server_.metrics_->on_generation_done(accepted.route, seconds);
+  server_.release();
+}
+
+}  // namespace folio::server

@@ -1,0 +1,121 @@
+// The OpenAI wire protocol: request bodies of POST /v1/completions and /v1/chat/completions
+// parsed and validated into a GenerationRequest, and the JSON the server answers with
+// (responses, server-sent-event chunks, error bodies, the model list).
+//
+// Terms. A *completion* continues a prompt (a string, or one array of token ids); a *chat
+// completion* continues a conversation of messages rendered through a chat template
+// (chat_template.h). A *chunk* is one server-sent event of a streamed answer ("data: {...}\n\n");
+// a stream ends with "data: [DONE]\n\n". *Usage* counts prompt and generated tokens.
+//
+// Validation follows the OpenAI API: a wrong type, a value out of range, or a field Folio does
+// not implement (n > 1, logprobs, echo, tools, logit_bias, ...) is a kInvalidArgument whose
+// message names the field; the server answers it with 400 and an OpenAI-style error body.
+// Fields that only describe the caller (user, metadata, store) are accepted and ignored; any
+// other unknown field is rejected, since silently ignoring a field the caller relies on would
+// change the answer without telling them. Extensions beyond OpenAI's fields, as vLLM names
+// them: top_k, min_p, repetition_penalty, ignore_eos.
+//
+// Parsing never throws: JSON errors from nlohmann-json are caught here and become Status.
+// Every formatter emits valid UTF-8 JSON (invalid bytes, which the engine never produces,
+// would become U+FFFD rather than an exception).
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "folio/base/result.h"
+#include "folio/engine/request.h"
+#include "folio/engine/sampling_params.h"
+
+namespace folio::server {
+
+enum class Endpoint : uint8_t { kCompletions, kChatCompletions };
+
+struct ChatMessage {
+  std::string role;  // "system", "user" or "assistant" ("developer" is read as "system")
+  std::string content;
+};
+
+struct GenerationRequest {
+  Endpoint endpoint = Endpoint::kCompletions;
+  std::string model;
+  // Completions: the prompt as text, or as token ids (then prompt_text is empty).
+  std::string prompt_text;
+  std::vector<int32_t> prompt_tokens;
+  // Chat completions: at least one message.
+  std::vector<ChatMessage> messages;
+  // Absent: the endpoint's default (completions: ProtocolLimits::default_max_tokens; chat: the
+  // rest of the context, up to ProtocolLimits::max_tokens).
+  std::optional<int32_t> max_tokens;
+  engine::SamplingParams sampling;  // OpenAI's default temperature is 1
+  std::vector<std::string> stop;    // at most 4 non-empty strings
+  bool ignore_eos = false;
+  bool stream = false;
+  bool include_usage = false;  // stream_options.include_usage: a last chunk with usage
+};
+
+// Bounds applied while parsing (the context-dependent checks happen once the prompt is
+// tokenized, in the server).
+struct ProtocolLimits {
+  int32_t max_tokens = 4096;         // a larger max_tokens is rejected
+  int32_t default_max_tokens = 16;   // completions without max_tokens (OpenAI's default)
+  int32_t max_messages = 1024;       // chat messages per request
+  int32_t max_prompt_token_ids = 0;  // 0: no limit at parse time (the server checks later)
+};
+
+// Parses a request body for `endpoint`. kInvalidArgument naming the field on malformed JSON, a
+// body that is not an object, a missing or mistyped field, a value out of range, an empty
+// prompt or message list, an unsupported or unknown field.
+Result<GenerationRequest> parse_generation_request(Endpoint endpoint, std::string_view body,
+                                                   const ProtocolLimits& limits);
+
+// What the engine produced for one request, as the formatters need it.
+struct GenerationResult {
+  std::string text;
+  engine::FinishReason reason = engine::FinishReason::kStop;
+  int32_t prompt_tokens = 0;
+  int32_t completion_tokens = 0;
+};
+
+// Identity of one answer: the same in every chunk of a stream.
+struct ResponseHeader {
+  std::string id;       // "cmpl-..." or "chatcmpl-..."
+  int64_t created = 0;  // Unix seconds
+  std::string model;
+};
+
+// "stop" or "length" (a cancelled request reports "stop"; errors never reach here).
+std::string_view openai_finish_reason(engine::FinishReason reason);
+
+std::string format_response(Endpoint endpoint, const ResponseHeader& header,
+                            const GenerationResult& result);
+// One "data: {...}\n\n" event carrying `text` (chat: the first chunk also carries the role).
+std::string format_text_chunk(Endpoint endpoint, const ResponseHeader& header,
+                              std::string_view text, bool first);
+// The event that ends the choice with its finish reason (empty delta / empty text).
+std::string format_finish_chunk(Endpoint endpoint, const ResponseHeader& header,
+                                engine::FinishReason reason);
+// The extra last event of stream_options.include_usage: no choices, the usage.
+std::string format_usage_chunk(Endpoint endpoint, const ResponseHeader& header,
+                               const GenerationResult& result);
+inline constexpr std::string_view kStreamDone = "data: [DONE]\n\n";
+
+// OpenAI error types.
+inline constexpr std::string_view kInvalidRequestError = "invalid_request_error";
+inline constexpr std::string_view kAuthenticationError = "authentication_error";
+inline constexpr std::string_view kRateLimitError = "rate_limit_error";
+inline constexpr std::string_view kServerError = "server_error";
+
+// {"error": {"message", "type", "param": null, "code"}}; an empty code is rendered as null.
+std::string format_error_body(std::string_view message, std::string_view type,
+                              std::string_view code = {});
+// The same error as one server-sent event (for a stream that already answered 200).
+std::string format_error_event(std::string_view message, std::string_view type);
+
+// {"object": "list", "data": [{"id", "object": "model", "created", "owned_by": "folio"}]}.
+std::string format_model_list(std::string_view model, int64_t created);
+
+}  // namespace folio::server

@@ -1,0 +1,131 @@
+// Server: the OpenAI-compatible HTTP API over one served model (docs/design/server.md).
+//
+// Routes: POST /v1/completions, POST /v1/chat/completions (JSON answers, or server-sent events
+// with "stream": true), GET /v1/models, GET /health, GET /metrics (Prometheus text). Every
+// error is an OpenAI-style JSON body: 400 bad input, 401 a missing or wrong API key, 404 an
+// unknown route, 413 a body above the limit, 429 the queue is full, 500 the engine failed a
+// request, 503 the server is shutting down.
+//
+// Lifecycle: create() -> start() (binds, serves on its own threads) -> shutdown() (new
+// requests get 503, requests in flight finish, then the listener stops). The engine is
+// borrowed: the caller starts it before start() and stops it after shutdown().
+//
+// Requests in flight: a generation request counts from acceptance until its answer is written
+// (or its client is gone). At most ServerOptions::max_pending_requests are in flight; more get
+// 429. A streaming client that disconnects is noticed at the next write, and its request is
+// cancelled in the engine, which frees its KV blocks at the next step.
+//
+// Thread-safety: start() and shutdown() from one controlling thread; HTTP handlers run on the
+// server's worker threads and talk to the engine only through Engine::submit / cancel and the
+// request's RequestStream (request_stream.h).
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+
+#include "folio/base/metrics.h"
+#include "folio/base/result.h"
+#include "folio/engine/engine.h"
+#include "folio/engine/model_engine.h"
+#include "folio/exec/graph_cache.h"
+#include "folio/model/tokenizer.h"
+#include "folio/server/chat_template.h"
+#include "folio/server/openai_protocol.h"
+#include "folio/server/server_metrics.h"
+
+namespace httplib {
+class Server;
+}
+
+namespace folio::server {
+
+struct ServerOptions {
+  std::string host = "127.0.0.1";  // loopback only unless asked
+  std::string api_key;             // non-empty: /v1/* need "Authorization: Bearer <key>"
+  size_t max_body_bytes = size_t{1} << 20;
+  int32_t max_prompt_tokens = 0;  // 0: the context length minus one
+  int32_t max_pending_requests = 256;
+  ProtocolLimits protocol;
+  std::chrono::milliseconds read_timeout{30'000};
+  std::chrono::milliseconds write_timeout{30'000};
+  std::chrono::milliseconds keep_alive_timeout{2'000};
+  int32_t num_http_threads = 64;  // each open connection holds one while it is served
+  // Used when the model's template is not one the server recognises (or it has none).
+  ChatTemplate default_chat_template = ChatTemplate::kChatMl;
+  std::optional<ChatTemplate> chat_template_override;  // set: ignore the model's template
+};
+
+// What the server serves; everything borrowed must outlive the server.
+struct ServedModel {
+  engine::Engine* engine = nullptr;                    // required; started by the caller
+  const model::Tokenizer* tokenizer = nullptr;         // required; the engine's text decoder's
+  metrics::Registry* registry = nullptr;               // required; rendered by /metrics
+  std::string name;                                    // the model id clients send and see
+  int32_t context_length = 0;                          // the engine's context limit, > 1
+  std::string chat_template_source;                    // tokenizer.chat_template, "" when absent
+  std::function<exec::GraphCacheStats()> graph_stats;  // optional
+};
+
+// The model behind a ModelEngine, named `name`.
+ServedModel serve_model_engine(engine::ModelEngine& model_engine, std::string name);
+
+class Server {
+ public:
+  // Errors (kInvalidArgument): missing parts, a context length below 2, non-positive limits;
+  // the registry's errors for conflicting metric families.
+  static Result<std::unique_ptr<Server>> create(const ServerOptions& options, ServedModel model);
+  // Shuts down if still running.
+  ~Server();
+  Server(const Server&) = delete;
+  Server& operator=(const Server&) = delete;
+
+  // Binds options.host:port (0: any free port) and starts serving. Returns the bound port.
+  // kUnavailable when the address cannot be bound. Requires: not started.
+  Result<int> start(int port);
+  // Stops taking requests (503), waits up to `grace` for requests in flight to finish, cancels
+  // those still running after it, then stops the listener and joins its threads. Idempotent.
+  void shutdown(std::chrono::milliseconds grace = std::chrono::seconds(30));
+
+  ChatTemplate chat_template() const { return chat_template_; }
+  int64_t num_in_flight() const;
+
+ private:
+  class Handlers;
+  friend class Handlers;
+
+  Server(const ServerOptions& options, ServedModel model, ChatTemplate chat_template,
+         std::unique_ptr<ServerMetrics> metrics);
+
+  // Admission: false (and nothing counted) when shutting down or full; see `refusal`.
+  enum class Admission : uint8_t { kAdmitted, kShuttingDown, kQueueFull };
+  Admission admit();
+  void release();
+  void register_cancellable(engine::RequestId id);
+  void unregister_cancellable(engine::RequestId id);
+
+  const ServerOptions options_;
+  const ServedModel model_;
+  const ChatTemplate chat_template_;
+  const int64_t created_seconds_;
+  std::unique_ptr<ServerMetrics> metrics_;
+  std::unique_ptr<httplib::Server> http_;
+  std::unique_ptr<Handlers> handlers_;
+  std::thread listen_thread_;
+  std::atomic<int64_t> next_response_id_{1};
+
+  mutable std::mutex mutex_;
+  std::condition_variable drained_;         // notified when in_flight_ drops, under no lock
+  int64_t in_flight_ = 0;                   // guarded by mutex_
+  bool shutting_down_ = false;              // guarded by mutex_
+  bool stopped_ = false;                    // guarded by mutex_
+  std::vector<engine::RequestId> running_;  // guarded by mutex_: cancelled on a late shutdown
+};
+
+}  // namespace folio::server

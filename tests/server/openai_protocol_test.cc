@@ -1,0 +1,279 @@
+// The OpenAI protocol layer without sockets: every kind of bad body is a kInvalidArgument naming
+// the field, good bodies fill the request, and every formatted answer is JSON of the shape the
+// OpenAI clients read.
+#include "folio/server/openai_protocol.h"
+
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+
+#include "folio/server/chat_template.h"
+
+namespace folio::server {
+namespace {
+
+using Json = nlohmann::json;
+
+Result<GenerationRequest> parse_completion(std::string_view body) {
+  return parse_generation_request(Endpoint::kCompletions, body, ProtocolLimits{});
+}
+Result<GenerationRequest> parse_chat(std::string_view body) {
+  return parse_generation_request(Endpoint::kChatCompletions, body, ProtocolLimits{});
+}
+
+void expect_rejected(Endpoint endpoint, std::string_view body, std::string_view mention) {
+  Result<GenerationRequest> parsed = parse_generation_request(endpoint, body, ProtocolLimits{});
+  ASSERT_FALSE(parsed.ok()) << body;
+  EXPECT_EQ(parsed.status().code(), StatusCode::kInvalidArgument) << body;
+  EXPECT_NE(parsed.status().message().find(mention), std::string_view::npos)
+      << body << " -> " << parsed.status().message();
+}
+
+TEST(OpenAiProtocolTest, ParsesACompletionWithEverySupportedField) {
+  Result<GenerationRequest> parsed = parse_completion(R"({
+      "model": "m", "prompt": "Hello", "max_tokens": 7, "temperature": 0, "top_p": 0.5,
+      "n": 1, "stream": true, "stream_options": {"include_usage": true}, "stop": ["x", "yz"],
+      "seed": 42, "presence_penalty": 0.5, "frequency_penalty": -0.5, "logit_bias": {},
+      "logprobs": null, "echo": false, "best_of": 1, "user": "u", "top_k": 5, "min_p": 0.1,
+      "repetition_penalty": 1.1, "ignore_eos": true})");
+  ASSERT_TRUE(parsed.ok()) << parsed.status();
+  EXPECT_EQ(parsed->model, "m");
+  EXPECT_EQ(parsed->prompt_text, "Hello");
+  EXPECT_EQ(parsed->max_tokens, 7);
+  EXPECT_EQ(parsed->sampling.temperature, 0.0f);
+  EXPECT_EQ(parsed->sampling.top_p, 0.5f);
+  EXPECT_EQ(parsed->sampling.top_k, 5);
+  EXPECT_FLOAT_EQ(parsed->sampling.min_p, 0.1f);
+  EXPECT_FLOAT_EQ(parsed->sampling.repetition_penalty, 1.1f);
+  EXPECT_EQ(parsed->sampling.presence_penalty, 0.5f);
+  EXPECT_EQ(parsed->sampling.frequency_penalty, -0.5f);
+  EXPECT_EQ(parsed->sampling.seed, 42u);
+  EXPECT_TRUE(parsed->stream);
+  EXPECT_TRUE(parsed->include_usage);
+  EXPECT_TRUE(parsed->ignore_eos);
+  EXPECT_EQ(parsed->stop, (std::vector<std::string>{"x", "yz"}));
+}
+
+TEST(OpenAiProtocolTest, DefaultsAndNullsLeaveOpenAiDefaults) {
+  Result<GenerationRequest> parsed =
+      parse_completion(R"({"model": "m", "prompt": ["one"], "max_tokens": null, "stop": null})");
+  ASSERT_TRUE(parsed.ok()) << parsed.status();
+  EXPECT_EQ(parsed->prompt_text, "one");
+  EXPECT_FALSE(parsed->max_tokens.has_value());
+  EXPECT_EQ(parsed->sampling.temperature, 1.0f);
+  EXPECT_FALSE(parsed->stream);
+}
+
+TEST(OpenAiProtocolTest, TokenPromptsAreAccepted) {
+  Result<GenerationRequest> parsed = parse_completion(R"({"model": "m", "prompt": [1, 2, 3]})");
+  ASSERT_TRUE(parsed.ok()) << parsed.status();
+  EXPECT_EQ(parsed->prompt_tokens, (std::vector<int32_t>{1, 2, 3}));
+  parsed = parse_completion(R"({"model": "m", "prompt": [[4, 5]]})");
+  ASSERT_TRUE(parsed.ok()) << parsed.status();
+  EXPECT_EQ(parsed->prompt_tokens, (std::vector<int32_t>{4, 5}));
+}
+
+TEST(OpenAiProtocolTest, ParsesChatMessagesAndTextParts) {
+  Result<GenerationRequest> parsed = parse_chat(R"({"model": "m", "messages": [
+      {"role": "developer", "content": "Be brief."},
+      {"role": "user", "content": [{"type": "text", "text": "Hi "}, {"type": "text", "text": "there"}]},
+      {"role": "assistant", "content": "Hello", "name": "bot"}],
+      "max_completion_tokens": 3, "tool_choice": "none", "response_format": {"type": "text"}})");
+  ASSERT_TRUE(parsed.ok()) << parsed.status();
+  ASSERT_EQ(parsed->messages.size(), 3u);
+  EXPECT_EQ(parsed->messages[0].role, "system");
+  EXPECT_EQ(parsed->messages[1].content, "Hi there");
+  EXPECT_EQ(parsed->messages[2].role, "assistant");
+  EXPECT_EQ(parsed->max_tokens, 3);
+}
+
+TEST(OpenAiProtocolTest, MalformedBodiesAreRejected) {
+  expect_rejected(Endpoint::kCompletions, "{\"model\": \"m\", ", "not valid JSON");
+  expect_rejected(Endpoint::kCompletions, "", "not valid JSON");
+  expect_rejected(Endpoint::kCompletions, "[1, 2]", "JSON object");
+  expect_rejected(Endpoint::kCompletions, "\"text\"", "JSON object");
+}
+
+TEST(OpenAiProtocolTest, WrongTypesNameTheField) {
+  const Endpoint completions = Endpoint::kCompletions;
+  expect_rejected(completions, R"({"model": 3, "prompt": "x"})", "model");
+  expect_rejected(completions, R"({"model": "m", "prompt": 3})", "prompt");
+  expect_rejected(completions, R"({"model": "m", "prompt": "x", "max_tokens": "5"})", "max_tokens");
+  expect_rejected(completions, R"({"model": "m", "prompt": "x", "max_tokens": 2.5})", "max_tokens");
+  expect_rejected(completions, R"({"model": "m", "prompt": "x", "temperature": "hot"})",
+                  "temperature");
+  expect_rejected(completions, R"({"model": "m", "prompt": "x", "stream": "yes"})", "stream");
+  expect_rejected(completions, R"({"model": "m", "prompt": "x", "stop": [1]})", "stop");
+  expect_rejected(completions, R"({"model": "m", "prompt": [1, "a"]})", "prompt");
+  expect_rejected(completions, R"({"model": "m", "prompt": [-1]})", "prompt");
+  expect_rejected(Endpoint::kChatCompletions, R"({"model": "m", "messages": {}})", "messages");
+  expect_rejected(Endpoint::kChatCompletions, R"({"model": "m", "messages": [{"role": "user",
+      "content": 5}]})",
+                  "content");
+  expect_rejected(Endpoint::kChatCompletions, R"({"model": "m", "messages": [{"role": 1,
+      "content": "x"}]})",
+                  "role");
+}
+
+TEST(OpenAiProtocolTest, OutOfRangeValuesAreRejected) {
+  const Endpoint completions = Endpoint::kCompletions;
+  expect_rejected(completions, R"({"model": "m", "prompt": "x", "max_tokens": -1})", "max_tokens");
+  expect_rejected(completions, R"({"model": "m", "prompt": "x", "max_tokens": 0})", "max_tokens");
+  expect_rejected(completions, R"({"model": "m", "prompt": "x", "max_tokens": 1000000000000})",
+                  "max_tokens");
+  expect_rejected(completions,
+                  R"({"model": "m", "prompt": "x", "max_tokens": 18446744073709551615})",
+                  "max_tokens");
+  expect_rejected(completions, R"({"model": "m", "prompt": "x", "temperature": 2.5})",
+                  "temperature");
+  expect_rejected(completions, R"({"model": "m", "prompt": "x", "top_p": 0})", "top_p");
+  expect_rejected(completions, R"({"model": "m", "prompt": "x", "presence_penalty": 3})",
+                  "presence_penalty");
+  expect_rejected(completions, R"({"model": "m", "prompt": "x", "stop": ["a","b","c","d","e"]})",
+                  "stop");
+  expect_rejected(completions, R"({"model": "m", "prompt": "x", "stop": ""})", "stop");
+  expect_rejected(completions, R"({"model": "m", "prompt": []})", "prompt");
+}
+
+TEST(OpenAiProtocolTest, MissingRequiredFieldsAndEmptyMessagesAreRejected) {
+  expect_rejected(Endpoint::kCompletions, R"({"prompt": "x"})", "model");
+  expect_rejected(Endpoint::kCompletions, R"({"model": "m"})", "prompt");
+  expect_rejected(Endpoint::kChatCompletions, R"({"model": "m"})", "messages");
+  expect_rejected(Endpoint::kChatCompletions, R"({"model": "m", "messages": []})", "empty");
+  expect_rejected(Endpoint::kChatCompletions, R"({"model": "m", "messages": [{"role": "user"}]})",
+                  "content");
+  expect_rejected(Endpoint::kChatCompletions,
+                  R"({"model": "m", "messages": [{"role": "tool", "content": "x"}]})", "role");
+}
+
+TEST(OpenAiProtocolTest, UnsupportedAndUnknownFieldsAreRejected) {
+  const Endpoint completions = Endpoint::kCompletions;
+  const Endpoint chat = Endpoint::kChatCompletions;
+  expect_rejected(completions, R"({"model": "m", "prompt": "x", "n": 2})", "'n'");
+  expect_rejected(completions, R"({"model": "m", "prompt": "x", "best_of": 3})", "best_of");
+  expect_rejected(completions, R"({"model": "m", "prompt": "x", "logprobs": 2})", "logprobs");
+  expect_rejected(completions, R"({"model": "m", "prompt": "x", "echo": true})", "echo");
+  expect_rejected(completions, R"({"model": "m", "prompt": "x", "logit_bias": {"1": 5}})",
+                  "logit_bias");
+  expect_rejected(completions, R"({"model": "m", "prompt": "x", "suffix": "end"})", "suffix");
+  expect_rejected(completions, R"({"model": "m", "prompt": "x", "temprature": 0})", "temprature");
+  expect_rejected(completions, R"({"model": "m", "prompt": "x", "messages": []})", "messages");
+  expect_rejected(completions, R"({"model": "m", "prompt": ["a", "b"]})", "prompt");
+  expect_rejected(completions, R"({"model": "m", "prompt": "x", "stream_options": {}})",
+                  "stream_options");
+  const std::string messages = R"("messages": [{"role": "user", "content": "x"}])";
+  expect_rejected(chat, R"({"model": "m", )" + messages + R"(, "tools": [{"type": "function"}]})",
+                  "tools");
+  expect_rejected(chat, R"({"model": "m", )" + messages + R"(, "logprobs": true})", "logprobs");
+  expect_rejected(chat, R"({"model": "m", )" + messages + R"(, "prompt": "x"})", "prompt");
+  expect_rejected(
+      chat, R"({"model": "m", )" + messages + R"(, "response_format": {"type": "json_object"}})",
+      "response_format");
+  expect_rejected(chat, R"({"model": "m", "messages": [{"role": "user", "content": "x",
+      "tool_calls": []}]})",
+                  "tool_calls");
+  expect_rejected(chat, R"({"model": "m", "messages": [{"role": "user", "content": [{"type":
+      "image_url", "image_url": {"url": "x"}}]}]})",
+                  "parts");
+}
+
+TEST(OpenAiProtocolTest, ResponsesHaveTheOpenAiShape) {
+  const ResponseHeader header{"cmpl-1", 1700000000, "m"};
+  GenerationResult result;
+  result.text = "out";
+  result.reason = engine::FinishReason::kLength;
+  result.prompt_tokens = 3;
+  result.completion_tokens = 4;
+  const Json completion = Json::parse(format_response(Endpoint::kCompletions, header, result));
+  EXPECT_EQ(completion["object"], "text_completion");
+  EXPECT_EQ(completion["choices"][0]["text"], "out");
+  EXPECT_EQ(completion["choices"][0]["finish_reason"], "length");
+  EXPECT_EQ(completion["usage"]["total_tokens"], 7);
+  const Json chat = Json::parse(format_response(Endpoint::kChatCompletions, header, result));
+  EXPECT_EQ(chat["object"], "chat.completion");
+  EXPECT_EQ(chat["choices"][0]["message"]["role"], "assistant");
+  EXPECT_EQ(chat["choices"][0]["message"]["content"], "out");
+  EXPECT_EQ(chat["usage"]["prompt_tokens"], 3);
+}
+
+Json event_json(const std::string& event) {
+  EXPECT_EQ(event.rfind("data: ", 0), 0u);
+  EXPECT_EQ(event.substr(event.size() - 2), "\n\n");
+  return Json::parse(event.substr(6, event.size() - 8));
+}
+
+TEST(OpenAiProtocolTest, ChunksHaveTheOpenAiShape) {
+  const ResponseHeader header{"chatcmpl-1", 1700000000, "m"};
+  const Json first =
+      event_json(format_text_chunk(Endpoint::kChatCompletions, header, "", /*first=*/true));
+  EXPECT_EQ(first["object"], "chat.completion.chunk");
+  EXPECT_EQ(first["choices"][0]["delta"]["role"], "assistant");
+  EXPECT_TRUE(first["choices"][0]["finish_reason"].is_null());
+  const Json text =
+      event_json(format_text_chunk(Endpoint::kChatCompletions, header, "ab", /*first=*/false));
+  EXPECT_EQ(text["choices"][0]["delta"]["content"], "ab");
+  EXPECT_FALSE(text["choices"][0]["delta"].contains("role"));
+  const Json finish = event_json(
+      format_finish_chunk(Endpoint::kChatCompletions, header, engine::FinishReason::kStop));
+  EXPECT_EQ(finish["choices"][0]["finish_reason"], "stop");
+  EXPECT_TRUE(finish["choices"][0]["delta"].empty());
+  GenerationResult result;
+  result.prompt_tokens = 2;
+  result.completion_tokens = 5;
+  const Json usage = event_json(format_usage_chunk(Endpoint::kCompletions, header, result));
+  EXPECT_TRUE(usage["choices"].empty());
+  EXPECT_EQ(usage["usage"]["completion_tokens"], 5);
+}
+
+TEST(OpenAiProtocolTest, ErrorBodiesAndInvalidBytesNeverThrow) {
+  const Json error = Json::parse(format_error_body("bad \xff input", kInvalidRequestError));
+  EXPECT_EQ(error["error"]["type"], "invalid_request_error");
+  EXPECT_EQ(error["error"]["message"], "bad \xEF\xBF\xBD input");
+  EXPECT_TRUE(error["error"]["code"].is_null());
+  const Json models = Json::parse(format_model_list("m", 1));
+  EXPECT_EQ(models["data"][0]["id"], "m");
+  EXPECT_EQ(models["object"], "list");
+}
+
+TEST(ChatTemplateTest, DetectsTheCommonFamilies) {
+  EXPECT_EQ(detect_chat_template("{% for m in messages %}<|im_start|>{{ m.role }}"),
+            ChatTemplate::kChatMl);
+  EXPECT_EQ(detect_chat_template("{{ '<|start_header_id|>' + message['role'] }}"),
+            ChatTemplate::kLlama3);
+  EXPECT_EQ(detect_chat_template("{{ bos_token + '[INST] ' + content + ' [/INST]' }}"),
+            ChatTemplate::kLlama2);
+  EXPECT_EQ(detect_chat_template("{{ '<|user|>\n' }}...{{ '<|assistant|>\n' }}"),
+            ChatTemplate::kZephyr);
+  EXPECT_EQ(detect_chat_template("<start_of_turn>user"), ChatTemplate::kGemma);
+  EXPECT_EQ(detect_chat_template("{{ messages | custom }}"), std::nullopt);
+  EXPECT_EQ(detect_chat_template(""), std::nullopt);
+  EXPECT_EQ(*chat_template_from_name("llama3"), ChatTemplate::kLlama3);
+  EXPECT_FALSE(chat_template_from_name("jinja").ok());
+}
+
+TEST(ChatTemplateTest, RendersConversationsAsTheTemplatesDo) {
+  const std::vector<ChatMessage> messages = {
+      {"system", "S"}, {"user", "U1"}, {"assistant", "A1"}, {"user", "U2"}};
+  EXPECT_EQ(render_chat(ChatTemplate::kChatMl, messages),
+            "<|im_start|>system\nS<|im_end|>\n<|im_start|>user\nU1<|im_end|>\n"
+            "<|im_start|>assistant\nA1<|im_end|>\n<|im_start|>user\nU2<|im_end|>\n"
+            "<|im_start|>assistant\n");
+  EXPECT_EQ(render_chat(ChatTemplate::kLlama3, messages),
+            "<|start_header_id|>system<|end_header_id|>\n\nS<|eot_id|>"
+            "<|start_header_id|>user<|end_header_id|>\n\nU1<|eot_id|>"
+            "<|start_header_id|>assistant<|end_header_id|>\n\nA1<|eot_id|>"
+            "<|start_header_id|>user<|end_header_id|>\n\nU2<|eot_id|>"
+            "<|start_header_id|>assistant<|end_header_id|>\n\n");
+  EXPECT_EQ(render_chat(ChatTemplate::kLlama2, messages),
+            "[INST] <<SYS>>\nS\n<</SYS>>\n\nU1 [/INST] A1</s><s>[INST] U2 [/INST]");
+  EXPECT_EQ(render_chat(ChatTemplate::kZephyr, messages),
+            "<|system|>\nS</s>\n<|user|>\nU1</s>\n<|assistant|>\nA1</s>\n<|user|>\nU2</s>\n"
+            "<|assistant|>\n");
+  EXPECT_EQ(render_chat(ChatTemplate::kGemma, messages),
+            "<start_of_turn>user\nS<end_of_turn>\n<start_of_turn>user\nU1<end_of_turn>\n"
+            "<start_of_turn>model\nA1<end_of_turn>\n<start_of_turn>user\nU2<end_of_turn>\n"
+            "<start_of_turn>model\n");
+}
+
+}  // namespace
+}  // namespace folio::server
