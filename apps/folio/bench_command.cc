@@ -15,6 +15,7 @@
 
 #include "apps/folio/commands.h"
 #include "apps/folio/engine_options.h"
+#include "apps/folio/progress_bar.h"
 
 namespace folio::app {
 namespace {
@@ -85,15 +86,6 @@ std::vector<engine::Request> make_requests(const BenchOptions& options, Range pr
   return requests;
 }
 
-void render_progress(int32_t done, int32_t total) {
-  constexpr int kWidth = 30;
-  const int filled = total == 0 ? kWidth : done * kWidth / total;
-  std::fprintf(stderr, "\r[%.*s%*s] %d/%d requests", filled, "##############################",
-               kWidth - filled, "", done, total);
-  if (done == total) std::fputs("\n", stderr);
-  std::fflush(stderr);
-}
-
 void run_bench(const BenchOptions& options) {
   Result<Range> prompt = parse_range(options.prompt_lengths, "--prompt-len");
   check_command(prompt.status());
@@ -146,7 +138,7 @@ void run_bench(const BenchOptions& options) {
     if (now_finished != finished) {
       finished = now_finished;
       if (!options.engine.quiet)
-        render_progress(static_cast<int32_t>(finished), options.num_requests);
+        render_progress(static_cast<int64_t>(finished), options.num_requests, "requests");
     }
   }
   const double seconds =

@@ -25,5 +25,6 @@ void add_make_model_command(CLI::App& app);
 void add_inspect_command(CLI::App& app);
 void add_generate_command(CLI::App& app);
 void add_bench_command(CLI::App& app);
+void add_perplexity_command(CLI::App& app);
 
 }  // namespace folio::app

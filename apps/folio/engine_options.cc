@@ -30,7 +30,8 @@ void add_engine_options(CLI::App& command, EngineCommandOptions& options) {
 }
 
 Result<std::unique_ptr<engine::ModelEngine>> start_model_engine(
-    const EngineCommandOptions& options) {
+    const EngineCommandOptions& options,
+    const std::function<void(engine::ModelEngineOptions&)>& customize) {
   const auto start = std::chrono::steady_clock::now();
   if (!options.quiet) std::fprintf(stderr, "loading %s ...\n", options.model_path.c_str());
   FOLIO_ASSIGN_OR_RETURN(std::unique_ptr<model::LlamaModel> model,
@@ -52,6 +53,7 @@ Result<std::unique_ptr<engine::ModelEngine>> start_model_engine(
   engine_options.scheduler.prefill_chunk_size = options.chunk_size;
   if (options.swap_mib > 0)
     engine_options.scheduler.preemption_mode = engine::PreemptionMode::kSwap;
+  if (customize) customize(engine_options);
   Result<std::unique_ptr<engine::ModelEngine>> bundle =
       engine::ModelEngine::create(std::move(model), engine_options);
   if (!bundle.ok()) return bundle.status().with_context(options.model_path);

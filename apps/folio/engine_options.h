@@ -2,6 +2,7 @@
 // serve), and the function that starts one from them.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -30,8 +31,10 @@ struct EngineCommandOptions {
 void add_engine_options(CLI::App& command, EngineCommandOptions& options);
 
 // Opens the model and starts its engine (not yet its loop thread). Prints loading progress to
-// stderr unless quiet.
+// stderr unless quiet. `customize`, when given, adjusts the engine options made from the flags
+// before the engine is created (a command's own needs, e.g. perplexity's logit rows per step).
 Result<std::unique_ptr<engine::ModelEngine>> start_model_engine(
-    const EngineCommandOptions& options);
+    const EngineCommandOptions& options,
+    const std::function<void(engine::ModelEngineOptions&)>& customize = nullptr);
 
 }  // namespace folio::app

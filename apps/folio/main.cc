@@ -16,6 +16,7 @@ int main(int argc, char** argv) {
   folio::app::add_inspect_command(app);
   folio::app::add_generate_command(app);
   folio::app::add_bench_command(app);
+  folio::app::add_perplexity_command(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& error) {

@@ -70,6 +70,7 @@ Status ModelEngine::build_executor(const ModelEngineOptions& options) {
   exec::ExecutorOptions executor_options;
   executor_options.name = "model";
   executor_options.max_sequences = options.scheduler.max_num_sequences;
+  executor_options.max_logit_rows = options.max_logit_rows;
   executor_options.max_num_tokens = std::max(options.scheduler.max_num_batched_tokens,
                                              exec::BucketPolicy::default_ladder().back());
   executor_options.first_dummy_block = block_manager_->dummy_block().value();

@@ -32,6 +32,9 @@ struct ModelEngineOptions {
   DType kv_dtype = DType::kF16;
   int32_t max_context_tokens = 0;  // 0: the model's context length
   bool use_graphs = true;          // false: every step eagerly (the reference)
+  // Logits rows one step may ask for; 0: one per sequence (scheduler.max_num_sequences).
+  // Perplexity asks for every token of a prefill chunk.
+  int32_t max_logit_rows = 0;
   // Capture decode buckets at start-up, largest first, within this many seconds, so the graph
   // arena is sized before the KV cache fills the pool. 0: capture on first use only.
   double precapture_seconds = 2.0;

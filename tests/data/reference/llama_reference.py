@@ -4,11 +4,14 @@
 Reads a GGUF file with its own parser (no code shared with Folio's C++ reader), dequantizes the
 weights with numpy, and computes the Llama-family forward pass in float64 with PyTorch
 (Debian's python3-torch). Writes the logits of every position of every prompt as JSON, which
-tests/model/ compares against the engine's logits.
+tests/model/ compares against the engine's logits, and, when PROMPTS.json asks, the perplexity
+of a token sequence under sliding windows (tests/engine/perplexity_test.cc; the definition is in
+src/folio/engine/perplexity.h and docs/design/perplexity.md).
 
 Usage:
   llama_reference.py MODEL.gguf PROMPTS.json OUT.json
-PROMPTS.json: {"prompts": [[token ids...], ...]}
+PROMPTS.json: {"prompts": [[token ids...], ...],
+               "perplexity": {"tokens": [token ids...], "windows": [[context, stride], ...]}}
 """
 import json
 import struct
@@ -187,6 +190,30 @@ def forward(metadata, tensors, tokens):
     return x @ output.T
 
 
+def perplexity(metadata, tensors, tokens, context, stride):
+    """Sliding-window perplexity: windows begin at 0, stride, 2 stride, ... while begin + 1 < n;
+    each runs tokens[begin:end] (end = min(begin + context, n)) from position 0 and scores the
+    positions p in [max(begin + 1, previous end), end) with -log softmax(logits[p - 1])[token p];
+    the window reaching n is the last."""
+    n = len(tokens)
+    nll_sum, num_scored, num_windows, previous_end, begin = 0.0, 0, 0, 0, 0
+    while begin + 1 < n:
+        end = min(begin + context, n)
+        log_probs = torch.log_softmax(forward(metadata, tensors, tokens[begin:end]), dim=-1)
+        for p in range(max(begin + 1, previous_end), end):
+            nll_sum -= log_probs[p - 1 - begin, tokens[p]].item()
+            num_scored += 1
+        num_windows += 1
+        previous_end = end
+        if end == n:
+            break
+        begin += stride
+    mean_nll = nll_sum / num_scored
+    return {"context": context, "stride": stride, "num_windows": num_windows,
+            "num_scored_tokens": num_scored, "mean_nll": mean_nll,
+            "perplexity": float(np.exp(mean_nll))}
+
+
 def fnv1a64(data):
     """FNV-1a 64-bit hash of the model file, so a test can tell a stale golden file."""
     value = 0xcbf29ce484222325
@@ -201,18 +228,27 @@ def main():
     model_path, prompts_path, out_path = sys.argv[1:]
     metadata, tensors = read_gguf(model_path)
     with open(prompts_path) as handle:
-        prompts = json.load(handle)["prompts"]
+        requests = json.load(handle)
     results = []
+    perplexities = []
     with torch.no_grad():
-        for tokens in prompts:
+        for tokens in requests["prompts"]:
             logits = forward(metadata, tensors, tokens)
             results.append({"tokens": tokens,
                             "logits": [[float(f"{v:.7g}") for v in row] for row in logits.tolist()]})
+        if "perplexity" in requests:
+            tokens = requests["perplexity"]["tokens"]
+            for context, stride in requests["perplexity"]["windows"]:
+                perplexities.append(perplexity(metadata, tensors, tokens, context, stride))
     with open(out_path, "w") as handle:
         with open(model_path, "rb") as model_file:
             model_hash = fnv1a64(model_file.read())
-        json.dump({"model": model_path.split("/")[-1], "model_fnv1a64": f"{model_hash:016x}",
-                   "results": results}, handle)
+        output = {"model": model_path.split("/")[-1], "model_fnv1a64": f"{model_hash:016x}",
+                  "results": results}
+        if "perplexity" in requests:
+            output["perplexity"] = {"tokens": requests["perplexity"]["tokens"],
+                                    "windows": perplexities}
+        json.dump(output, handle)
 
 
 if __name__ == "__main__":
