@@ -19,12 +19,16 @@ import sentencepiece
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import evaluate  # noqa: E402
 import model as llama_model  # noqa: E402
 import rounding  # noqa: E402
 import tokenizer as spm  # noqa: E402
 
 PROMPT = "And God said"
 GOLDEN_TOKENS = 32
+# The engine tests evaluate the first EXCERPT_LINES lines of the held-out text (the whole text
+# takes too long for a unit test on 2 cores); its PyTorch perplexities are recorded too.
+EXCERPT_LINES = 300
 FILES = {"f16": "models/demo/kjv-f16.gguf", "q8_0": "models/demo/kjv-q8_0.gguf"}
 
 
@@ -69,13 +73,26 @@ def main():
     processor = sentencepiece.SentencePieceProcessor(
         model_file=os.path.join(out_dir, "tokenizer.model"))
     with open(os.path.join(out_dir, "heldout.txt"), encoding="utf-8") as handle:
-        heldout_ids = processor.encode(handle.read())
+        heldout_text = handle.read()
+    heldout_ids = processor.encode(heldout_text)
+    excerpt = "".join(heldout_text.splitlines(keepends=True)[:EXCERPT_LINES])
     shape = llama_model.Shape(**results["shape"])
     model = llama_model.Llama(shape)
     model.load_state_dict(torch.load(os.path.join(out_dir, "final.pt")))
     f16_model = rounding.variant(model, rounding.round_f16, torch.float64)
     prompt_ids = spm.encode_document(processor, PROMPT)
     tokens, gap = greedy(f16_model, prompt_ids, GOLDEN_TOKENS)
+    excerpt_tokens = spm.encode_document(processor, excerpt)
+    excerpt_record = {"lines": EXCERPT_LINES, "characters": len(excerpt),
+                      "context": shape.context_length, "stride": shape.context_length // 2}
+    for label, transform, dtype in (("float32", None, torch.float32),
+                                    ("float64", None, torch.float64),
+                                    ("f16_weights_float32", rounding.round_f16, torch.float32),
+                                    ("q8_0_weights_float32", rounding.round_q8_0, torch.float32)):
+        value, scored = evaluate.perplexity(rounding.variant(model, transform, dtype),
+                                            excerpt_tokens, shape.context_length)
+        excerpt_record[label] = value
+    excerpt_record["scored_tokens"] = scored
 
     record = {
         "name": results["name"], "files": FILES, "heldout_text": "models/kjv-heldout.txt",
@@ -89,6 +106,7 @@ def main():
                          "heldout_ids_fnv1a64": fnv1a64_ids(heldout_ids)},
         "perplexity": {"text": "models/kjv-heldout.txt", "context": shape.context_length,
                        "stride": shape.context_length // 2} | results["heldout_perplexity"],
+        "perplexity_excerpt": excerpt_record,
         "golden_generation": {"prompt": PROMPT, "prompt_ids": prompt_ids,
                               "max_tokens": GOLDEN_TOKENS, "tokens": tokens,
                               "weights": "f16-rounded, float64 PyTorch",
@@ -96,10 +114,11 @@ def main():
                               "text": processor.decode(tokens)},
     }
     with open(os.path.join(root, "models/kjv.json"), "w") as handle:
-        json.dump(record, handle, indent=1)
+        json.dump(record, handle, indent=1, ensure_ascii=False)
         handle.write("\n")
     print(json.dumps(record["golden_generation"], indent=1))
     print(json.dumps(record["perplexity"], indent=1))
+    print(json.dumps(record["perplexity_excerpt"], indent=1))
 
 
 if __name__ == "__main__":
