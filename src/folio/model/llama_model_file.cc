@@ -99,11 +99,13 @@ std::vector<TensorSpec> tensor_specs(const LlamaShape& shape) {
   return specs;
 }
 
-// The architecture metadata llama.cpp reads (everything but the vocabulary and general.name).
-void add_shape_metadata(const LlamaShape& shape, GgufWriter& writer) {
+// The general.* and architecture metadata llama.cpp reads (everything but the vocabulary).
+// The key order is part of the file's bytes, which tests pin by hash.
+void add_shape_metadata(const LlamaShape& shape, const std::string& name, GgufWriter& writer) {
   const std::string arch(llama_architecture_name(shape.architecture));
   auto u32 = [](int64_t value) { return GgufValue::of(static_cast<uint32_t>(value)); };
   writer.set("general.architecture", GgufValue::of_string(arch));
+  writer.set("general.name", GgufValue::of_string(name));
   writer.set("general.file_type", GgufValue::of(llama_file_type(shape.weight_dtype)));
   if (dtype_info(shape.weight_dtype).quantized) {
     writer.set("general.quantization_version", GgufValue::of<uint32_t>(2));
@@ -255,8 +257,7 @@ Result<GgufWriter> make_random_llama_writer(const LlamaShape& shape, uint64_t se
   FOLIO_RETURN_IF_ERROR(validate_llama_shape(shape));
   GgufWriter writer;
   const std::string arch(llama_architecture_name(shape.architecture));
-  writer.set("general.name", GgufValue::of_string(fmt::format("folio random {}", arch)));
-  add_shape_metadata(shape, writer);
+  add_shape_metadata(shape, fmt::format("folio random {}", arch), writer);
   writer.set("folio.random_seed", GgufValue::of(seed));
   FOLIO_ASSIGN_OR_RETURN(Vocabulary vocabulary, build_llama_vocabulary(shape.vocab_size));
   write_vocabulary_metadata(vocabulary, writer);
@@ -280,8 +281,7 @@ Result<GgufWriter> make_llama_writer(const LlamaWeights& weights) {
     }
   }
   GgufWriter writer;
-  writer.set("general.name", GgufValue::of_string(weights.name));
-  add_shape_metadata(weights.shape, writer);
+  add_shape_metadata(weights.shape, weights.name, writer);
   write_vocabulary_metadata(weights.vocabulary, writer);
   for (const TensorSpec& spec : specs) {
     FOLIO_ASSIGN_OR_RETURN(std::vector<std::byte> bytes, convert_tensor(weights, spec));
