@@ -28,7 +28,7 @@ PROMPT = "And God said"
 GOLDEN_TOKENS = 32
 # The engine tests evaluate the first EXCERPT_LINES lines of the held-out text (the whole text
 # takes too long for a unit test on 2 cores); its PyTorch perplexities are recorded too.
-EXCERPT_LINES = 300
+EXCERPT_LINES = 120
 FILES = {"f16": "models/demo/kjv-f16.gguf", "q8_0": "models/demo/kjv-q8_0.gguf"}
 
 
