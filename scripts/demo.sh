@@ -1,28 +1,29 @@
 #!/usr/bin/env bash
-# The main job (`make demo`): generates the default model (a deterministic random-weight
-# Llama of the "tiny" benchmark shape, q8_0 weights, a 32,000-token vocabulary), shows what is
-# in it, generates text from a prompt through the engine, and runs an offline load benchmark
-# with graphs on and off. A random-weight model prints noise: the demo shows the machinery
-# (memory pool, paged KV cache, captured graphs, continuous batching), not language.
+# The main job (`make demo`): takes the shipped demo model (models/demo/kjv-q8_0.gguf: a
+# 5-million-parameter Llama trained on the King James Bible, see models/README.md), shows what
+# is in it, generates text from a prompt through the engine, and runs an offline load benchmark
+# with graphs on and off. FOLIO_DEMO_MODEL picks another GGUF file (the prompt stays).
 #   scripts/demo.sh [build dir]
 set -euo pipefail
 build=${1:-build/release}
 folio="$build/apps/folio/folio"
-model=${FOLIO_DEMO_MODEL:-$build/models/demo-tiny-q8_0.gguf}
-mkdir -p "$(dirname "$model")"
+model=${FOLIO_DEMO_MODEL:-models/demo/kjv-q8_0.gguf}
 
 section() { printf '\n== %s\n' "$1"; }
 
 if [ ! -f "$model" ]; then
-  section "folio make-model (the embedded default: tiny shape, q8_0, seed 1)"
-  "$folio" make-model -o "$model" --preset tiny --dtype q8_0 --seed 1
+  echo "demo: $model is missing (the shipped model lives in models/demo/; see models/README.md)" >&2
+  exit 1
 fi
 
 section "folio inspect --summary"
 "$folio" inspect "$model" --summary | head -n 20
 
 section "folio generate (greedy, 32 tokens)"
-"$folio" generate -m "$model" -p "Once upon a time" -n 32 --temperature 0
+"$folio" generate -m "$model" -p "And God said" -n 32 --temperature 0
+
+section "folio generate (sampled: temperature 0.8, top-p 0.95, seed 7, 48 tokens)"
+"$folio" generate -m "$model" -p "In the beginning" -n 48 --temperature 0.8 --top-p 0.95 --seed 7
 
 section "folio bench: 64 requests, concurrency 16, graphs on"
 "$folio" bench -m "$model" --requests 64 --concurrency 16 --prompt-len 16:96 --output-len 16:48 \

@@ -1,8 +1,27 @@
 // folio make-model: writes a deterministic random-weight Llama-family GGUF of any shape, so
-// tests, benchmarks and the demo need no download.
+// tests and benchmarks need no download; with --from-weights, writes trained weights given in
+// Folio's weight interchange format (scripts/train_kjv/export.py) as a GGUF of any weight dtype.
+//
+// Interchange format (a directory):
+//   manifest.json  {"format": "folio-weights-1", "architecture": "llama", "name": "...",
+//                   "shape": {"vocab_size", "hidden_size", "num_layers", "num_heads",
+//                             "num_kv_heads", "ffn_size", "context_length"},
+//                   "rope_theta", "rms_norm_epsilon",
+//                   "tensors": [{"name": GGUF name, "shape": [rows, row length] | [length],
+//                                "offset": byte offset in weights.bin}, ...],
+//                   "vocabulary": {"model": "llama", "tokens", "scores", "types" (llama token
+//                                  types), "bos", "eos", "unknown", "add_bos", "add_eos",
+//                                  "add_space_prefix"}}
+//   weights.bin    the tensors as little-endian f32, row-major (PyTorch's [out, in] layout is
+//                  the GGUF matrix of ggml shape [in, out]).
+#include <bit>
 #include <cstdio>
+#include <cstring>
+#include <fstream>
 #include <map>
 #include <string>
+
+#include <nlohmann/json.hpp>
 
 #include "apps/folio/commands.h"
 #include "folio/model/gguf_inspect.h"
@@ -50,6 +69,7 @@ struct MakeModelOptions {
   // Overrides of the preset; 0 (or a non-positive float) keeps the preset's value.
   int64_t vocab = 0, hidden = 0, layers = 0, heads = 0, kv_heads = 0, ffn = 0, context = 0;
   double rope_theta = 0;
+  std::string from_weights;  // interchange directory; empty: random weights
 };
 
 Result<model::LlamaShape> shape_from(const MakeModelOptions& options) {
@@ -83,12 +103,126 @@ Result<model::LlamaShape> shape_from(const MakeModelOptions& options) {
   return shape;
 }
 
+using Json = nlohmann::json;
+
+Result<std::string> read_whole_file(const std::string& path) {
+  std::ifstream stream(path, std::ios::binary);
+  if (!stream) return not_found("cannot open {}", path);
+  std::string bytes((std::istreambuf_iterator<char>(stream)), std::istreambuf_iterator<char>());
+  if (stream.bad()) return internal_error("error reading {}", path);
+  return bytes;
+}
+
+Result<model::Vocabulary> vocabulary_from_json(const Json& json) {
+  if (json.value("model", "") != "llama") {
+    return invalid_argument("vocabulary.model must be \"llama\" (SentencePiece)");
+  }
+  model::Vocabulary vocabulary;
+  vocabulary.tokens = json.at("tokens").get<std::vector<std::string>>();
+  vocabulary.scores = json.at("scores").get<std::vector<float>>();
+  for (int32_t type : json.at("types").get<std::vector<int32_t>>()) {
+    vocabulary.types.push_back(static_cast<model::TokenType>(type));
+  }
+  vocabulary.bos = json.at("bos").get<model::TokenId>();
+  vocabulary.eos = json.at("eos").get<model::TokenId>();
+  vocabulary.unknown = json.at("unknown").get<model::TokenId>();
+  vocabulary.add_bos = json.at("add_bos").get<bool>();
+  vocabulary.add_eos = json.at("add_eos").get<bool>();
+  vocabulary.add_space_prefix = json.at("add_space_prefix").get<bool>();
+  FOLIO_RETURN_IF_ERROR(model::validate_vocabulary(vocabulary));
+  return vocabulary;
+}
+
+// Copies each manifest tensor out of weights.bin (little-endian f32).
+Status read_tensors(const Json& manifest, const std::string& weights,
+                    std::map<std::string, std::vector<float>>& tensors) {
+  static_assert(std::endian::native == std::endian::little, "weights.bin is little-endian");
+  for (const Json& entry : manifest.at("tensors")) {
+    const std::string name = entry.at("name").get<std::string>();
+    int64_t count = 1;
+    for (int64_t extent : entry.at("shape").get<std::vector<int64_t>>()) {
+      if (extent <= 0) return invalid_argument("tensor {}: non-positive extent", name);
+      count *= extent;
+    }
+    const uint64_t offset = entry.at("offset").get<uint64_t>();
+    const uint64_t size = static_cast<uint64_t>(count) * sizeof(float);
+    if (offset > weights.size() || size > weights.size() - offset) {
+      return invalid_argument("tensor {}: bytes [{}, {}) lie outside weights.bin ({} bytes)", name,
+                              offset, offset + size, weights.size());
+    }
+    std::vector<float> values(static_cast<size_t>(count));
+    std::memcpy(values.data(), weights.data() + offset, size);
+    if (!tensors.emplace(name, std::move(values)).second) {
+      return invalid_argument("tensor {} is listed twice", name);
+    }
+  }
+  return Status();
+}
+
+Result<model::LlamaWeights> parse_weights(const Json& manifest, const std::string& weights) {
+  if (manifest.value("format", "") != "folio-weights-1") {
+    return invalid_argument("manifest.json: format must be \"folio-weights-1\"");
+  }
+  model::LlamaWeights result;
+  auto architecture =
+      model::llama_architecture_from_name(manifest.at("architecture").get<std::string>());
+  if (!architecture) return invalid_argument("manifest.json: unknown architecture");
+  const Json& shape = manifest.at("shape");
+  result.shape.architecture = *architecture;
+  result.shape.vocab_size = shape.at("vocab_size").get<int64_t>();
+  result.shape.hidden_size = shape.at("hidden_size").get<int64_t>();
+  result.shape.num_layers = shape.at("num_layers").get<int64_t>();
+  result.shape.num_heads = shape.at("num_heads").get<int64_t>();
+  result.shape.num_kv_heads = shape.at("num_kv_heads").get<int64_t>();
+  result.shape.ffn_size = shape.at("ffn_size").get<int64_t>();
+  result.shape.context_length = shape.at("context_length").get<int64_t>();
+  result.shape.rope_theta = manifest.at("rope_theta").get<float>();
+  result.shape.rms_norm_epsilon = manifest.at("rms_norm_epsilon").get<float>();
+  result.name = manifest.at("name").get<std::string>();
+  FOLIO_ASSIGN_OR_RETURN(result.vocabulary, vocabulary_from_json(manifest.at("vocabulary")));
+  FOLIO_RETURN_IF_ERROR(read_tensors(manifest, weights, result.tensors));
+  return result;
+}
+
+// Reads DIR/manifest.json and DIR/weights.bin; the matrices will be written as `dtype`.
+Result<model::LlamaWeights> read_interchange(const std::string& directory, DType dtype) {
+  FOLIO_ASSIGN_OR_RETURN(std::string manifest_text, read_whole_file(directory + "/manifest.json"));
+  FOLIO_ASSIGN_OR_RETURN(std::string weights, read_whole_file(directory + "/weights.bin"));
+  try {
+    Result<model::LlamaWeights> result = parse_weights(Json::parse(manifest_text), weights);
+    if (!result.ok()) return result.status().with_context(directory);
+    result->shape.weight_dtype = dtype;
+    return result;
+  } catch (const Json::exception& error) {
+    return invalid_argument("{}/manifest.json: {}", directory, error.what());
+  }
+}
+
+// --from-weights: the shape comes from the manifest; only --dtype applies.
+void make_from_weights(const MakeModelOptions& options, const std::string& directory) {
+  std::optional<DType> dtype = dtype_from_name(options.dtype);
+  if (!dtype) {
+    check_command(
+        invalid_argument("unknown dtype '{}': use f32, f16, bf16, q8_0 or q4_0", options.dtype));
+  }
+  Result<model::LlamaWeights> weights = read_interchange(directory, *dtype);
+  check_command(weights.status());
+  Result<model::GgufWriter> writer = model::make_llama_writer(*weights);
+  check_command(writer.status().with_context(directory));
+  check_command(writer->write_file(options.output).with_context(options.output));
+  std::printf("wrote %s: %s '%s', %lld parameters (%s weights), from %s\n", options.output.c_str(),
+              std::string(model::llama_architecture_name(weights->shape.architecture)).c_str(),
+              weights->name.c_str(), static_cast<long long>(weights->shape.parameter_count()),
+              std::string(dtype_name(weights->shape.weight_dtype)).c_str(), directory.c_str());
+}
+
 }  // namespace
 
 void add_make_model_command(CLI::App& app) {
   auto options = std::make_shared<MakeModelOptions>();
   CLI::App* command = app.add_subcommand(
-      "make-model", "Write a deterministic random-weight Llama-family GGUF model");
+      "make-model",
+      "Write a deterministic random-weight Llama-family GGUF model, or trained weights");
   command->add_option("-o,--output", options->output, "Path of the GGUF file to write")->required();
   command->add_option("--preset", options->preset, "Base shape: small, tiny or base")
       ->capture_default_str();
@@ -108,7 +242,14 @@ void add_make_model_command(CLI::App& app) {
   command->add_option("--ffn", options->ffn, "Feed-forward size");
   command->add_option("--context", options->context, "Context length");
   command->add_option("--rope-theta", options->rope_theta, "RoPE frequency base");
+  command->add_option("--from-weights", options->from_weights,
+                      "Write trained weights from this interchange directory (manifest.json + "
+                      "weights.bin) instead of random ones; the shape comes from the manifest");
   command->callback([options] {
+    if (!options->from_weights.empty()) {
+      make_from_weights(*options, options->from_weights);
+      return;
+    }
     Result<model::LlamaShape> shape = shape_from(*options);
     check_command(shape.status());
     check_command(model::write_random_llama_model(options->output, *shape, options->seed)

@@ -1,5 +1,6 @@
 #include "folio/model/llama_model_file.h"
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <vector>
@@ -56,83 +57,118 @@ GgufWriter::TensorFill random_fill(DType dtype, int64_t row_length, int64_t rows
   };
 }
 
-class ModelBuilder {
- public:
-  ModelBuilder(const LlamaShape& shape, uint64_t seed) : shape_(shape), seed_(seed) {}
-
-  // A matrix of ggml shape [row_length, rows] in the weight dtype, deviation 1/sqrt(row_length).
-  Status matrix(const std::string& name, int64_t row_length, int64_t rows) {
-    const double deviation = 1.0 / std::sqrt(static_cast<double>(row_length));
-    return writer_.add_tensor(name, shape_.weight_dtype, {row_length, rows},
-                              random_fill(shape_.weight_dtype, row_length, rows,
-                                          stream_seed(seed_, name), 0.0, deviation));
-  }
-  Status vector(const std::string& name, int64_t length, double mean, double deviation) {
-    return writer_.add_tensor(
-        name, DType::kF32, {length},
-        random_fill(DType::kF32, length, 1, stream_seed(seed_, name), mean, deviation));
-  }
-
-  Status add_tensors() {
-    const int64_t hidden = shape_.hidden_size;
-    const int64_t kv_dim = shape_.kv_dim();
-    FOLIO_RETURN_IF_ERROR(matrix("token_embd.weight", hidden, shape_.vocab_size));
-    for (int64_t layer = 0; layer < shape_.num_layers; ++layer) {
-      const std::string prefix = fmt::format("blk.{}.", layer);
-      FOLIO_RETURN_IF_ERROR(vector(prefix + "attn_norm.weight", hidden, 1.0, 0.05));
-      FOLIO_RETURN_IF_ERROR(matrix(prefix + "attn_q.weight", hidden, hidden));
-      FOLIO_RETURN_IF_ERROR(matrix(prefix + "attn_k.weight", hidden, kv_dim));
-      FOLIO_RETURN_IF_ERROR(matrix(prefix + "attn_v.weight", hidden, kv_dim));
-      if (shape_.architecture == LlamaArchitecture::kQwen2) {
-        FOLIO_RETURN_IF_ERROR(vector(prefix + "attn_q.bias", hidden, 0.0, 0.1));
-        FOLIO_RETURN_IF_ERROR(vector(prefix + "attn_k.bias", kv_dim, 0.0, 0.1));
-        FOLIO_RETURN_IF_ERROR(vector(prefix + "attn_v.bias", kv_dim, 0.0, 0.1));
-      }
-      FOLIO_RETURN_IF_ERROR(matrix(prefix + "attn_output.weight", hidden, hidden));
-      FOLIO_RETURN_IF_ERROR(vector(prefix + "ffn_norm.weight", hidden, 1.0, 0.05));
-      FOLIO_RETURN_IF_ERROR(matrix(prefix + "ffn_gate.weight", hidden, shape_.ffn_size));
-      FOLIO_RETURN_IF_ERROR(matrix(prefix + "ffn_up.weight", hidden, shape_.ffn_size));
-      FOLIO_RETURN_IF_ERROR(matrix(prefix + "ffn_down.weight", shape_.ffn_size, hidden));
-    }
-    FOLIO_RETURN_IF_ERROR(vector("output_norm.weight", hidden, 1.0, 0.05));
-    if (!shape_.tie_embeddings) {
-      FOLIO_RETURN_IF_ERROR(matrix("output.weight", hidden, shape_.vocab_size));
-    }
-    return Status();
-  }
-
-  Status add_metadata() {
-    const std::string arch(llama_architecture_name(shape_.architecture));
-    auto u32 = [](int64_t value) { return GgufValue::of(static_cast<uint32_t>(value)); };
-    writer_.set("general.architecture", GgufValue::of_string(arch));
-    writer_.set("general.name", GgufValue::of_string(fmt::format("folio random {}", arch)));
-    writer_.set("general.file_type", GgufValue::of(llama_file_type(shape_.weight_dtype)));
-    if (dtype_info(shape_.weight_dtype).quantized) {
-      writer_.set("general.quantization_version", GgufValue::of<uint32_t>(2));
-    }
-    writer_.set(arch + ".context_length", u32(shape_.context_length));
-    writer_.set(arch + ".embedding_length", u32(shape_.hidden_size));
-    writer_.set(arch + ".block_count", u32(shape_.num_layers));
-    writer_.set(arch + ".feed_forward_length", u32(shape_.ffn_size));
-    writer_.set(arch + ".attention.head_count", u32(shape_.num_heads));
-    writer_.set(arch + ".attention.head_count_kv", u32(shape_.num_kv_heads));
-    writer_.set(arch + ".rope.freq_base", GgufValue::of(shape_.rope_theta));
-    writer_.set(arch + ".rope.dimension_count", u32(shape_.head_dim()));
-    writer_.set(arch + ".attention.layer_norm_rms_epsilon", GgufValue::of(shape_.rms_norm_epsilon));
-    writer_.set(arch + ".vocab_size", u32(shape_.vocab_size));
-    writer_.set("folio.random_seed", GgufValue::of(seed_));
-    FOLIO_ASSIGN_OR_RETURN(Vocabulary vocabulary, build_llama_vocabulary(shape_.vocab_size));
-    write_vocabulary_metadata(vocabulary, writer_);
-    return Status();
-  }
-
-  GgufWriter take() { return std::move(writer_); }
-
- private:
-  const LlamaShape& shape_;
-  uint64_t seed_;
-  GgufWriter writer_;
+// One tensor of a Llama file: its GGUF name, ggml-order dimensions ([row length, rows] or
+// [length]), and whether it is a matrix (stored in the weight dtype) or a 1-D f32 tensor.
+struct TensorSpec {
+  std::string name;
+  std::vector<int64_t> dimensions;
+  bool matrix;
 };
+
+// Every tensor of a file of `shape`, in file order (the list in the header comment).
+std::vector<TensorSpec> tensor_specs(const LlamaShape& shape) {
+  const int64_t hidden = shape.hidden_size;
+  const int64_t kv_dim = shape.kv_dim();
+  std::vector<TensorSpec> specs;
+  auto matrix = [&](std::string name, int64_t row_length, int64_t rows) {
+    specs.push_back({std::move(name), {row_length, rows}, true});
+  };
+  auto vector = [&](std::string name, int64_t length) {
+    specs.push_back({std::move(name), {length}, false});
+  };
+  matrix("token_embd.weight", hidden, shape.vocab_size);
+  for (int64_t layer = 0; layer < shape.num_layers; ++layer) {
+    const std::string prefix = fmt::format("blk.{}.", layer);
+    vector(prefix + "attn_norm.weight", hidden);
+    matrix(prefix + "attn_q.weight", hidden, hidden);
+    matrix(prefix + "attn_k.weight", hidden, kv_dim);
+    matrix(prefix + "attn_v.weight", hidden, kv_dim);
+    if (shape.architecture == LlamaArchitecture::kQwen2) {
+      vector(prefix + "attn_q.bias", hidden);
+      vector(prefix + "attn_k.bias", kv_dim);
+      vector(prefix + "attn_v.bias", kv_dim);
+    }
+    matrix(prefix + "attn_output.weight", hidden, hidden);
+    vector(prefix + "ffn_norm.weight", hidden);
+    matrix(prefix + "ffn_gate.weight", hidden, shape.ffn_size);
+    matrix(prefix + "ffn_up.weight", hidden, shape.ffn_size);
+    matrix(prefix + "ffn_down.weight", shape.ffn_size, hidden);
+  }
+  vector("output_norm.weight", hidden);
+  if (!shape.tie_embeddings) matrix("output.weight", hidden, shape.vocab_size);
+  return specs;
+}
+
+// The general.* and architecture metadata llama.cpp reads (everything but the vocabulary).
+// The key order is part of the file's bytes, which tests pin by hash.
+void add_shape_metadata(const LlamaShape& shape, const std::string& name, GgufWriter& writer) {
+  const std::string arch(llama_architecture_name(shape.architecture));
+  auto u32 = [](int64_t value) { return GgufValue::of(static_cast<uint32_t>(value)); };
+  writer.set("general.architecture", GgufValue::of_string(arch));
+  writer.set("general.name", GgufValue::of_string(name));
+  writer.set("general.file_type", GgufValue::of(llama_file_type(shape.weight_dtype)));
+  if (dtype_info(shape.weight_dtype).quantized) {
+    writer.set("general.quantization_version", GgufValue::of<uint32_t>(2));
+  }
+  writer.set(arch + ".context_length", u32(shape.context_length));
+  writer.set(arch + ".embedding_length", u32(shape.hidden_size));
+  writer.set(arch + ".block_count", u32(shape.num_layers));
+  writer.set(arch + ".feed_forward_length", u32(shape.ffn_size));
+  writer.set(arch + ".attention.head_count", u32(shape.num_heads));
+  writer.set(arch + ".attention.head_count_kv", u32(shape.num_kv_heads));
+  writer.set(arch + ".rope.freq_base", GgufValue::of(shape.rope_theta));
+  writer.set(arch + ".rope.dimension_count", u32(shape.head_dim()));
+  writer.set(arch + ".attention.layer_norm_rms_epsilon", GgufValue::of(shape.rms_norm_epsilon));
+  writer.set(arch + ".vocab_size", u32(shape.vocab_size));
+}
+
+Status add_random_tensors(const LlamaShape& shape, uint64_t seed, GgufWriter& writer) {
+  for (TensorSpec& spec : tensor_specs(shape)) {
+    const int64_t row_length = spec.dimensions[0];
+    const int64_t rows = spec.matrix ? spec.dimensions[1] : 1;
+    const uint64_t stream = stream_seed(seed, spec.name);
+    GgufWriter::TensorFill fill;
+    DType dtype = DType::kF32;
+    if (spec.matrix) {
+      // Deviation 1/sqrt(row length): each output of x·W has the variance of one input.
+      dtype = shape.weight_dtype;
+      fill = random_fill(dtype, row_length, rows, stream, 0.0,
+                         1.0 / std::sqrt(static_cast<double>(row_length)));
+    } else if (spec.name.ends_with(".bias")) {
+      fill = random_fill(dtype, row_length, 1, stream, 0.0, 0.1);
+    } else {
+      fill = random_fill(dtype, row_length, 1, stream, 1.0, 0.05);
+    }
+    FOLIO_RETURN_IF_ERROR(
+        writer.add_tensor(std::move(spec.name), dtype, std::move(spec.dimensions), fill));
+  }
+  return Status();
+}
+
+// The bytes of one trained tensor: matrices converted row by row to the weight dtype.
+Result<std::vector<std::byte>> convert_tensor(const LlamaWeights& weights, const TensorSpec& spec) {
+  auto found = weights.tensors.find(spec.name);
+  if (found == weights.tensors.end()) return invalid_argument("tensor {} is missing", spec.name);
+  const std::vector<float>& values = found->second;
+  const int64_t row_length = spec.dimensions[0];
+  const int64_t rows = spec.matrix ? spec.dimensions[1] : 1;
+  if (static_cast<int64_t>(values.size()) != row_length * rows) {
+    return invalid_argument("tensor {} has {} values, its shape [{}] needs {}", spec.name,
+                            values.size(), fmt::join(spec.dimensions, ", "), row_length * rows);
+  }
+  for (float value : values) {
+    if (!std::isfinite(value))
+      return invalid_argument("tensor {} has a non-finite value", spec.name);
+  }
+  const DType dtype = spec.matrix ? weights.shape.weight_dtype : DType::kF32;
+  const int64_t bytes_per_row = row_bytes(dtype, row_length);
+  std::vector<std::byte> bytes(static_cast<size_t>(bytes_per_row * rows));
+  for (int64_t row = 0; row < rows; ++row) {
+    quantize_row(dtype, values.data() + row * row_length, bytes.data() + row * bytes_per_row,
+                 row_length);
+  }
+  return bytes;
+}
 
 Status check_size(std::string_view field, int64_t value) {
   if (value <= 0 || value > std::numeric_limits<uint32_t>::max()) {
@@ -219,10 +255,41 @@ Status validate_llama_shape(const LlamaShape& shape) {
 
 Result<GgufWriter> make_random_llama_writer(const LlamaShape& shape, uint64_t seed) {
   FOLIO_RETURN_IF_ERROR(validate_llama_shape(shape));
-  ModelBuilder builder(shape, seed);
-  FOLIO_RETURN_IF_ERROR(builder.add_metadata());
-  FOLIO_RETURN_IF_ERROR(builder.add_tensors());
-  return builder.take();
+  GgufWriter writer;
+  const std::string arch(llama_architecture_name(shape.architecture));
+  add_shape_metadata(shape, fmt::format("folio random {}", arch), writer);
+  writer.set("folio.random_seed", GgufValue::of(seed));
+  FOLIO_ASSIGN_OR_RETURN(Vocabulary vocabulary, build_llama_vocabulary(shape.vocab_size));
+  write_vocabulary_metadata(vocabulary, writer);
+  FOLIO_RETURN_IF_ERROR(add_random_tensors(shape, seed, writer));
+  return writer;
+}
+
+Result<GgufWriter> make_llama_writer(const LlamaWeights& weights) {
+  FOLIO_RETURN_IF_ERROR(validate_llama_shape(weights.shape));
+  FOLIO_RETURN_IF_ERROR(validate_vocabulary(weights.vocabulary));
+  if (weights.vocabulary.size() != weights.shape.vocab_size) {
+    return invalid_argument("the vocabulary has {} tokens, the shape's vocab_size is {}",
+                            weights.vocabulary.size(), weights.shape.vocab_size);
+  }
+  const std::vector<TensorSpec> specs = tensor_specs(weights.shape);
+  for (const auto& [name, values] : weights.tensors) {
+    auto known = [&](const TensorSpec& spec) { return spec.name == name; };
+    if (std::find_if(specs.begin(), specs.end(), known) == specs.end()) {
+      return invalid_argument("tensor {} is not part of a {} model of this shape", name,
+                              llama_architecture_name(weights.shape.architecture));
+    }
+  }
+  GgufWriter writer;
+  add_shape_metadata(weights.shape, weights.name, writer);
+  write_vocabulary_metadata(weights.vocabulary, writer);
+  for (const TensorSpec& spec : specs) {
+    FOLIO_ASSIGN_OR_RETURN(std::vector<std::byte> bytes, convert_tensor(weights, spec));
+    const DType dtype = spec.matrix ? weights.shape.weight_dtype : DType::kF32;
+    FOLIO_RETURN_IF_ERROR(
+        writer.add_tensor_bytes(spec.name, dtype, spec.dimensions, std::move(bytes)));
+  }
+  return writer;
 }
 
 Status write_random_llama_model(const std::string& path, const LlamaShape& shape, uint64_t seed) {

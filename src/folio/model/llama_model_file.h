@@ -1,14 +1,15 @@
 // Llama-family model files: the shape of a Llama model (LlamaShape), reading it from GGUF
-// metadata, and writing a deterministic random-weight model of any shape, so tests and the
-// demo need no download (`folio make-model`).
+// metadata, writing a deterministic random-weight model of any shape, so tests and benchmarks
+// need no download (`folio make-model`), and writing trained weights given in f32
+// (`folio make-model --from-weights`, the shipped demo model).
 //
 // A generated file is what llama.cpp's converter writes for a Llama (or Qwen 2) checkpoint:
 //   metadata   general.architecture = "llama" | "qwen2", general.name, general.file_type,
 //              <arch>.context_length, .embedding_length, .block_count, .feed_forward_length,
 //              .attention.head_count, .attention.head_count_kv, .rope.freq_base,
 //              .rope.dimension_count, .attention.layer_norm_rms_epsilon, .vocab_size,
-//              tokenizer.ggml.* (a generated SentencePiece vocabulary, spm_vocabulary_builder.h),
-//              folio.random_seed
+//              tokenizer.ggml.* (random models: a generated SentencePiece vocabulary,
+//              spm_vocabulary_builder.h; trained models: their own), folio.random_seed (random)
 //   tensors    (ggml order: [row length, rows]; `dtype` is the shape's weight dtype)
 //     token_embd.weight             dtype [hidden, vocab]
 //     blk.N.attn_norm.weight        f32   [hidden]
@@ -32,12 +33,15 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "folio/base/result.h"
 #include "folio/model/gguf_writer.h"
+#include "folio/model/vocabulary.h"
 #include "folio/tensor/dtype.h"
 
 namespace folio::model {
@@ -81,6 +85,21 @@ Status validate_llama_shape(const LlamaShape& shape);
 // A writer holding the whole model; tensor bytes are generated while it writes.
 Result<GgufWriter> make_random_llama_writer(const LlamaShape& shape, uint64_t seed);
 Status write_random_llama_model(const std::string& path, const LlamaShape& shape, uint64_t seed);
+
+// A trained model: every tensor of the header's list in f32, row-major (a matrix of ggml shape
+// [row length, rows] holds rows * row length values, row after row), with its vocabulary.
+struct LlamaWeights {
+  LlamaShape shape;  // weight_dtype: the dtype the matrices are written in
+  std::string name;  // general.name
+  Vocabulary vocabulary;
+  std::map<std::string, std::vector<float>> tensors;  // GGUF name -> values
+};
+
+// A writer holding the model: matrices converted to shape.weight_dtype with tensor/'s
+// ggml-exact quantizers, 1-D tensors kept f32. kInvalidArgument: an invalid shape or
+// vocabulary; a vocabulary size other than shape.vocab_size; a missing or unexpected tensor; a
+// tensor whose value count does not match its shape; a non-finite value.
+Result<GgufWriter> make_llama_writer(const LlamaWeights& weights);
 
 // Reads the shape back from a file's metadata and tensors (vocabulary size from
 // token_embd.weight, weight dtype from blk.0.attn_q.weight, tied embeddings from the absence of
