@@ -187,8 +187,8 @@ Result<std::string> fetch_model_id(const LoadOptions& options) {
   configure(client, options);
   const httplib::Result result = client.Get("/v1/models", request_headers(options));
   if (!result) {
-    return unavailable("GET {}/v1/models: {}; is the server running?", options.url,
-                       httplib::to_string(result.error()));
+    return unavailable("GET {}/v1/models failed (httplib error: {}); is the server running?",
+                       options.url, httplib::to_string(result.error()));
   }
   if (result->status != 200) {
     return unavailable("GET {}/v1/models: HTTP {}{}", options.url, result->status,

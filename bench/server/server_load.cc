@@ -98,10 +98,10 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--prompt-len", prompt_length, "prompt length in words, MIN:MAX or N")
       ->capture_default_str();
-  std::map<std::string, Endpoint> endpoints = {{"completions", Endpoint::kCompletions},
-                                               {"chat", Endpoint::kChat}};
-  app.add_option("--endpoint", options.endpoint, "completions (/v1/completions) or chat")
-      ->transform(CLI::CheckedTransformer(endpoints, CLI::ignore_case));
+  std::string endpoint = "completions";
+  app.add_option("--endpoint", endpoint, "completions (/v1/completions) or chat (/v1/chat/...)")
+      ->check(CLI::IsMember({"completions", "chat"}))
+      ->capture_default_str();
   app.add_option("--model", options.model, "model name sent (default: the first /v1/models id)");
   app.add_option("--api-key", options.api_key, "sent as Authorization: Bearer KEY");
   app.add_option("--seed", options.seed, "seed of the prompt generator")->capture_default_str();
@@ -113,6 +113,7 @@ int main(int argc, char** argv) {
   app.add_flag("--quiet,-q", quiet, "print nothing (with --json)");
   CLI11_PARSE(app, argc, argv);
   options.request_usage = !no_usage;
+  options.endpoint = endpoint == "chat" ? Endpoint::kChat : Endpoint::kCompletions;
   const auto range = folio::bench::parse_range(prompt_length);
   if (!range.ok()) {
     std::fprintf(stderr, "folio_server_load: %s\n", range.status().to_string().c_str());
