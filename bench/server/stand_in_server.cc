@@ -126,22 +126,36 @@ void StandInServer::handle_generation(const httplib::Request& request, httplib::
   auto events = std::make_shared<std::vector<std::string>>(
       response_events(mode, chat, body["max_tokens"].get<int>(), include_usage));
   const uint64_t seed = num_seeds_.fetch_add(1, std::memory_order_relaxed);
-  response.set_chunked_content_provider(
-      "text/event-stream", [this, events, mode, chat, seed](size_t, httplib::DataSink& sink) {
-        std::mt19937_64 random(seed);
-        std::this_thread::sleep_for(first_chunk_delay_);
-        if (mode == StandInMode::kStall) {
+  if (mode == StandInMode::kStall) {
+    // Chunked, and never finished: the client's drain deadline has to cut it off.
+    response.set_chunked_content_provider(
+        "text/event-stream", [this, chat, seed](size_t, httplib::DataSink& sink) {
+          std::mt19937_64 random(seed);
+          std::this_thread::sleep_for(first_chunk_delay_);
           for (int i = 0; !stopping_.load(std::memory_order_relaxed); ++i) {
             if (!write_in_pieces(sink, chunk_event(chat, i), random)) return false;
             std::this_thread::sleep_for(std::chrono::milliseconds(20));
           }
           return false;
-        }
+        });
+    return;
+  }
+  // Finite streams are framed by Content-Length rather than chunked: ending a chunked response
+  // touches a function-local static inside the (uninstrumented) httplib library, which
+  // ThreadSanitizer reports as a race between server threads. The client reads both framings
+  // the same way; the stall mode above keeps chunked framing covered.
+  size_t length = 0;
+  for (const std::string& event : *events) length += event.size();
+  response.set_content_provider(
+      length, "text/event-stream",
+      [this, events, seed](size_t offset, size_t, httplib::DataSink& sink) {
+        if (offset != 0) return false;  // everything is written by the first call
+        std::mt19937_64 random(seed);
+        std::this_thread::sleep_for(first_chunk_delay_);
         for (size_t i = 0; i < events->size(); ++i) {
           if (i > 0) std::this_thread::sleep_for(chunk_gap_);
           if (!write_in_pieces(sink, (*events)[i], random)) return false;
         }
-        sink.done();
         return true;
       });
 }
