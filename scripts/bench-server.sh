@@ -7,7 +7,8 @@
 #   scripts/bench-server.sh [build dir]
 # Settings (environment): FOLIO_BENCH_MODEL (a GGUF file), CLIENTS ("1 8 32"), DURATION (5 s),
 # WARMUP (1 s), MAX_TOKENS (64), PROMPT_LEN (16:64 words), ENDPOINT (completions or chat),
-# SERVE_ARGS (extra `folio serve` options), OUT_DIR (where JSON and the server log go).
+# API_KEY (the server requires it, the clients send it), SERVE_ARGS (extra `folio serve`
+# options), OUT_DIR (where JSON and the server log go).
 set -euo pipefail
 build=${1:-build/release}
 folio="$build/apps/folio/folio"
@@ -21,6 +22,12 @@ prompt_len=${PROMPT_LEN:-16:64}
 endpoint=${ENDPOINT:-completions}
 out_dir=${OUT_DIR:-$build/bench-server}
 read -r -a serve_args <<<"${SERVE_ARGS:-}"
+key_args=()
+auth_header=()
+if [ -n "${API_KEY:-}" ]; then
+  key_args=(--api-key "$API_KEY")
+  auth_header=(-H "Authorization: Bearer $API_KEY")
+fi
 
 for binary in "$folio" "$load"; do
   if [ ! -x "$binary" ]; then
@@ -36,7 +43,8 @@ fi
 
 # Port 0: the server binds any free port and prints it ("listening on http://HOST:PORT").
 log="$out_dir/serve.log"
-"$folio" serve -m "$model" --host 127.0.0.1 --port 0 "${serve_args[@]}" >"$log" 2>&1 &
+"$folio" serve -m "$model" --host 127.0.0.1 --port 0 "${key_args[@]}" "${serve_args[@]}" \
+  >"$log" 2>&1 &
 server_pid=$!
 stop_server() {
   if kill -0 "$server_pid" 2>/dev/null; then
@@ -54,7 +62,7 @@ for _ in $(seq 1 600); do  # up to 60 s: loading a large model takes a while
     exit 1
   fi
   url=$(grep -o 'listening on http://[0-9.:]*' "$log" | head -n 1 | sed 's/listening on //' || true)
-  if [ -n "$url" ] && curl -sf "$url/health" >/dev/null 2>&1; then break; fi
+  if [ -n "$url" ] && curl -sf "${auth_header[@]}" "$url/health" >/dev/null 2>&1; then break; fi
   url=""
   sleep 0.1
 done
@@ -70,7 +78,7 @@ for count in $clients; do
   json="$out_dir/server-load-c$count.json"
   status=0
   "$load" --url "$url" --clients "$count" --duration "$duration" --warmup "$warmup" \
-    --max-tokens "$max_tokens" --prompt-len "$prompt_len" --endpoint "$endpoint" --ignore-eos \
+    --max-tokens "$max_tokens" --prompt-len "$prompt_len" --endpoint "$endpoint" --ignore-eos "${key_args[@]}" \
     --json "$json" -q || status=$?
   if [ "$status" -ne 0 ] && [ ! -f "$json" ]; then
     echo "bench-server: folio_server_load failed at $count clients (exit $status)" >&2
