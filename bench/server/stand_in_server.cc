@@ -58,6 +58,17 @@ bool write_in_pieces(httplib::DataSink& sink, const std::string& event, std::mt1
   return true;
 }
 
+// Whether `body` has the shape folio_server_load must send to the stand-in.
+bool well_formed_request(const nlohmann::json& body, bool chat) {
+  if (!body.is_object() || body.value("model", "") != "stand-in" || !body.value("stream", false) ||
+      !body.contains("max_tokens") || !body["max_tokens"].is_number_integer()) {
+    return false;
+  }
+  if (!chat) return body.contains("prompt") && body["prompt"].is_string();
+  return body.contains("messages") && body["messages"].is_array() && !body["messages"].empty() &&
+         body["messages"][0].value("role", "") == "user";
+}
+
 }  // namespace
 
 StandInServer::StandInServer(std::string api_key, std::chrono::milliseconds first_chunk_delay,
@@ -101,13 +112,7 @@ void StandInServer::handle_generation(const httplib::Request& request, httplib::
   num_generation_requests_.fetch_add(1, std::memory_order_relaxed);
   if (!authorized(request, response)) return;
   const nlohmann::json body = nlohmann::json::parse(request.body, nullptr, false);
-  const bool well_formed =
-      body.is_object() && body.value("model", "") == "stand-in" && body.value("stream", false) &&
-      body.contains("max_tokens") && body["max_tokens"].is_number_integer() &&
-      (chat ? body.contains("messages") && body["messages"].is_array() &&
-                  !body["messages"].empty() && body["messages"][0].value("role", "") == "user"
-            : body.contains("prompt") && body["prompt"].is_string());
-  if (!well_formed) {
+  if (!well_formed_request(body, chat)) {
     num_bad_requests_.fetch_add(1, std::memory_order_relaxed);
     response.status = 400;
     response.set_content(R"({"error":{"message":"stand-in: unexpected request body"}})",

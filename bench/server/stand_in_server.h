@@ -4,7 +4,8 @@
 // `folio serve`. Each response streams `max_tokens` text chunks (" w0", " w1", ...) with a
 // known delay before the first and between the others, writes its bytes in randomly sized
 // pieces (so the client sees events split at arbitrary points), sends a usage chunk when asked
-// and ends with `data: [DONE]`, unless a failure mode says otherwise.
+// and ends with `data: [DONE]`, unless a failure mode says otherwise. Finished streams are framed
+// by Content-Length, the endless kStall one is chunked (stand_in_server.cc says why).
 //
 // Thread-safety: set_mode() and the counters may be used from any thread while the server runs.
 #pragma once
