@@ -25,6 +25,9 @@ section "folio generate (greedy, 32 tokens)"
 section "folio generate (sampled: temperature 0.8, top-p 0.95, seed 7, 48 tokens)"
 "$folio" generate -m "$model" -p "In the beginning" -n 48 --temperature 0.8 --top-p 0.95 --seed 7
 
+section "folio perplexity on the held-out chapters (text the model never saw)"
+"$folio" perplexity -m "$model" -f models/kjv-heldout.txt -q --json "$build/perplexity.json"
+
 section "folio bench: 64 requests, concurrency 16, graphs on"
 "$folio" bench -m "$model" --requests 64 --concurrency 16 --prompt-len 16:96 --output-len 16:48 \
   --shared-prefix 32 -q --json "$build/bench-graphs.json"
@@ -34,9 +37,13 @@ section "folio bench: the same load, graphs off (every step eager)"
   --shared-prefix 32 -q --no-graphs --json "$build/bench-eager.json"
 
 section "summary"
-python3 - "$build/bench-graphs.json" "$build/bench-eager.json" <<'PY' 2>/dev/null || true
+python3 - "$build/bench-graphs.json" "$build/bench-eager.json" "$build/perplexity.json" \
+  models/kjv.json <<'PY' 2>/dev/null || true
 import json, sys
-graphs, eager = (json.load(open(path)) for path in sys.argv[1:3])
+graphs, eager, perplexity, card = (json.load(open(path)) for path in sys.argv[1:5])
+print(f"held-out perplexity {perplexity['perplexity']:.3f} over {perplexity['scored_tokens']} tokens; "
+      f"PyTorch measured {card['perplexity']['q8_0_weights_float32']:.3f} for these q8_0 weights "
+      f"at training time")
 print(f"output tokens/s: graphs {graphs['output_tokens_per_second']:.0f}, "
       f"eager {eager['output_tokens_per_second']:.0f} "
       f"(ratio {graphs['output_tokens_per_second'] / eager['output_tokens_per_second']:.2f})")

@@ -7,6 +7,8 @@
 // run alone, eagerly, in a fresh engine with ample memory and no chunking.
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
 #include <filesystem>
 
 #include "engine_test_util.h"
@@ -106,7 +108,9 @@ class ModelEngineInvarianceTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
     model_path_ = new std::string(
-        (std::filesystem::path(::testing::TempDir()) / "folio_invariance_model.gguf").string());
+        (std::filesystem::path(::testing::TempDir()) /
+         ("folio_invariance_model_" + std::to_string(getpid()) + ".gguf"))
+            .string());  // ctest runs each test in its own process, possibly at once
     ASSERT_TRUE(model::write_random_llama_model(*model_path_, test_shape(), 11).ok());
     specs_ = new std::vector<Spec>(make_workload());
     alone_ = new std::vector<std::vector<int32_t>>();
