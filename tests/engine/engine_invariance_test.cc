@@ -15,15 +15,11 @@ using testing::HarnessOptions;
 using testing::random_prompt;
 using testing::Recorder;
 using testing::reference_greedy;
+using testing::to_request;
 
 constexpr int32_t kNumRequests = 65;  // one request among 64 others
 
-struct Spec {
-  std::vector<int32_t> prompt;
-  int32_t max_tokens = 0;
-  int32_t priority = 0;
-  SamplingParams sampling;
-};
+using Spec = testing::RequestSpec;
 
 std::vector<Spec> make_workload() {
   uint64_t state = 20240611;
@@ -53,15 +49,6 @@ std::vector<Spec> make_workload() {
     specs.push_back(std::move(spec));
   }
   return specs;
-}
-
-Request to_request(const Spec& spec) {
-  Request request;
-  request.prompt = spec.prompt;
-  request.max_tokens = spec.max_tokens;
-  request.priority = spec.priority;
-  request.sampling = spec.sampling;
-  return request;
 }
 
 HarnessOptions base_options() {

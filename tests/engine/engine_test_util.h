@@ -238,6 +238,26 @@ inline std::vector<int32_t> random_prompt(uint64_t& state, int32_t length, int32
   return prompt;
 }
 
+// A request's fields without its callbacks: a workload is a list of these, replayed in several
+// configurations.
+struct RequestSpec {
+  std::vector<int32_t> prompt;
+  int32_t max_tokens = 0;
+  int32_t priority = 0;
+  SamplingParams sampling;
+  bool ignore_eos = false;
+};
+
+inline Request to_request(const RequestSpec& spec) {
+  Request request;
+  request.prompt = spec.prompt;
+  request.max_tokens = spec.max_tokens;
+  request.priority = spec.priority;
+  request.sampling = spec.sampling;
+  request.ignore_eos = spec.ignore_eos;
+  return request;
+}
+
 inline Request greedy_request(std::vector<int32_t> prompt, int32_t max_tokens) {
   Request request;
   request.prompt = std::move(prompt);

@@ -36,12 +36,7 @@ model::LlamaShape test_shape() {
   return shape;
 }
 
-struct Spec {
-  std::vector<int32_t> prompt;
-  int32_t max_tokens = 0;
-  int32_t priority = 0;
-  SamplingParams sampling;
-};
+using Spec = testing::RequestSpec;
 
 std::vector<Spec> make_workload() {
   uint64_t state = 20261121;
@@ -57,6 +52,7 @@ std::vector<Spec> make_workload() {
     }
     spec.max_tokens = static_cast<int32_t>(4 + (state >> 20) % 29);
     spec.priority = static_cast<int32_t>((state >> 50) % 3);
+    spec.ignore_eos = true;
     spec.sampling.temperature = 0.0f;  // greedy
     if (index % 5 == 2) {              // seeded sampling must be just as reproducible
       spec.sampling.temperature = 0.9f;
@@ -143,12 +139,7 @@ class ModelEngineInvarianceTest : public ::testing::Test {
     Engine& engine = (*bundle)->engine();
     std::vector<RequestId> ids;
     for (const Spec& spec : specs) {
-      Request request;
-      request.prompt = spec.prompt;
-      request.max_tokens = spec.max_tokens;
-      request.priority = spec.priority;
-      request.sampling = spec.sampling;
-      request.ignore_eos = true;
+      Request request = testing::to_request(spec);
       Result<RequestId> id = engine.submit(recorder.attach(request));
       EXPECT_TRUE(id.ok()) << id.status();
       if (id.ok()) ids.push_back(*id);
