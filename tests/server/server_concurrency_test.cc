@@ -153,6 +153,9 @@ TEST(ServerConcurrencyTest, GracefulShutdownFinishesRequestsInFlight) {
   toy.set_step_delay(std::chrono::milliseconds(1));
   int port = 0;
   std::unique_ptr<Server> server = testing::start_server(toy.served("tiny"), {}, &port);
+  // Steps wait at the closed gate until every request is in flight and shutdown has begun, so
+  // no request can finish early however slowly the clients start (e.g. under TSAN).
+  toy.set_gate(false);
   constexpr int kRequests = 6;
   std::vector<HttpAnswer> answers(kRequests);
   std::vector<std::thread> clients;
@@ -167,7 +170,10 @@ TEST(ServerConcurrencyTest, GracefulShutdownFinishesRequestsInFlight) {
   while (server->num_in_flight() < kRequests) {
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
   }
-  server->shutdown(std::chrono::seconds(60));
+  std::thread shutdown([&] { server->shutdown(std::chrono::seconds(60)); });
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));  // shutdown is under way
+  toy.set_gate(true);
+  shutdown.join();
   for (std::thread& client : clients) client.join();
   for (int index = 0; index < kRequests; ++index) {
     SCOPED_TRACE(index);

@@ -116,6 +116,9 @@ Server::Server(const ServerOptions& options, ServedModel model, ChatTemplate cha
   const auto threads = static_cast<size_t>(options_.num_http_threads);
   http.new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
   http.set_payload_max_length(options_.max_body_bytes);
+  // Streamed tokens are small writes: without TCP_NODELAY, Nagle's algorithm holds each one
+  // until the client's (delayed) ACK, adding tens of milliseconds to every token's latency.
+  http.set_tcp_nodelay(true);
   http.set_read_timeout(options_.read_timeout);
   http.set_write_timeout(options_.write_timeout);
   http.set_keep_alive_timeout(std::max<time_t>(
