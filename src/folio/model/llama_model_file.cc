@@ -273,7 +273,9 @@ Result<GgufWriter> make_llama_writer(const LlamaWeights& weights) {
                             weights.vocabulary.size(), weights.shape.vocab_size);
   }
   const std::vector<TensorSpec> specs = tensor_specs(weights.shape);
-  for (const auto& [name, values] : weights.tensors) {
+  for (const auto& tensor : weights.tensors) {
+    // Not a structured binding: clang 14 (the fuzz build) cannot capture one in a lambda.
+    const std::string& name = tensor.first;
     auto known = [&](const TensorSpec& spec) { return spec.name == name; };
     if (std::find_if(specs.begin(), specs.end(), known) == specs.end()) {
       return invalid_argument("tensor {} is not part of a {} model of this shape", name,
