@@ -65,6 +65,7 @@ void run_generate(const GenerateOptions& options) {
   }
   model_engine.engine().stop();
   std::fputs("\n", stdout);
+  std::fflush(stdout);  // the summary goes to stderr: keep it after the text when piped
   check_command(completion->error);
   const double seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
