@@ -3,6 +3,7 @@
 # OpenAI Node.js client the server's end-to-end test uses). Idempotent: when
 # every package is already installed it changes nothing and touches no network.
 set -euo pipefail
+source "$(dirname "$0")/debian-packages.sh"
 
 packages=(
   build-essential cmake ninja-build pkg-config
@@ -28,25 +29,5 @@ install_node_packages() {
   fi
 }
 
-missing=()
-for package in "${packages[@]}"; do
-  if ! dpkg-query -W -f='${Status}' "$package" 2>/dev/null | grep -q "install ok installed"; then
-    missing+=("$package")
-  fi
-done
-
-if [ ${#missing[@]} -eq 0 ]; then
-  echo "install-deps: all ${#packages[@]} packages present"
-  install_node_packages
-  exit 0
-fi
-
-echo "install-deps: installing ${missing[*]}"
-sudo_cmd=()
-if [ "$(id -u)" -ne 0 ]; then
-  sudo_cmd=(sudo)
-fi
-export DEBIAN_FRONTEND=noninteractive
-"${sudo_cmd[@]}" apt-get update -qq
-"${sudo_cmd[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}"
+install_debian_packages install-deps "${packages[@]}"
 install_node_packages

@@ -4,27 +4,9 @@
 # SentencePiece, matplotlib and a threaded BLAS. Not needed to build, test or run Folio: CI
 # uses only the shipped files in models/. Idempotent, like install-deps.sh.
 set -euo pipefail
+source "$(dirname "$0")/debian-packages.sh"
 
 packages=(bible-kjv-text python3-torch python3-sentencepiece python3-matplotlib
   libopenblas0-pthread)
 
-missing=()
-for package in "${packages[@]}"; do
-  if ! dpkg-query -W -f='${Status}' "$package" 2>/dev/null | grep -q "install ok installed"; then
-    missing+=("$package")
-  fi
-done
-
-if [ ${#missing[@]} -eq 0 ]; then
-  echo "install-training-deps: all ${#packages[@]} packages present"
-  exit 0
-fi
-
-echo "install-training-deps: installing ${missing[*]}"
-sudo_cmd=()
-if [ "$(id -u)" -ne 0 ]; then
-  sudo_cmd=(sudo)
-fi
-export DEBIAN_FRONTEND=noninteractive
-"${sudo_cmd[@]}" apt-get update -qq
-"${sudo_cmd[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}"
+install_debian_packages install-training-deps "${packages[@]}"
