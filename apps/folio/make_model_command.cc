@@ -17,13 +17,13 @@
 #include <bit>
 #include <cstdio>
 #include <cstring>
-#include <fstream>
 #include <map>
 #include <string>
 
 #include <nlohmann/json.hpp>
 
 #include "apps/folio/commands.h"
+#include "apps/folio/read_file.h"
 #include "folio/model/gguf_inspect.h"
 #include "folio/model/llama_model_file.h"
 
@@ -105,14 +105,6 @@ Result<model::LlamaShape> shape_from(const MakeModelOptions& options) {
 
 using Json = nlohmann::json;
 
-Result<std::string> read_whole_file(const std::string& path) {
-  std::ifstream stream(path, std::ios::binary);
-  if (!stream) return not_found("cannot open {}", path);
-  std::string bytes((std::istreambuf_iterator<char>(stream)), std::istreambuf_iterator<char>());
-  if (stream.bad()) return internal_error("error reading {}", path);
-  return bytes;
-}
-
 Result<model::Vocabulary> vocabulary_from_json(const Json& json) {
   if (json.value("model", "") != "llama") {
     return invalid_argument("vocabulary.model must be \"llama\" (SentencePiece)");
@@ -186,8 +178,8 @@ Result<model::LlamaWeights> parse_weights(const Json& manifest, const std::strin
 
 // Reads DIR/manifest.json and DIR/weights.bin; the matrices will be written as `dtype`.
 Result<model::LlamaWeights> read_interchange(const std::string& directory, DType dtype) {
-  FOLIO_ASSIGN_OR_RETURN(std::string manifest_text, read_whole_file(directory + "/manifest.json"));
-  FOLIO_ASSIGN_OR_RETURN(std::string weights, read_whole_file(directory + "/weights.bin"));
+  FOLIO_ASSIGN_OR_RETURN(std::string manifest_text, read_file(directory + "/manifest.json"));
+  FOLIO_ASSIGN_OR_RETURN(std::string weights, read_file(directory + "/weights.bin"));
   try {
     Result<model::LlamaWeights> result = parse_weights(Json::parse(manifest_text), weights);
     if (!result.ok()) return result.status().with_context(directory);

@@ -5,15 +5,14 @@
 #include <cstdio>
 #include <fstream>
 #include <optional>
-#include <sstream>
 #include <string>
 
-#include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
 #include "apps/folio/commands.h"
 #include "apps/folio/engine_options.h"
 #include "apps/folio/progress_bar.h"
+#include "apps/folio/read_file.h"
 #include "folio/engine/perplexity.h"
 
 namespace folio::app {
@@ -26,15 +25,6 @@ struct PerplexityCommandOptions {
   int32_t stride = 0;
   std::string json_path;
 };
-
-Result<std::string> read_text_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return not_found("cannot open text file '{}'", path);
-  std::ostringstream contents;
-  contents << in.rdbuf();
-  if (in.bad()) return data_loss("error reading text file '{}'", path);
-  return contents.str();
-}
 
 void write_json(const PerplexityCommandOptions& options, const engine::PerplexityResult& result,
                 int threads) {
@@ -60,7 +50,7 @@ void write_json(const PerplexityCommandOptions& options, const engine::Perplexit
 }
 
 void run_perplexity(const PerplexityCommandOptions& options) {
-  Result<std::string> text = read_text_file(options.text_path);
+  Result<std::string> text = read_file(options.text_path);
   check_command(text.status());
   if (text->empty()) {
     check_command(invalid_argument("text file '{}' is empty", options.text_path));
