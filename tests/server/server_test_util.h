@@ -201,7 +201,7 @@ struct HttpAnswer {
 inline HttpAnswer post(int port, const std::string& path, const std::string& body,
                        const httplib::Headers& headers = {}) {
   httplib::Result result = client(port)->Post(path, headers, body, "application/json");
-  if (!result) return {};
+  if (!result) return {0, "no answer: " + httplib::to_string(result.error())};
   return {result->status, result->body};
 }
 

@@ -1,5 +1,10 @@
 #include "folio/server/server.h"
 
+#include <sys/socket.h>
+
+#include <cerrno>
+#include <cstring>
+
 #include <httplib.h>
 
 #include <algorithm>
@@ -182,11 +187,24 @@ Server::~Server() {
 
 Result<int> Server::start(int port) {
   FOLIO_CHECK(!listen_thread_.joinable(), "Server::start() called twice");
+  // Debian's compiled cpp-httplib listens with a backlog of 5: a burst of clients overflows
+  // the accept queue, and the kernel's SYN-cookie fallback then loses some connections (seen
+  // as failed reads in the 32-client test). The socket-options hook hands us the listening
+  // socket (the last one it sees is the one that bound); listen() again raises the backlog.
+  int listening_socket = -1;
+  http_->set_socket_options([&listening_socket](socket_t socket) {
+    httplib::default_socket_options(socket);
+    listening_socket = socket;
+  });
   const int bound = port == 0 ? http_->bind_to_any_port(options_.host)
                               : (http_->bind_to_port(options_.host, port) ? port : -1);
   if (bound <= 0) {
     return unavailable("cannot listen on {}:{} (in use, or not an address of this machine)",
                        options_.host, port);
+  }
+  if (listening_socket < 0 || ::listen(listening_socket, SOMAXCONN) != 0) {
+    return internal_error("cannot raise the listen backlog on {}:{}: {}", options_.host, bound,
+                          std::strerror(errno));
   }
   listen_thread_ = std::thread([this] { http_->listen_after_bind(); });
   return bound;
