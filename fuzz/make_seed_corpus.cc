@@ -8,10 +8,10 @@
 #include <string>
 #include <vector>
 
-#include "folio/model/gguf_writer.h"
+#include "folio/gguf/gguf_writer.h"
 #include "folio/model/llama_model_file.h"
-#include "folio/model/unicode.h"
-#include "folio/model/vocabulary.h"
+#include "folio/tokenizer/unicode.h"
+#include "folio/tokenizer/vocabulary.h"
 
 namespace {
 
@@ -37,22 +37,22 @@ std::vector<uint8_t> tiny_model(DType dtype, LlamaArchitecture architecture, boo
   shape.context_length = 64;
   shape.weight_dtype = dtype;
   shape.tie_embeddings = tied;
-  Result<GgufWriter> writer = make_random_llama_writer(shape, 1);
+  Result<gguf::GgufWriter> writer = make_random_llama_writer(shape, 1);
   FOLIO_CHECK(writer.ok(), "{}", writer.status().to_string());
   return *writer->write_to_buffer();
 }
 
 // 256 single-byte pieces in GPT-2's spelling, a few merges and two special tokens.
 std::vector<uint8_t> bpe_vocabulary() {
-  Vocabulary vocabulary;
-  vocabulary.model = TokenizerModel::kBytePairEncoding;
-  vocabulary.pre_tokenizer = PreTokenizerKind::kLlama3;
+  tokenizer::Vocabulary vocabulary;
+  vocabulary.model = tokenizer::TokenizerModel::kBytePairEncoding;
+  vocabulary.pre_tokenizer = tokenizer::PreTokenizerKind::kLlama3;
   uint32_t substitute = 0x100;
   for (uint32_t byte = 0; byte < 256; ++byte) {
     const bool printable =
         (byte >= 0x21 && byte <= 0x7E) || (byte >= 0xA1 && byte <= 0xAC) || byte >= 0xAE;
     std::string piece;
-    append_utf8(printable ? byte : substitute++, piece);
+    tokenizer::append_utf8(printable ? byte : substitute++, piece);
     vocabulary.tokens.push_back(piece);
   }
   for (const char* piece : {"\xc4\xa0t", "he", "\xc4\xa0the", "<|begin|>", "<|end|>"}) {
@@ -60,40 +60,41 @@ std::vector<uint8_t> bpe_vocabulary() {
   }
   vocabulary.merges = {"\xc4\xa0 t", "h e", "\xc4\xa0t he"};
   vocabulary.scores.assign(vocabulary.tokens.size(), 0.0f);
-  vocabulary.types.assign(vocabulary.tokens.size(), TokenType::kNormal);
-  vocabulary.types[259] = TokenType::kControl;
-  vocabulary.types[260] = TokenType::kControl;
+  vocabulary.types.assign(vocabulary.tokens.size(), tokenizer::TokenType::kNormal);
+  vocabulary.types[259] = tokenizer::TokenType::kControl;
+  vocabulary.types[260] = tokenizer::TokenType::kControl;
   vocabulary.bos = 259;
   vocabulary.eos = 260;
   vocabulary.add_bos = true;
   vocabulary.add_space_prefix = false;
-  GgufWriter writer;
-  write_vocabulary_metadata(vocabulary, writer);
+  gguf::GgufWriter writer;
+  tokenizer::write_vocabulary_metadata(vocabulary, writer);
   return *writer.write_to_buffer();
 }
 
 std::vector<uint8_t> every_metadata_type() {
-  GgufWriter writer;
-  writer.set("general.alignment", GgufValue::of<uint32_t>(64));
-  writer.set("u8", GgufValue::of<uint8_t>(1));
-  writer.set("i8", GgufValue::of<int8_t>(-1));
-  writer.set("u16", GgufValue::of<uint16_t>(2));
-  writer.set("i16", GgufValue::of<int16_t>(-2));
-  writer.set("u32", GgufValue::of<uint32_t>(3));
-  writer.set("i32", GgufValue::of<int32_t>(-3));
-  writer.set("f32", GgufValue::of<float>(0.5f));
-  writer.set("bool", GgufValue::of(true));
-  writer.set("string", GgufValue::of_string("text"));
-  writer.set("u64", GgufValue::of<uint64_t>(4));
-  writer.set("i64", GgufValue::of<int64_t>(-4));
-  writer.set("f64", GgufValue::of<double>(0.25));
+  gguf::GgufWriter writer;
+  writer.set("general.alignment", gguf::GgufValue::of<uint32_t>(64));
+  writer.set("u8", gguf::GgufValue::of<uint8_t>(1));
+  writer.set("i8", gguf::GgufValue::of<int8_t>(-1));
+  writer.set("u16", gguf::GgufValue::of<uint16_t>(2));
+  writer.set("i16", gguf::GgufValue::of<int16_t>(-2));
+  writer.set("u32", gguf::GgufValue::of<uint32_t>(3));
+  writer.set("i32", gguf::GgufValue::of<int32_t>(-3));
+  writer.set("f32", gguf::GgufValue::of<float>(0.5f));
+  writer.set("bool", gguf::GgufValue::of(true));
+  writer.set("string", gguf::GgufValue::of_string("text"));
+  writer.set("u64", gguf::GgufValue::of<uint64_t>(4));
+  writer.set("i64", gguf::GgufValue::of<int64_t>(-4));
+  writer.set("f64", gguf::GgufValue::of<double>(0.25));
   const std::array<int32_t, 3> values = {1, 2, 3};
   const std::array<bool, 2> flags = {true, false};
-  writer.set("array.i32", GgufValue::array_of<int32_t>(values));
-  writer.set("array.bool", GgufValue::array_of<bool>(flags));
-  writer.set("array.string", GgufValue::array_of_strings({"a", "", "bc"}));
-  writer.set("array.nested", GgufValue::array_of_arrays({GgufValue::array_of<int32_t>(values),
-                                                         GgufValue::array_of_strings({"x"})}));
+  writer.set("array.i32", gguf::GgufValue::array_of<int32_t>(values));
+  writer.set("array.bool", gguf::GgufValue::array_of<bool>(flags));
+  writer.set("array.string", gguf::GgufValue::array_of_strings({"a", "", "bc"}));
+  writer.set("array.nested",
+             gguf::GgufValue::array_of_arrays({gguf::GgufValue::array_of<int32_t>(values),
+                                               gguf::GgufValue::array_of_strings({"x"})}));
   const std::array<std::byte, 8> bytes = {};
   FOLIO_CHECK(writer.add_tensor_bytes("t", DType::kF32, {2}, {bytes.begin(), bytes.end()}).ok());
   return *writer.write_to_buffer();

@@ -1,13 +1,14 @@
 #!/usr/bin/env bash
-# Fuzzes the GGUF reader (and the tokenizer built from what it reads) with libFuzzer under
-# AddressSanitizer and UndefinedBehaviorSanitizer.
+# Fuzzes the GGUF reader, and the Llama shape and tokenizer built from what it reads, with
+# libFuzzer under AddressSanitizer and UndefinedBehaviorSanitizer.
 #
-#   scripts/fuzz-gguf.sh [SECONDS]     (default 60)
+#   scripts/fuzz-gguf.sh [SECONDS]     (default 60, shared by the two fuzz targets)
 #
-# Configures a separate clang build in build/fuzz, builds fuzz/gguf_reader_fuzzer, writes a seed
-# corpus (small generated models, a BPE vocabulary, every metadata type, and truncations of
-# each), then fuzzes for SECONDS. The corpus grows in build/fuzz/corpus across runs. Exits
-# non-zero when the fuzzer finds a crash, a leak or a hang; the input that caused it is saved
+# Configures a separate clang build in build/fuzz, builds fuzz/gguf_reader_fuzzer (the format
+# layer alone) and fuzz/model_file_fuzzer (shape and tokenizer), writes a seed corpus (small
+# generated models, a BPE vocabulary, every metadata type, and truncations of each), then fuzzes
+# each target for half of SECONDS over one corpus, which grows in build/fuzz/corpus across runs.
+# Exits non-zero when a fuzzer finds a crash, a leak or a hang; the input that caused it is saved
 # under build/fuzz/artifacts/ and can be replayed with:
 #   build/fuzz/fuzz/gguf_reader_fuzzer build/fuzz/artifacts/crash-...
 set -euo pipefail
@@ -30,7 +31,7 @@ cmake -S "$root" -B "$build" -G Ninja \
   -DCMAKE_EXE_LINKER_FLAGS="-fsanitize=address,undefined" \
   -DFOLIO_BUILD_FUZZERS=ON -DFOLIO_BUILD_TESTS=OFF -DFOLIO_BUILD_BENCHMARKS=OFF \
   -DFOLIO_ENABLE_CUDA=OFF >/dev/null
-cmake --build "$build" -j "$jobs" --target gguf_reader_fuzzer gguf_seed_corpus
+cmake --build "$build" -j "$jobs" --target gguf_reader_fuzzer model_file_fuzzer gguf_seed_corpus
 
 seeds="$build/seeds"
 corpus="$build/corpus"
@@ -39,10 +40,13 @@ rm -rf "$seeds"
 mkdir -p "$seeds" "$corpus" "$artifacts"
 "$build/fuzz/gguf_seed_corpus" "$seeds"
 
-echo "fuzz-gguf: fuzzing for ${seconds} s"
-# New inputs go to the first directory (the corpus); the seeds are read only.
-ASAN_OPTIONS="detect_leaks=1:abort_on_error=1" UBSAN_OPTIONS="print_stacktrace=1" \
-  "$build/fuzz/gguf_reader_fuzzer" "$corpus" "$seeds" \
-  -max_total_time="$seconds" -max_len=65536 -timeout=10 -rss_limit_mb=2048 \
-  -dict="$root/fuzz/gguf.dict" -artifact_prefix="$artifacts/" -print_final_stats=1
+half=$(( (seconds + 1) / 2 ))
+for fuzzer in gguf_reader_fuzzer model_file_fuzzer; do
+  echo "fuzz-gguf: fuzzing $fuzzer for ${half} s"
+  # New inputs go to the first directory (the corpus); the seeds are read only.
+  ASAN_OPTIONS="detect_leaks=1:abort_on_error=1" UBSAN_OPTIONS="print_stacktrace=1" \
+    "$build/fuzz/$fuzzer" "$corpus" "$seeds" \
+    -max_total_time="$half" -max_len=65536 -timeout=10 -rss_limit_mb=2048 \
+    -dict="$root/fuzz/gguf.dict" -artifact_prefix="$artifacts/" -print_final_stats=1
+done
 echo "fuzz-gguf: no crash in ${seconds} s"

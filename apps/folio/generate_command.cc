@@ -29,7 +29,7 @@ void run_generate(const GenerateOptions& options) {
   Result<std::unique_ptr<engine::ModelEngine>> bundle = start_model_engine(options.engine);
   check_command(bundle.status());
   engine::ModelEngine& model_engine = **bundle;
-  const model::Tokenizer& tokenizer = model_engine.model().tokenizer();
+  const tokenizer::Tokenizer& tokenizer = model_engine.model().tokenizer();
 
   engine::Request request;
   request.prompt = tokenizer.encode(options.prompt);

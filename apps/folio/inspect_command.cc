@@ -3,8 +3,8 @@
 #include <string>
 
 #include "apps/folio/commands.h"
-#include "folio/model/gguf_file.h"
-#include "folio/model/gguf_inspect.h"
+#include "folio/gguf/gguf_file.h"
+#include "folio/gguf/gguf_inspect.h"
 
 namespace folio::app {
 
@@ -15,11 +15,11 @@ void add_inspect_command(CLI::App& app) {
   command->add_option("file", *path, "GGUF file")->required();
   command->add_flag("--summary", *summary_only, "Header, metadata and totals only");
   command->callback([path, summary_only] {
-    Result<model::GgufFile> file = model::GgufFile::open(*path);
+    Result<gguf::GgufFile> file = gguf::GgufFile::open(*path);
     check_command(file.status());
-    model::InspectOptions options;
+    gguf::InspectOptions options;
     options.show_tensors = !*summary_only;
-    std::fputs(model::render_gguf_summary(*file, options).c_str(), stdout);
+    std::fputs(gguf::render_gguf_summary(*file, options).c_str(), stdout);
   });
 }
 

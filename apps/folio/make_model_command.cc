@@ -24,7 +24,7 @@
 
 #include "apps/folio/commands.h"
 #include "apps/folio/read_file.h"
-#include "folio/model/gguf_inspect.h"
+#include "folio/gguf/gguf_inspect.h"
 #include "folio/model/llama_model_file.h"
 
 namespace folio::app {
@@ -105,23 +105,23 @@ Result<model::LlamaShape> shape_from(const MakeModelOptions& options) {
 
 using Json = nlohmann::json;
 
-Result<model::Vocabulary> vocabulary_from_json(const Json& json) {
+Result<tokenizer::Vocabulary> vocabulary_from_json(const Json& json) {
   if (json.value("model", "") != "llama") {
     return invalid_argument("vocabulary.model must be \"llama\" (SentencePiece)");
   }
-  model::Vocabulary vocabulary;
+  tokenizer::Vocabulary vocabulary;
   vocabulary.tokens = json.at("tokens").get<std::vector<std::string>>();
   vocabulary.scores = json.at("scores").get<std::vector<float>>();
   for (int32_t type : json.at("types").get<std::vector<int32_t>>()) {
-    vocabulary.types.push_back(static_cast<model::TokenType>(type));
+    vocabulary.types.push_back(static_cast<tokenizer::TokenType>(type));
   }
-  vocabulary.bos = json.at("bos").get<model::TokenId>();
-  vocabulary.eos = json.at("eos").get<model::TokenId>();
-  vocabulary.unknown = json.at("unknown").get<model::TokenId>();
+  vocabulary.bos = json.at("bos").get<tokenizer::TokenId>();
+  vocabulary.eos = json.at("eos").get<tokenizer::TokenId>();
+  vocabulary.unknown = json.at("unknown").get<tokenizer::TokenId>();
   vocabulary.add_bos = json.at("add_bos").get<bool>();
   vocabulary.add_eos = json.at("add_eos").get<bool>();
   vocabulary.add_space_prefix = json.at("add_space_prefix").get<bool>();
-  FOLIO_RETURN_IF_ERROR(model::validate_vocabulary(vocabulary));
+  FOLIO_RETURN_IF_ERROR(tokenizer::validate_vocabulary(vocabulary));
   return vocabulary;
 }
 
@@ -199,7 +199,7 @@ void make_from_weights(const MakeModelOptions& options, const std::string& direc
   }
   Result<model::LlamaWeights> weights = read_interchange(directory, *dtype);
   check_command(weights.status());
-  Result<model::GgufWriter> writer = model::make_llama_writer(*weights);
+  Result<gguf::GgufWriter> writer = model::make_llama_writer(*weights);
   check_command(writer.status().with_context(directory));
   check_command(writer->write_file(options.output).with_context(options.output));
   std::printf("wrote %s: %s '%s', %lld parameters (%s weights), from %s\n", options.output.c_str(),

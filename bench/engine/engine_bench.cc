@@ -3,7 +3,7 @@
 // layout, sampling over a 32000-token vocabulary, bookkeeping), not model throughput. The real
 // model registers its own RunnerFactory with the same harness.
 #include "engine_bench_harness.h"
-#include "folio/engine/toy_step_runner.h"
+#include "testing/toy_step_runner.h"
 
 namespace {
 
@@ -14,7 +14,8 @@ folio::engine::bench::RunnerFactory toy_factory() {
   factory.vocab_size = 32000;
   factory.make = [](const folio::kv::KvLayoutNumbers& layout,
                     bool) -> folio::Result<std::unique_ptr<folio::engine::StepRunner>> {
-    FOLIO_ASSIGN_OR_RETURN(auto runner, folio::engine::ToyStepRunner::create(layout, 32000));
+    FOLIO_ASSIGN_OR_RETURN(auto runner,
+                           folio::engine::testing::ToyStepRunner::create(layout, 32000));
     return std::unique_ptr<folio::engine::StepRunner>(std::move(runner));
   };
   return factory;

@@ -33,7 +33,7 @@ namespace folio::engine::bench {
 
 struct RunnerFactory {
   std::string name;
-  kv::KvCacheGeometry geometry;
+  ir::KvCacheGeometry geometry;
   int32_t vocab_size = 0;
   bool has_graph_mode = false;  // whether `graphs` changes anything
   // Builds a runner whose attention reads the KV cache at `layout`.
@@ -51,9 +51,9 @@ struct LoadShape {
 class TimedRunner final : public StepRunner {
  public:
   explicit TimedRunner(std::unique_ptr<StepRunner> inner) : inner_(std::move(inner)) {}
-  Result<StepOutput> run(const ScheduledStep& step) override {
+  Result<ir::StepOutput> run(const ir::StepBatch& step) override {
     const auto start = std::chrono::steady_clock::now();
-    Result<StepOutput> output = inner_->run(step);
+    Result<ir::StepOutput> output = inner_->run(step);
     seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     return output;
   }

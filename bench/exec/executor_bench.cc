@@ -71,7 +71,7 @@ struct DecodeSetup {
     FOLIO_CHECK(executor->execute(step.view()).ok());  // captures the decode bucket
   }
   void run() {
-    Result<StepOutput> output = executor->execute(step.view());
+    Result<ir::StepOutput> output = executor->execute(step.view());
     benchmark::DoNotOptimize(output);
   }
 };
@@ -130,7 +130,7 @@ BENCHMARK(BM_DecodeReplaySpeedup)
 
 void BM_CaptureBucket(benchmark::State& state) {
   const auto tokens = static_cast<int32_t>(state.range(0));
-  const std::array<StepPhase, 1> phase = {static_cast<StepPhase>(state.range(1))};
+  const std::array<ir::StepPhase, 1> phase = {static_cast<ir::StepPhase>(state.range(1))};
   ThreadPool pool(bench_threads());
   testing::TestKvCache kv = model().fresh_kv();
   ExecutorOptions options = testing::test_options(32, ExecutionMode::kGraph);
@@ -147,18 +147,19 @@ void BM_CaptureBucket(benchmark::State& state) {
     executor.reset();
     state.ResumeTiming();
   }
-  state.SetLabel(step_phase_name(phase[0]).data());
+  state.SetLabel(ir::step_phase_name(phase[0]).data());
 }
 BENCHMARK(BM_CaptureBucket)
     ->ArgNames({"tokens", "phase"})
     ->ArgsProduct({{1, 8, 32, 128, 512},
-                   {static_cast<int>(StepPhase::kDecode), static_cast<int>(StepPhase::kPrefill)}})
+                   {static_cast<int>(ir::StepPhase::kDecode),
+                    static_cast<int>(ir::StepPhase::kPrefill)}})
     ->Unit(benchmark::kMillisecond);
 
 void BM_LadderArenaMemory(benchmark::State& state) {
   ThreadPool pool(bench_threads());
   testing::TestKvCache kv = model().fresh_kv();
-  const std::array<StepPhase, 2> phases = {StepPhase::kDecode, StepPhase::kPrefill};
+  const std::array<ir::StepPhase, 2> phases = {ir::StepPhase::kDecode, ir::StepPhase::kPrefill};
   ExecutorOptions options = testing::test_options(32, ExecutionMode::kGraph);
   for (auto _ : state) {
     auto shared = testing::TestArena::create(ArenaSharing::kShared);

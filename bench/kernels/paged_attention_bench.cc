@@ -70,7 +70,7 @@ class AttentionStep {
     std::shuffle(block_tables_.begin(), block_tables_.end(), rng);
     num_tokens_ = batch * query_length;
     for (int32_t s = 0; s <= batch; ++s) query_start_.push_back(s * query_length);
-    context_lengths_.assign(batch, context);
+    seq_lens_.assign(batch, context);
     for (int32_t s = 0; s < batch; ++s) {
       for (int32_t i = 0; i < query_length; ++i) positions_.push_back(context - query_length + i);
     }
@@ -89,7 +89,7 @@ class AttentionStep {
                                          .max_blocks_per_sequence = blocks_per_sequence,
                                          .num_sequences = &batch_,
                                          .query_start = query_start_.data(),
-                                         .context_lengths = context_lengths_.data(),
+                                         .seq_lens = seq_lens_.data(),
                                          .block_tables = block_tables_.data(),
                                          .positions = positions_.data(),
                                          .workspace = workspace_.data(),
@@ -106,7 +106,7 @@ class AttentionStep {
   PagedKvLayout layout_;
   int32_t batch_ = 0;
   int32_t num_tokens_ = 0;
-  std::vector<int32_t> block_tables_, query_start_, context_lengths_, positions_;
+  std::vector<int32_t> block_tables_, query_start_, seq_lens_, positions_;
   std::vector<float> query_, output_;
   std::vector<std::byte> workspace_;
   PagedAttentionArguments arguments_{};

@@ -83,7 +83,7 @@ class NaiveBlockManager {
 // benchmark measures bookkeeping, not memory traffic).
 struct FolioFixture {
   FolioFixture() {
-    KvCacheGeometry geometry;
+    ir::KvCacheGeometry geometry;
     geometry.block_size = kBlockSize;
     geometry.num_layers = 1;
     geometry.num_kv_heads = 1;

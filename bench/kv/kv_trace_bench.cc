@@ -114,7 +114,7 @@ void decode_step(BlockManager& manager, const std::vector<Request>& requests,
 
 TraceResult run_trace(const std::vector<Request>& requests, int32_t block_size,
                       int32_t capacity_blocks, size_t max_running) {
-  KvCacheGeometry geometry;
+  ir::KvCacheGeometry geometry;
   geometry.block_size = block_size;
   geometry.num_layers = 1;
   geometry.num_kv_heads = 1;

@@ -54,8 +54,8 @@ PagePool& allocation_pool() {
   return *pool;
 }
 
-AllocationRequest request(int64_t pages, bool pinned) {
-  AllocationRequest result;
+PageAllocationRequest request(int64_t pages, bool pinned) {
+  PageAllocationRequest result;
   result.num_pages = pages;
   result.content = ContentType::kKvCache;
   result.pinned = pinned;

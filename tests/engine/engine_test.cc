@@ -206,7 +206,7 @@ TEST(EngineTest, RunnerFailureFailsTheStepsRequestsAndTheEngineGoesOn) {
   Request first = greedy_request(iota_prompt(8), 5);
   const RequestId first_id = *harness.engine().submit(recorder.attach(first));
   harness.runner().set_step_observer(
-      [](const ScheduledStep&) { return unavailable("injected device failure"); });
+      [](const ir::StepBatch&) { return unavailable("injected device failure"); });
   harness.engine().step();
   ASSERT_TRUE(recorder.finished(first_id));
   const Completion failed = recorder.completion(first_id);

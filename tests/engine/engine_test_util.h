@@ -16,11 +16,11 @@
 
 #include "folio/base/metrics.h"
 #include "folio/engine/engine.h"
-#include "folio/engine/toy_step_runner.h"
 #include "folio/kv/block_copier.h"
 #include "folio/kv/block_manager.h"
 #include "folio/kv/fixed_page_source.h"
 #include "folio/kv/host_swap_space.h"
+#include "testing/toy_step_runner.h"
 
 namespace folio::engine::testing {
 

@@ -15,7 +15,7 @@
 #include <nlohmann/json.hpp>
 
 #include "folio/engine/perplexity.h"
-#include "folio/model/gguf_writer.h"
+#include "folio/gguf/gguf_writer.h"
 
 namespace folio::engine {
 namespace {
@@ -87,12 +87,12 @@ Result<TestEngine> make_engine(const ReferenceModel& reference, bool use_graphs)
   shape.architecture = reference.architecture;
   shape.weight_dtype = reference.dtype;
   shape.tie_embeddings = reference.tie_embeddings;
-  FOLIO_ASSIGN_OR_RETURN(model::GgufWriter writer,
+  FOLIO_ASSIGN_OR_RETURN(gguf::GgufWriter writer,
                          model::make_random_llama_writer(shape, reference.seed));
   FOLIO_ASSIGN_OR_RETURN(std::vector<uint8_t> bytes, writer.write_to_buffer());
   TestEngine result;
   result.model_hash = fmt::format("{:016x}", fnv1a64(bytes));
-  FOLIO_ASSIGN_OR_RETURN(model::GgufFile file, model::GgufFile::parse_owned(std::move(bytes)));
+  FOLIO_ASSIGN_OR_RETURN(gguf::GgufFile file, gguf::GgufFile::parse_owned(std::move(bytes)));
   FOLIO_ASSIGN_OR_RETURN(std::unique_ptr<model::LlamaModel> model,
                          model::LlamaModel::from_file(std::move(file)));
   ModelEngineOptions options;
@@ -319,14 +319,14 @@ TEST_F(PerplexityEngineTest, EagerAndGraphsAgree) {
 }
 
 TEST_F(PerplexityEngineTest, TextIsBosThenTheTokensOfTheWholeText) {
-  const model::Tokenizer& tokenizer = engine_->model().tokenizer();
+  const tokenizer::Tokenizer& tokenizer = engine_->model().tokenizer();
   const std::string text = "the cat sat on the mat <s> and then it slept";
   Result<std::vector<int32_t>> tokens = perplexity_tokens(tokenizer, text);
   ASSERT_TRUE(tokens.ok()) << tokens.status();
-  model::EncodeOptions plain;
+  tokenizer::EncodeOptions plain;
   plain.add_special = false;
   std::vector<int32_t> expected = {static_cast<int32_t>(*tokenizer.bos())};
-  for (model::TokenId id : tokenizer.encode(text, plain)) expected.push_back(id);
+  for (tokenizer::TokenId id : tokenizer.encode(text, plain)) expected.push_back(id);
   EXPECT_EQ(*tokens, expected);
   // "<s>" in the text is text, not BOS.
   EXPECT_EQ(std::count(tokens->begin(), tokens->end(), expected[0]), 1);

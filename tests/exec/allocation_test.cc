@@ -92,10 +92,10 @@ TEST(AllocationTest, ReplayedStepsAllocateNothing) {
   }
   for (const testing::OwnedStep& step : steps) {
     const int64_t before = g_allocations.load();
-    Result<StepOutput> output = executor->execute(step.view());
+    Result<ir::StepOutput> output = executor->execute(step.view());
     const int64_t allocations = g_allocations.load() - before;
     ASSERT_TRUE(output.ok()) << output.status();
-    EXPECT_EQ(output->path, StepPath::kReplayed);
+    EXPECT_EQ(executor->last_step_path(), StepPath::kReplayed);
     EXPECT_EQ(allocations, 0) << "step of " << step.num_tokens() << " tokens";
   }
   // The counter does count: an eager step allocates its activations.

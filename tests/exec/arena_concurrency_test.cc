@@ -46,7 +46,7 @@ Workload make_workload(const TestModelState& model, int32_t batch, int num_steps
   for (int i = 0; i < num_steps; ++i) {
     if (generator.num_live() > 2 * batch) generator.finish(generator.num_live() - batch);
     workload.steps.push_back(generator.decode(batch));
-    const StepOutput output = std::move(eager->execute(workload.steps.back().view())).value();
+    const ir::StepOutput output = std::move(eager->execute(workload.steps.back().view())).value();
     workload.expected.emplace_back(output.logits.begin(), output.logits.end());
   }
   return workload;
@@ -73,7 +73,7 @@ TEST(ArenaConcurrencyTest, ReplaysOfDifferentBucketsOnOneArenaAreSerialized) {
                                          testing::test_options(16, ExecutionMode::kGraph)))
             .value();
     for (int i = 0; i < kSteps; ++i) {
-      const StepOutput output =
+      const ir::StepOutput output =
           std::move(executor->execute(workload.steps[size_t(i)].view())).value();
       const std::vector<float>& expected = workload.expected[size_t(i)];
       if (output.logits.size() != expected.size() ||

@@ -87,7 +87,7 @@ TEST(MultiShapeArenaTest, PoolPagesBackTheArenaAndAreCountedAsGraphArena) {
   EXPECT_EQ(std::move(vm->resident_bytes(pool->physical_memory())).value(), pool_file_bytes);
   // The KV cache takes most of the one budget; a view larger than what is left is an error that
   // leaves existing views alone.
-  memory::AllocationRequest kv_pages;
+  memory::PageAllocationRequest kv_pages;
   kv_pages.num_pages = 40;
   kv_pages.content = memory::ContentType::kKvCache;
   memory::PageAllocation kv = std::move(pool->allocate(kv_pages)).value();
@@ -114,7 +114,7 @@ std::vector<size_t> capture_sweep(MultiShapeArena& arena, bool ascending) {
   }
   std::vector<size_t> planned;
   auto executor = std::move(testing::make_executor(model, model.kv, pool, arena, options)).value();
-  const std::array<StepPhase, 1> decode = {StepPhase::kDecode};
+  const std::array<ir::StepPhase, 1> decode = {ir::StepPhase::kDecode};
   EXPECT_EQ(std::move(executor->precapture(decode, 60.0)).value(),
             static_cast<int32_t>(options.bucket_ladder.size()));
   if (ascending) {

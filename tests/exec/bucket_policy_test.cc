@@ -57,8 +57,8 @@ TEST(BucketPolicyTest, ParsesCommaSeparatedList) {
 }
 
 TEST(BucketPolicyTest, BucketKeysDifferByPhase) {
-  BucketKey decode{8, StepPhase::kDecode};
-  BucketKey prefill{8, StepPhase::kPrefill};
+  BucketKey decode{8, ir::StepPhase::kDecode};
+  BucketKey prefill{8, ir::StepPhase::kPrefill};
   EXPECT_NE(decode, prefill);
   EXPECT_NE(std::hash<BucketKey>()(decode), std::hash<BucketKey>()(prefill));
 }

@@ -20,7 +20,7 @@ struct EagerCase {
   const char* name;
   DType weight_dtype;
   DType kv_dtype;
-  ir::RopeStyle rope_style;
+  kernels::RopeStyle rope_style;
   bool qkv_bias;
   double tolerance;  // relative to the largest |logit|
 };
@@ -49,12 +49,12 @@ TEST_P(EagerReferenceTest, MatchesIndependentInterpreterOverSteps) {
   const std::vector<int32_t> decodes = {0, 2, 3, 2, 4, 4};
   for (size_t i = 0; i < prefills.size(); ++i) {
     const OwnedStep step = generator.step(decodes[i], prefills[i]);
-    Result<StepOutput> output = (*executor)->execute(step.view());
+    Result<ir::StepOutput> output = (*executor)->execute(step.view());
     ASSERT_TRUE(output.ok()) << output.status();
     ir::testing::LlamaLikeConfig exact = config;
     exact.phase = ir::Phase::kMixed;
     exact.num_tokens = step.num_tokens();
-    exact.num_sequences = static_cast<int64_t>(step.context_lengths.size());
+    exact.num_sequences = static_cast<int64_t>(step.seq_lens.size());
     exact.num_logit_rows = static_cast<int64_t>(step.logit_indices.size());
     Result<ir::Graph> graph = ir::testing::build_llama_like_test_graph(exact);
     ASSERT_TRUE(graph.ok()) << graph.status();
@@ -73,10 +73,11 @@ TEST_P(EagerReferenceTest, MatchesIndependentInterpreterOverSteps) {
 INSTANTIATE_TEST_SUITE_P(
     Models, EagerReferenceTest,
     ::testing::Values(
-        EagerCase{"f32", DType::kF32, DType::kF32, ir::RopeStyle::kNormal, false, 1e-5},
-        EagerCase{"f16_neox_bias", DType::kF16, DType::kF32, ir::RopeStyle::kNeox, true, 1e-5},
-        EagerCase{"f32_f16cache", DType::kF32, DType::kF16, ir::RopeStyle::kNormal, false, 1e-3},
-        EagerCase{"q8_0", DType::kQ8_0, DType::kF32, ir::RopeStyle::kNormal, false, 3e-2}),
+        EagerCase{"f32", DType::kF32, DType::kF32, kernels::RopeStyle::kNormal, false, 1e-5},
+        EagerCase{"f16_neox_bias", DType::kF16, DType::kF32, kernels::RopeStyle::kNeox, true, 1e-5},
+        EagerCase{"f32_f16cache", DType::kF32, DType::kF16, kernels::RopeStyle::kNormal, false,
+                  1e-3},
+        EagerCase{"q8_0", DType::kQ8_0, DType::kF32, kernels::RopeStyle::kNormal, false, 3e-2}),
     [](const ::testing::TestParamInfo<EagerCase>& info) { return std::string(info.param.name); });
 
 // The interpreter is not trivially lenient: a wrong token id changes the comparison.
@@ -90,7 +91,7 @@ TEST(EagerReferenceTest, InterpreterDetectsAWrongInput) {
   ASSERT_TRUE(executor.ok()) << executor.status();
   StepGenerator generator(testing::GeneratorConfig::for_model(config, 8), 3);
   OwnedStep step = generator.step(0, std::vector<int32_t>{4});
-  Result<StepOutput> output = (*executor)->execute(step.view());
+  Result<ir::StepOutput> output = (*executor)->execute(step.view());
   ASSERT_TRUE(output.ok()) << output.status();
   step.token_ids.back() = (step.token_ids.back() + 1) % static_cast<int32_t>(config.vocab);
   config.num_tokens = 4;

@@ -73,8 +73,8 @@ TestKvCache TestKvCache::create(const ir::testing::LlamaLikeConfig& config) {
   return cache;
 }
 
-GraphFactory llama_like_factory(const ir::testing::LlamaLikeConfig& base) {
-  return [base](const StepShape& shape) {
+ir::GraphFactory llama_like_factory(const ir::testing::LlamaLikeConfig& base) {
+  return [base](const ir::StepShape& shape) {
     ir::testing::LlamaLikeConfig config = base;
     config.phase = shape.ir_phase();
     config.num_tokens = shape.num_tokens;
@@ -84,9 +84,10 @@ GraphFactory llama_like_factory(const ir::testing::LlamaLikeConfig& base) {
   };
 }
 
-StepInputs OwnedStep::view() const {
-  return StepInputs{token_ids,       positions,    slot_mapping, query_start,
-                    context_lengths, block_tables, logit_indices};
+ir::StepBatch OwnedStep::view() const {
+  return ir::StepBatch{token_ids,     positions, slot_mapping,
+                       query_start,   seq_lens,  block_tables,
+                       logit_indices, {},        max_blocks_per_sequence};
 }
 
 GeneratorConfig GeneratorConfig::for_model(const ir::testing::LlamaLikeConfig& config,
@@ -130,7 +131,7 @@ void StepGenerator::append(Sequence& sequence, int32_t tokens, OwnedStep& step) 
   }
   sequence.context += tokens;
   step.query_start.push_back(static_cast<int32_t>(step.token_ids.size()));
-  step.context_lengths.push_back(sequence.context);
+  step.seq_lens.push_back(sequence.context);
   step.logit_indices.push_back(static_cast<int32_t>(step.token_ids.size()) - 1);
   const size_t row = step.block_tables.size();
   step.block_tables.resize(row + static_cast<size_t>(config_.max_blocks_per_sequence), -1);
@@ -139,6 +140,7 @@ void StepGenerator::append(Sequence& sequence, int32_t tokens, OwnedStep& step) 
 
 OwnedStep StepGenerator::step(int32_t num_decode, std::span<const int32_t> prefill_lengths) {
   OwnedStep step;
+  step.max_blocks_per_sequence = config_.max_blocks_per_sequence;
   step.query_start.push_back(0);
   // Sequences with room for one more token, in random order.
   std::vector<size_t> candidates;

@@ -1,5 +1,5 @@
 // Test support for exec/: random in-memory weights for any step graph, a host KV cache in the
-// paged layout, the Llama-like test model as a GraphFactory, and a step generator that plays a
+// paged layout, the Llama-like test model as a ir::GraphFactory, and a step generator that plays a
 // tiny scheduler (sequences, a free block list, block tables) so tests can drive the executor
 // with realistic randomized steps without depending on kv/.
 #pragma once
@@ -14,7 +14,7 @@
 
 #include "folio/exec/executor.h"
 #include "folio/exec/host_buffer.h"
-#include "folio/exec/step_inputs.h"
+#include "folio/exec/step_limits.h"
 #include "folio/exec/tensor_binding.h"
 #include "folio/memory/page_pool.h"
 #include "llama_like_test_graph.h"
@@ -24,7 +24,7 @@ namespace folio::exec::testing {
 // Weights with deterministic pseudo-random values (f32 drawn, then stored in each tensor's
 // dtype). Norm weights (rank 1, name containing "norm") are near 1, biases near 0, matrices
 // uniform in +-1/sqrt(columns).
-class RandomWeights final : public WeightSource {
+class RandomWeights final : public ir::WeightSource {
  public:
   // Every weight tensor of `graph`.
   static std::unique_ptr<RandomWeights> for_graph(const ir::Graph& graph, uint64_t seed);
@@ -52,13 +52,14 @@ struct TestKvCache {
 };
 
 // The Llama-like test model: `base` with the step shape filled in per bucket.
-GraphFactory llama_like_factory(const ir::testing::LlamaLikeConfig& base);
+ir::GraphFactory llama_like_factory(const ir::testing::LlamaLikeConfig& base);
 
 // A step's arrays, owned.
 struct OwnedStep {
-  std::vector<int32_t> token_ids, positions, slot_mapping, query_start, context_lengths,
-      block_tables, logit_indices;
-  StepInputs view() const;
+  std::vector<int32_t> token_ids, positions, slot_mapping, query_start, seq_lens, block_tables,
+      logit_indices;
+  int32_t max_blocks_per_sequence = 0;
+  ir::StepBatch view() const;
   int32_t num_tokens() const { return static_cast<int32_t>(token_ids.size()); }
 };
 

@@ -76,7 +76,7 @@ TEST_F(GraphCacheTest, PrecaptureTakesTheLargestBucketsFirstWithinTheBudget) {
   options.bucket_ladder = {1, 2, 4, 8, 16, 32};
   options.num_dummy_blocks = 1;
   std::unique_ptr<Executor> executor = make(options);
-  const std::array<StepPhase, 2> phases = {StepPhase::kDecode, StepPhase::kPrefill};
+  const std::array<ir::StepPhase, 2> phases = {ir::StepPhase::kDecode, ir::StepPhase::kPrefill};
   EXPECT_EQ(std::move(executor->precapture(phases, 0.0)).value(), 0);
   EXPECT_EQ(std::move(executor->precapture(phases, 60.0)).value(), 12);
   EXPECT_EQ(executor->cache().size(), 12u);
@@ -86,8 +86,9 @@ TEST_F(GraphCacheTest, PrecaptureTakesTheLargestBucketsFirstWithinTheBudget) {
   for (const ArenaView& view : views) EXPECT_LE(view.bytes, views.front().bytes);
   // Precaptured programs serve steps: the first step of a bucket is a hit.
   StepGenerator generator(testing::GeneratorConfig::for_model(config_, 8), 1);
-  const StepOutput output = std::move(executor->execute(generator.decode(7).view())).value();
-  EXPECT_EQ(output.path, StepPath::kReplayed);
+  const ir::StepOutput output = std::move(executor->execute(generator.decode(7).view())).value();
+  EXPECT_FALSE(output.logits.empty());
+  EXPECT_EQ(executor->last_step_path(), StepPath::kReplayed);
   EXPECT_EQ(executor->stats().misses, 0);
 }
 
@@ -114,13 +115,16 @@ TEST_F(GraphCacheTest, CaptureWithoutArenaMemoryRunsTheStepEagerly) {
     auto executor =
         std::move(testing::make_executor(model_, model_.kv, pool_, *arena, options)).value();
     StepGenerator generator(testing::GeneratorConfig::for_model(config_, 16), 3);
-    const StepOutput small = std::move(executor->execute(generator.decode(1).view())).value();
-    EXPECT_EQ(small.path, StepPath::kCapturedAndReplayed);
-    const StepOutput large = std::move(executor->execute(generator.decode(16).view())).value();
-    EXPECT_EQ(large.path, StepPath::kEagerFallback);
+    const ir::StepOutput small = std::move(executor->execute(generator.decode(1).view())).value();
+    EXPECT_FALSE(small.logits.empty());
+    EXPECT_EQ(executor->last_step_path(), StepPath::kCapturedAndReplayed);
+    const ir::StepOutput large = std::move(executor->execute(generator.decode(16).view())).value();
+    EXPECT_FALSE(large.logits.empty());
+    EXPECT_EQ(executor->last_step_path(), StepPath::kEagerFallback);
     EXPECT_EQ(executor->stats().capture_failures, 1);
-    const StepOutput again = std::move(executor->execute(generator.decode(1).view())).value();
-    EXPECT_EQ(again.path, StepPath::kReplayed);
+    const ir::StepOutput again = std::move(executor->execute(generator.decode(1).view())).value();
+    EXPECT_FALSE(again.logits.empty());
+    EXPECT_EQ(executor->last_step_path(), StepPath::kReplayed);
   }
   page_pool->check_invariants();
 }

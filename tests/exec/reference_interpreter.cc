@@ -22,7 +22,7 @@ Values rope(const Values& x, const Values& positions, const ir::RopeAttributes& 
         const double angle =
             positions[t] *
             std::pow(double(attributes.theta), -2.0 * double(i) / double(attributes.rotary_dim));
-        const bool neox = attributes.style == ir::RopeStyle::kNeox;
+        const bool neox = attributes.style == kernels::RopeStyle::kNeox;
         const int64_t a = neox ? i : 2 * i;
         const int64_t b = neox ? i + pairs : 2 * i + 1;
         const double first = head[a], second = head[b];
@@ -65,13 +65,13 @@ Values matmul(const Values& x, const Values& weight, const Values* bias, int64_t
 }  // namespace
 
 Values ReferenceInterpreter::input_values(const ir::TensorInfo& tensor,
-                                          const StepInputs& step) const {
+                                          const ir::StepBatch& step) const {
   std::span<const int32_t> source;
   if (tensor.name == "token_ids") source = step.token_ids;
   if (tensor.name == "positions") source = step.positions;
   if (tensor.name == "slot_mapping") source = step.slot_mapping;
-  if (tensor.name == "seq_lens") source = step.context_lengths;
-  if (tensor.name == "query_start_loc") source = step.query_start;
+  if (tensor.name == "seq_lens") source = step.seq_lens;
+  if (tensor.name == "query_start") source = step.query_start;
   if (tensor.name == "block_tables") source = step.block_tables;
   if (tensor.name == "logit_indices") source = step.logit_indices;
   FOLIO_CHECK(static_cast<int64_t>(source.size()) == tensor.shape.num_elements(),
@@ -202,7 +202,7 @@ Status ReferenceInterpreter::evaluate(const ir::Graph& graph, const ir::Op& op,
 }
 
 Result<std::vector<double>> ReferenceInterpreter::run(const ir::Graph& graph,
-                                                      const StepInputs& step) {
+                                                      const ir::StepBatch& step) {
   std::vector<Values> values(size_t(graph.num_tensors()));
   for (const ir::TensorInfo& tensor : graph.tensors()) {
     if (tensor.residency == ir::Residency::kInput)

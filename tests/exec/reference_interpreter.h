@@ -22,12 +22,12 @@ class ReferenceInterpreter {
 
   // Runs `graph` (emitted for the step's exact shape: T = tokens, S = sequences, R = logit
   // rows) on `step` and returns its output "logits", row-major [R, vocab].
-  Result<std::vector<double>> run(const ir::Graph& graph, const StepInputs& step);
+  Result<std::vector<double>> run(const ir::Graph& graph, const ir::StepBatch& step);
 
  private:
   using Values = std::vector<double>;
   Status evaluate(const ir::Graph& graph, const ir::Op& op, std::vector<Values>& values);
-  Values input_values(const ir::TensorInfo& tensor, const StepInputs& step) const;
+  Values input_values(const ir::TensorInfo& tensor, const ir::StepBatch& step) const;
   void attention(const ir::Graph& graph, const ir::Op& op, std::vector<Values>& values) const;
   void kv_write(const ir::Graph& graph, const ir::Op& op, const std::vector<Values>& values);
 

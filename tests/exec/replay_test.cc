@@ -54,13 +54,13 @@ class ReplayTest : public ::testing::Test {
 
   // Runs `step` on both; true when the logits agree bit for bit.
   bool run_both(const OwnedStep& step, StepPath* path = nullptr) {
-    Result<StepOutput> replayed = graph_->execute(step.view());
+    Result<ir::StepOutput> replayed = graph_->execute(step.view());
     EXPECT_TRUE(replayed.ok()) << replayed.status();
     const std::vector<float> graph_logits(replayed->logits.begin(), replayed->logits.end());
-    if (path != nullptr) *path = replayed->path;
-    Result<StepOutput> eager = eager_->execute(step.view());
+    if (path != nullptr) *path = graph_->last_step_path();
+    Result<ir::StepOutput> eager = eager_->execute(step.view());
     EXPECT_TRUE(eager.ok()) << eager.status();
-    EXPECT_EQ(eager->shape, replayed->shape);
+    EXPECT_EQ(eager_->last_step_shape(), graph_->last_step_shape());
     return same_bits(graph_logits, eager->logits);
   }
 
@@ -97,9 +97,9 @@ DecodeScenario run_decode_scenario(const Executor& graph, StepGenerator& generat
     const OwnedStep step = generator.decode(batch);
     StepPath path = StepPath::kEager;
     if (!run(step, &path)) ++scenario.mismatches;
-    const int32_t padded = graph.shape_for(step.num_tokens(), StepPhase::kDecode).num_tokens;
-    if (path == StepPath::kCapturedAndReplayed) lengths_at_capture[padded] = step.context_lengths;
-    if (path == StepPath::kReplayed && lengths_at_capture[padded] != step.context_lengths) {
+    const int32_t padded = graph.shape_for(step.num_tokens(), ir::StepPhase::kDecode).num_tokens;
+    if (path == StepPath::kCapturedAndReplayed) lengths_at_capture[padded] = step.seq_lens;
+    if (path == StepPath::kReplayed && lengths_at_capture[padded] != step.seq_lens) {
       ++scenario.replays_with_other_lengths;
     }
   }
@@ -215,14 +215,14 @@ TEST_F(ReplayTest, MalformedStepIsAnErrorAndChangesNothing) {
   OwnedStep bad = generator.decode(2);
   const OwnedStep good = bad;
   bad.slot_mapping[1] = bad.slot_mapping[0];  // two tokens, one slot
-  Result<StepOutput> rejected = graph_->execute(bad.view());
+  Result<ir::StepOutput> rejected = graph_->execute(bad.view());
   EXPECT_EQ(rejected.status().code(), StatusCode::kInvalidArgument);
   EXPECT_NE(rejected.status().message().find("slot"), std::string::npos) << rejected.status();
   bad = good;
   bad.token_ids[0] = static_cast<int32_t>(config_.vocab);
   EXPECT_EQ(graph_->execute(bad.view()).status().code(), StatusCode::kInvalidArgument);
   bad = good;
-  bad.context_lengths[0] += 1;  // positions no longer end at the context length
+  bad.seq_lens[0] += 1;  // positions no longer end at the context length
   EXPECT_EQ(graph_->execute(bad.view()).status().code(), StatusCode::kInvalidArgument);
   const GraphCacheStats before = graph_->stats();
   EXPECT_TRUE(run_both(good));
@@ -233,7 +233,7 @@ TEST_F(ReplayTest, MalformedStepIsAnErrorAndChangesNothing) {
 TEST_F(ReplayTest, AddressesBoundAtCaptureStayValidAfterLaterCaptures) {
   StepGenerator generator(testing::GeneratorConfig::for_model(config_, 16), 29);
   ASSERT_TRUE(run_both(generator.decode(3)));  // captures decode bucket 4
-  const Program* first = graph_->cache().find(BucketKey{4, StepPhase::kDecode});
+  const Program* first = graph_->cache().find(BucketKey{4, ir::StepPhase::kDecode});
   ASSERT_NE(first, nullptr);
   const ArenaView first_view = first->view();
   const std::vector<std::byte*> bound(first->addresses().begin(), first->addresses().end());
@@ -291,10 +291,10 @@ TEST(ExecutorTest, StepsAboveTheLargestBucketRunEagerly) {
       std::move(testing::make_executor(model, eager_kv, pool, *arena.arena, options)).value();
   StepGenerator generator(testing::GeneratorConfig::for_model(config, 8), 9);
   const OwnedStep step = generator.step(0, std::vector<int32_t>{12, 8});
-  Result<StepOutput> fallback = graph->execute(step.view());
+  Result<ir::StepOutput> fallback = graph->execute(step.view());
   ASSERT_TRUE(fallback.ok()) << fallback.status();
-  EXPECT_EQ(fallback->path, StepPath::kEagerFallback);
-  EXPECT_EQ(fallback->shape.num_tokens, 20);  // unpadded
+  EXPECT_EQ(graph->last_step_path(), StepPath::kEagerFallback);
+  EXPECT_EQ(graph->last_step_shape().num_tokens, 20);  // unpadded
   const std::vector<float> logits(fallback->logits.begin(), fallback->logits.end());
   EXPECT_TRUE(same_bits(logits, std::move(eager->execute(step.view())).value().logits));
   EXPECT_EQ(graph->stats().eager_fallbacks, 1);
@@ -327,12 +327,12 @@ TEST(ExecutorTest, PaddingDoesNotChangeRealLogits) {
     const OwnedStep step = i % 2 == 0 ? generator.step(std::min(generator.num_live(), 3),
                                                        std::vector<int32_t>{1 + 3 * i})
                                       : generator.decode(1 + i % 8);
-    Result<StepOutput> a = padded->execute(step.view());
+    Result<ir::StepOutput> a = padded->execute(step.view());
     ASSERT_TRUE(a.ok()) << a.status();
     const std::vector<float> padded_logits(a->logits.begin(), a->logits.end());
-    Result<StepOutput> b = exact->execute(step.view());
+    Result<ir::StepOutput> b = exact->execute(step.view());
     ASSERT_TRUE(b.ok()) << b.status();
-    EXPECT_EQ(b->shape.num_tokens, step.num_tokens());
+    EXPECT_EQ(exact->last_step_shape().num_tokens, step.num_tokens());
     EXPECT_TRUE(same_bits(padded_logits, b->logits)) << "step " << i;
   }
 }

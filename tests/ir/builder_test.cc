@@ -113,7 +113,7 @@ TEST_F(BuilderTest, RopeRejectsBadHeadsPositionsAndRotaryDim) {
   const TensorId short_positions =
       builder_.input("short_positions", DType::kI32, {kTokens - 1}).value();
   snapshot();
-  RopeAttributes rope{4, 16, 16, 10000.0f, RopeStyle::kNormal, {}};
+  RopeAttributes rope{4, 16, 16, 10000.0f, kernels::RopeStyle::kNormal, {}};
   expect_rejected(builder_.rope(hidden_, short_positions, rope, "r").status(), "the token count");
   rope.num_heads = 3;
   expect_rejected(builder_.rope(hidden_, positions_, rope, "r").status(), "num_heads * head_dim");
@@ -136,7 +136,7 @@ TEST_F(BuilderTest, AttentionRejectsCachesAndHeadsThatDoNotFit) {
   const TensorId v_cache = builder_.kv_cache("v_cache", DType::kF16, {8, 16, 2, 16}).value();
   const TensorId not_cache = builder_.weight("not_cache", DType::kF16, {8, 16, 2, 16}).value();
   AttentionMetadata metadata{builder_.input("seq_lens", DType::kI32, {2}).value(),
-                             builder_.input("query_start_loc", DType::kI32, {3}).value(),
+                             builder_.input("query_start", DType::kI32, {3}).value(),
                              builder_.input("block_tables", DType::kI32, {2, 4}).value()};
   const TensorId wrong_starts = builder_.input("wrong_starts", DType::kI32, {2}).value();
   snapshot();
@@ -155,7 +155,7 @@ TEST_F(BuilderTest, AttentionRejectsCachesAndHeadsThatDoNotFit) {
       builder_.paged_attention(hidden_, k_cache, v_cache, metadata, attention, "a").status(),
       "the KV heads");
   attention.num_kv_heads = 2;
-  metadata.query_start_loc = wrong_starts;
+  metadata.query_start = wrong_starts;
   expect_rejected(
       builder_.paged_attention(hidden_, k_cache, v_cache, metadata, attention, "a").status(),
       "sequences + 1");

@@ -57,7 +57,8 @@ TEST_F(CostTest, ElementwiseNormAndRopeCosts) {
   EXPECT_EQ(cost_of_last_op(builder_), (CostHints{4 * 512, 2048 + 256, 2048}));
   const TensorId positions = builder_.input("positions", DType::kI32, {8}).value();
   // 4 heads of 16, rotating the first 8 dimensions of each.
-  ASSERT_TRUE(builder_.rope(x_, positions, {4, 16, 8, 10000.0f, RopeStyle::kNeox, {}}, "r").ok());
+  ASSERT_TRUE(
+      builder_.rope(x_, positions, {4, 16, 8, 10000.0f, kernels::RopeStyle::kNeox, {}}, "r").ok());
   EXPECT_EQ(cost_of_last_op(builder_), (CostHints{3 * 8 * 4 * 8, 2048 + 32, 2048}));
 }
 

@@ -48,13 +48,14 @@ TEST(LlamaGraphTest, HasTheExpectedOpsPerLayer) {
 TEST(LlamaGraphTest, VariantsBuildAndVerify) {
   testing::LlamaLikeConfig qwen;
   qwen.qkv_bias = true;
-  qwen.rope_style = RopeStyle::kNeox;
+  qwen.rope_style = kernels::RopeStyle::kNeox;
   qwen.weight_dtype = DType::kQ8_0;
   qwen.kv_dtype = DType::kF16;
   Result<Graph> graph = testing::build_llama_like_test_graph(qwen);
   ASSERT_TRUE(graph.ok()) << graph.status().to_string();
   EXPECT_TRUE(graph->find_tensor("blk.1.attn_v.bias").has_value());
-  EXPECT_EQ(std::get<RopeAttributes>(graph->op(OpId(5)).attributes).style, RopeStyle::kNeox);
+  EXPECT_EQ(std::get<RopeAttributes>(graph->op(OpId(5)).attributes).style,
+            kernels::RopeStyle::kNeox);
 
   testing::LlamaLikeConfig decode;
   decode.phase = Phase::kDecode;

@@ -27,8 +27,8 @@ Result<StepInputs> declare_inputs(GraphBuilder& builder, const LlamaLikeConfig& 
   FOLIO_ASSIGN_OR_RETURN(inputs.slot_mapping, builder.input("slot_mapping", DType::kI32, {tokens}));
   FOLIO_ASSIGN_OR_RETURN(inputs.attention.seq_lens,
                          builder.input("seq_lens", DType::kI32, {sequences}));
-  FOLIO_ASSIGN_OR_RETURN(inputs.attention.query_start_loc,
-                         builder.input("query_start_loc", DType::kI32, {sequences + 1}));
+  FOLIO_ASSIGN_OR_RETURN(inputs.attention.query_start,
+                         builder.input("query_start", DType::kI32, {sequences + 1}));
   FOLIO_ASSIGN_OR_RETURN(
       inputs.attention.block_tables,
       builder.input("block_tables", DType::kI32, {sequences, config.max_blocks_per_sequence}));
@@ -177,8 +177,7 @@ class RandomGraphEmitter {
     FOLIO_ASSIGN_OR_RETURN(slots_, builder_.input("slot_mapping", DType::kI32, {tokens}));
     FOLIO_ASSIGN_OR_RETURN(half_rows_, builder_.input("rows", DType::kI32, {tokens / 2 + 1}));
     FOLIO_ASSIGN_OR_RETURN(metadata_.seq_lens, builder_.input("seq_lens", DType::kI32, {2}));
-    FOLIO_ASSIGN_OR_RETURN(metadata_.query_start_loc,
-                           builder_.input("query_start_loc", DType::kI32, {3}));
+    FOLIO_ASSIGN_OR_RETURN(metadata_.query_start, builder_.input("query_start", DType::kI32, {3}));
     FOLIO_ASSIGN_OR_RETURN(metadata_.block_tables,
                            builder_.input("block_tables", DType::kI32, {2, 3}));
     FOLIO_ASSIGN_OR_RETURN(TensorId table, builder_.weight("table", DType::kF32, {50, 32}));
@@ -213,7 +212,7 @@ class RandomGraphEmitter {
     FOLIO_ASSIGN_OR_RETURN(TensorId q, project(source, kHeads * kHeadDim));
     FOLIO_ASSIGN_OR_RETURN(TensorId k, project(pick_token_rows(), kKvHeads * kHeadDim));
     FOLIO_ASSIGN_OR_RETURN(TensorId v, project(pick_token_rows(), kKvHeads * kHeadDim));
-    const RopeAttributes rope{kHeads, kHeadDim, kHeadDim, 10000.0f, RopeStyle::kNeox, {}};
+    const RopeAttributes rope{kHeads, kHeadDim, kHeadDim, 10000.0f, kernels::RopeStyle::kNeox, {}};
     FOLIO_ASSIGN_OR_RETURN(TensorId q_rope, builder_.rope(q, positions_, rope, next_name("rope")));
     const Shape cache{4, 8, kKvHeads, kHeadDim};
     FOLIO_ASSIGN_OR_RETURN(TensorId k_cache,

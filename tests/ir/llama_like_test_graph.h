@@ -32,7 +32,7 @@ struct LlamaLikeConfig {
   int64_t block_size = 16;
   int64_t max_blocks_per_sequence = 4;
   bool qkv_bias = false;  // Qwen2
-  RopeStyle rope_style = RopeStyle::kNormal;
+  kernels::RopeStyle rope_style = kernels::RopeStyle::kNormal;
   DType weight_dtype = DType::kF32;  // matmul weights and the embedding table
   DType kv_dtype = DType::kF32;
   float epsilon = 1e-5f;
@@ -40,7 +40,7 @@ struct LlamaLikeConfig {
 };
 
 // Names follow GGUF ("token_embd.weight", "blk.0.attn_q.weight", ...); persistent inputs are
-// "token_ids", "positions", "slot_mapping", "seq_lens", "query_start_loc", "block_tables",
+// "token_ids", "positions", "slot_mapping", "seq_lens", "query_start", "block_tables",
 // "logit_indices"; the output is "logits" f32 [R, vocab].
 Result<Graph> build_llama_like_test_graph(const LlamaLikeConfig& config = {});
 

@@ -24,7 +24,7 @@ AttentionHarness::AttentionHarness(const AttentionShape& shape, int32_t max_sequ
              int64_t{max_sequences} * max_blocks_per_sequence + 1, /*blocks_per_page=*/3),
       num_sequences_(1, 0),
       query_start_(max_sequences + 1, 0),
-      context_lengths_(max_sequences, 0),
+      seq_lens_(max_sequences, 0),
       block_tables_(int64_t{max_sequences} * max_blocks_per_sequence, -1),
       positions_(num_tokens, 0),
       query_(num_tokens * query_row_stride(), 0.0f),
@@ -48,7 +48,7 @@ void AttentionHarness::load_step(std::mt19937& rng, const std::vector<SequenceSp
 
   // Stale values beyond the live sequences: a kernel that reads them fails loudly.
   std::fill(query_start_.begin(), query_start_.end(), -7);
-  std::fill(context_lengths_.begin(), context_lengths_.end(), 1 << 30);
+  std::fill(seq_lens_.begin(), seq_lens_.end(), 1 << 30);
   std::fill(block_tables_.begin(), block_tables_.end(), -1);
   std::fill(positions_.begin(), positions_.end(), 0);
   // Copied in, not assigned: the buffer's address must stay the one a captured launch holds.
@@ -83,7 +83,7 @@ void AttentionHarness::load_step(std::mt19937& rng, const std::vector<SequenceSp
         }
       }
     }
-    context_lengths_[s] = spec.context_length;
+    seq_lens_[s] = spec.context_length;
     for (int32_t i = 0; i < spec.query_length; ++i) {
       positions_[token++] = spec.context_length - spec.query_length + i;
     }
@@ -107,7 +107,7 @@ cpu::PagedAttentionArguments AttentionHarness::arguments(float* output) {
       .scale = shape_.scale,
       .num_sequences = num_sequences_.data(),
       .query_start = query_start_.data(),
-      .context_lengths = context_lengths_.data(),
+      .seq_lens = seq_lens_.data(),
       .block_tables = block_tables_.data(),
       .positions = positions_.data(),
       .workspace = workspace_.data(),

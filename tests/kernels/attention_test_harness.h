@@ -65,12 +65,12 @@ class AttentionHarness {
   TestKvCache cache_;
 
   // Persistent step buffers (their addresses never change).
-  std::vector<int32_t> num_sequences_;    // [1]
-  std::vector<int32_t> query_start_;      // [max_sequences + 1]
-  std::vector<int32_t> context_lengths_;  // [max_sequences]
-  std::vector<int32_t> block_tables_;     // [max_sequences, max_blocks_per_sequence]
-  std::vector<int32_t> positions_;        // [num_tokens]
-  std::vector<float> query_;              // [num_tokens, query_row_stride]
+  std::vector<int32_t> num_sequences_;  // [1]
+  std::vector<int32_t> query_start_;    // [max_sequences + 1]
+  std::vector<int32_t> seq_lens_;       // [max_sequences]
+  std::vector<int32_t> block_tables_;   // [max_sequences, max_blocks_per_sequence]
+  std::vector<int32_t> positions_;      // [num_tokens]
+  std::vector<float> query_;            // [num_tokens, query_row_stride]
   std::vector<std::byte> workspace_;
 
   // The current step, for the reference.

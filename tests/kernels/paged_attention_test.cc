@@ -109,7 +109,7 @@ TEST(PagedAttentionDeathTest, AbortsWhenStepOverflowsItsBuffers) {
   const int32_t one = 1;
   const int32_t too_long[2] = {65, 0};  // 4 blocks of 16 hold 64 tokens
   arguments.num_sequences = &one;
-  arguments.context_lengths = too_long;
+  arguments.seq_lens = too_long;
   EXPECT_DEATH(cpu::paged_attention_body(arguments, 0, 1, 0), "context length 65");
 }
 

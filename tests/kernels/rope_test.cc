@@ -18,7 +18,7 @@
 namespace folio::kernels::testing {
 namespace {
 
-using cpu::RopeStyle;
+using kernels::RopeStyle;
 
 // Inputs in [-1, 1]; the kernel rounds a double rotation once, so half an ulp of an output
 // below 1.5 (9e-8) plus the double cos/sin error is the whole difference.

@@ -22,7 +22,7 @@ namespace folio::kv {
 namespace {
 
 TEST(BlockManagerConcurrencyTest, PoolEvictionFromAnotherThreadTakesOnlyUnpinnedPages) {
-  const KvCacheGeometry geometry = testing::tiny_geometry(8);
+  const ir::KvCacheGeometry geometry = testing::tiny_geometry(8);
   FixedPageSource source(geometry.block_bytes() * 2, 24);
   HostSwapSpace swap(geometry.block_bytes(), 24);
   HostKvBlockCopier copier;
@@ -81,7 +81,7 @@ void take_adapter_pages(memory::PagePool& pool, const std::atomic<bool>& done,
   while (!done.load(std::memory_order_acquire)) {
     std::vector<memory::PageAllocation> taken;
     for (int count = 1 + static_cast<int>(random() % 6); count > 0; --count) {
-      memory::AllocationRequest request;
+      memory::PageAllocationRequest request;
       request.content = memory::ContentType::kAdapterWeights;
       auto allocation = pool.allocate(request);
       if (!allocation.ok()) break;
@@ -111,7 +111,7 @@ TEST(BlockManagerConcurrencyTest, PagePoolEvictionFromAnotherThreadTakesOnlyUnpi
     PoolPageSource source(**pool);
     // Pages of few blocks: with many blocks a page, nearly every page holds some owned block
     // and is pinned, and the pool finds nothing to evict.
-    KvCacheGeometry geometry = testing::tiny_geometry(8);
+    ir::KvCacheGeometry geometry = testing::tiny_geometry(8);
     geometry.head_dim = 32;  // 2 KiB blocks
     HostSwapSpace swap(geometry.block_bytes(), 32);
     HostKvBlockCopier copier;

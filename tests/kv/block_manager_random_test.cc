@@ -25,7 +25,7 @@ class BlockManagerRandomTest : public ::testing::TestWithParam<RandomConfig> {};
 
 TEST_P(BlockManagerRandomTest, InvariantsHoldAfterEveryOperation) {
   const RandomConfig config = GetParam();
-  const KvCacheGeometry geometry = testing::tiny_geometry(config.block_size);
+  const ir::KvCacheGeometry geometry = testing::tiny_geometry(config.block_size);
   FixedPageSource source(geometry.block_bytes() * config.blocks_per_page, config.num_pages);
   HostSwapSpace swap(geometry.block_bytes(), 24);
   HostKvBlockCopier copier;

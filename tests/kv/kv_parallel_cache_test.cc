@@ -48,7 +48,7 @@ class KvParallelCacheTest : public ::testing::Test {
   // Allocates seq in one group alone and computes it: fills that group's prefix cache.
   void prefill_group(int32_t group, SeqId seq, std::span<const int32_t> prompt,
                      uint64_t parent_hash = kRootPrefixHash) {
-    AllocationRequest request;
+    BlockAllocationRequest request;
     request.tokens = prompt;
     request.parent_hash = parent_hash;
     auto reservation = managers_[group]->prepare_allocate(seq, request);

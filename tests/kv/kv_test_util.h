@@ -16,8 +16,8 @@
 namespace folio::kv::testing {
 
 // 1 layer, 1 KV head, head dim 4, f32: a block is block_size * 32 bytes.
-inline KvCacheGeometry tiny_geometry(int32_t block_size = 8) {
-  KvCacheGeometry geometry;
+inline ir::KvCacheGeometry tiny_geometry(int32_t block_size = 8) {
+  ir::KvCacheGeometry geometry;
   geometry.block_size = block_size;
   geometry.num_layers = 1;
   geometry.num_kv_heads = 1;

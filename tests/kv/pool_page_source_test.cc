@@ -73,7 +73,7 @@ class PoolPageSourceTest : public ::testing::Test {
 
   // Another content type's allocation of `pages` pages.
   Status allocate_other(int64_t pages, memory::ContentType content, bool pinned = true) {
-    memory::AllocationRequest request;
+    memory::PageAllocationRequest request;
     request.num_pages = pages;
     request.content = content;
     request.pinned = pinned;
@@ -131,7 +131,7 @@ TEST_F(PoolPageSourceTest, AnotherContentTypeEvictsOnlyCachedKvPages) {
   const int32_t held_before = source_->num_pages_held();
   // Adapter weights want the whole pool: the pool evicts the unpinned KV pages, never the
   // pinned one.
-  const int64_t free_pages = pool_->stats().pages_free + pool_->stats().pages_cached;
+  const int64_t free_pages = pool_->stats().pages_free + pool_->stats().pages_thread_held;
   for (int64_t page = 0; page < free_pages + held_before - 1; ++page) {
     ASSERT_TRUE(allocate_other(1, memory::ContentType::kAdapterWeights).ok()) << page;
   }
@@ -191,7 +191,7 @@ TEST_F(PoolPageSourceTest, RandomWorkloadOnThePoolUnderOtherOwnersPressure) {
     if (operation % 40 == 20) {
       if (taken.empty()) {
         for (int count = 0; count < 3; ++count) {
-          memory::AllocationRequest request;
+          memory::PageAllocationRequest request;
           request.content = memory::ContentType::kAdapterWeights;
           auto allocation = pool_->allocate(request);
           if (allocation.ok()) taken.push_back(std::move(allocation).value());

@@ -114,7 +114,7 @@ void ModelTest::check_model() {
     ASSERT_EQ(stats.per_content[content].pages_evictable, evictable[content]);
   }
   ASSERT_EQ(stats.pages_reserved, 0);
-  ASSERT_EQ(stats.pages_free + stats.pages_cached + stats.pages_pinned + stats.pages_unpinned,
+  ASSERT_EQ(stats.pages_free + stats.pages_thread_held + stats.pages_pinned + stats.pages_unpinned,
             kPages);
 }
 

@@ -326,7 +326,7 @@ TEST(PagePoolTwoPhaseTest, DestroyingAPendingPreparationRollsItBack) {
   testing::TestPool pool = make_pool(small_options(8));
   { Result<PreparedAllocation> prepared = pool->prepare(request(3)); }
   EXPECT_EQ(pool->stats().pages_reserved, 0);
-  EXPECT_EQ(pool->stats().pages_free + pool->stats().pages_cached, 8);
+  EXPECT_EQ(pool->stats().pages_free + pool->stats().pages_thread_held, 8);
   pool->check_invariants();
 }
 
@@ -336,11 +336,11 @@ TEST(PagePoolThreadCacheTest, SinglePagesFreedByAThreadStayInItsCacheUntilItExit
     std::vector<PageAllocation> pages;
     for (int i = 0; i < 10; ++i) pages.push_back(std::move(*pool->allocate(request(1))));
     pages.clear();
-    EXPECT_GT(pool->stats().pages_cached, 0);
+    EXPECT_GT(pool->stats().pages_thread_held, 0);
     pool->check_invariants();
   });
   worker.join();
-  EXPECT_EQ(pool->stats().pages_cached, 0) << "thread exit must give cached pages back";
+  EXPECT_EQ(pool->stats().pages_thread_held, 0) << "thread exit must give cached pages back";
   EXPECT_EQ(pool->stats().pages_free, 64);
   pool->check_invariants();
 }

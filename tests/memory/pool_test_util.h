@@ -42,10 +42,10 @@ inline TestPool make_pool(const PagePoolOptions& options) {
   return result;
 }
 
-inline AllocationRequest request(int64_t pages, ContentType content = ContentType::kTemporary,
-                                 bool pinned = true, EvictionListener* listener = nullptr,
-                                 uint64_t owner = 0) {
-  AllocationRequest result;
+inline PageAllocationRequest request(int64_t pages, ContentType content = ContentType::kTemporary,
+                                     bool pinned = true, EvictionListener* listener = nullptr,
+                                     uint64_t owner = 0) {
+  PageAllocationRequest result;
   result.num_pages = pages;
   result.content = content;
   result.pinned = pinned;

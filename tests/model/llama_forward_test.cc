@@ -18,7 +18,7 @@
 #include "folio/exec/executor.h"
 #include "folio/exec/host_buffer.h"
 #include "folio/exec/multi_shape_arena.h"
-#include "folio/model/gguf_writer.h"
+#include "folio/gguf/gguf_writer.h"
 #include "folio/model/llama_model.h"
 
 namespace folio::model {
@@ -80,10 +80,11 @@ class ForwardHarness {
     shape.architecture = reference.architecture;
     shape.weight_dtype = reference.dtype;
     shape.tie_embeddings = reference.tie_embeddings;
-    FOLIO_ASSIGN_OR_RETURN(GgufWriter writer, make_random_llama_writer(shape, reference.seed));
+    FOLIO_ASSIGN_OR_RETURN(gguf::GgufWriter writer,
+                           make_random_llama_writer(shape, reference.seed));
     FOLIO_ASSIGN_OR_RETURN(std::vector<uint8_t> bytes, writer.write_to_buffer());
     model_hash_ = fmt::format("{:016x}", fnv1a64(bytes));
-    FOLIO_ASSIGN_OR_RETURN(GgufFile file, GgufFile::parse_owned(std::move(bytes)));
+    FOLIO_ASSIGN_OR_RETURN(gguf::GgufFile file, gguf::GgufFile::parse_owned(std::move(bytes)));
     FOLIO_ASSIGN_OR_RETURN(model_, LlamaModel::from_file(std::move(file)));
 
     kernels::PagedKvLayout layout;
@@ -101,7 +102,8 @@ class ForwardHarness {
 
     FOLIO_ASSIGN_OR_RETURN(vm_, device::make_host_virtual_memory());
     arena_ = exec::MultiShapeArena::create(std::make_unique<exec::DedicatedArenaMemory>(*vm_));
-    KvCacheGeometry geometry{kNumBlocks, kBlockSize, kMaxBlocksPerSequence, DType::kF32};
+    const ir::KvCacheShape kv_cache{model_->kv_cache_geometry(kBlockSize, DType::kF32), kNumBlocks,
+                                    kMaxBlocksPerSequence};
     exec::ExecutorOptions options;
     options.max_sequences = 4;
     options.max_logit_rows = 32;
@@ -112,7 +114,7 @@ class ForwardHarness {
     exec::ExecutorResources resources{pool_, *arena_, model_->weights(),
                                       exec::KvCacheBinding{layout, kNumBlocks}};
     FOLIO_ASSIGN_OR_RETURN(
-        executor_, exec::Executor::create(model_->graph_factory(geometry), resources, options));
+        executor_, exec::Executor::create(model_->graph_factory(kv_cache), resources, options));
     return Status();
   }
 
@@ -130,15 +132,16 @@ class ForwardHarness {
       logit_rows.push_back(i);
     }
     std::vector<int32_t> query_start = {0, count};
-    std::vector<int32_t> context_lengths = {first + count};
+    std::vector<int32_t> seq_lens = {first + count};
     std::vector<int32_t> block_tables(kMaxBlocksPerSequence);
     for (int32_t b = 0; b < kMaxBlocksPerSequence; ++b) block_tables[b] = b;
-    exec::StepInputs step{tokens,          positions,    slots,     query_start,
-                          context_lengths, block_tables, logit_rows};
-    FOLIO_ASSIGN_OR_RETURN(exec::StepOutput output, executor_->execute(step));
+    const ir::StepBatch step{tokens,       positions,  slots, query_start,          seq_lens,
+                             block_tables, logit_rows, {},    kMaxBlocksPerSequence};
+    FOLIO_ASSIGN_OR_RETURN(ir::StepOutput output, executor_->execute(step));
     std::vector<std::vector<float>> rows;
     for (int32_t r = 0; r < output.num_rows; ++r) {
-      auto row = output.logits.subspan(static_cast<size_t>(r * output.vocab), output.vocab);
+      auto row =
+          output.logits.subspan(static_cast<size_t>(r * output.vocab_size), output.vocab_size);
       rows.emplace_back(row.begin(), row.end());
     }
     return rows;

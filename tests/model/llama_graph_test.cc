@@ -6,40 +6,41 @@
 
 #include <gtest/gtest.h>
 
+#include "folio/gguf/gguf_file.h"
+#include "folio/gguf/gguf_writer.h"
 #include "folio/ir/verify.h"
-#include "folio/model/gguf_file.h"
-#include "folio/model/gguf_writer.h"
 
 namespace folio::model {
 namespace {
 
-LlamaStepShape small_step() {
-  LlamaStepShape step;
-  step.num_tokens = 8;
-  step.num_sequences = 2;
-  step.num_logit_rows = 2;
-  step.max_blocks_per_sequence = 4;
-  step.num_kv_blocks = 16;
-  step.block_size = 16;
-  return step;
+ir::StepShape small_step() {
+  return ir::StepShape{8, 2, 2, ir::StepPhase::kPrefill};
+}
+
+// 16 blocks of 16 tokens of `shape`'s attention layers, 4 blocks per sequence.
+ir::KvCacheShape small_kv_cache(const LlamaShape& shape) {
+  const ir::KvCacheGeometry geometry{16, static_cast<int32_t>(shape.num_layers),
+                                     static_cast<int32_t>(shape.num_kv_heads),
+                                     static_cast<int32_t>(shape.head_dim()), DType::kF32};
+  return ir::KvCacheShape{geometry, 16, 4};
 }
 
 // Every weight the graph reads must exist in a generated model file with the same dtype and
 // shape (GGUF lists dimensions fastest first, the IR slowest first).
 void expect_weights_bind_to_file(const LlamaShape& shape) {
-  Result<GgufWriter> writer = make_random_llama_writer(shape, 7);
+  Result<gguf::GgufWriter> writer = make_random_llama_writer(shape, 7);
   ASSERT_TRUE(writer.ok()) << writer.status();
   Result<std::vector<uint8_t>> bytes = writer->write_to_buffer();
   ASSERT_TRUE(bytes.ok()) << bytes.status();
-  Result<GgufFile> file = GgufFile::parse_owned(std::move(*bytes));
+  Result<gguf::GgufFile> file = gguf::GgufFile::parse_owned(std::move(*bytes));
   ASSERT_TRUE(file.ok()) << file.status();
-  Result<ir::Graph> graph = build_llama_step_graph(shape, small_step());
+  Result<ir::Graph> graph = build_llama_step_graph(shape, small_step(), small_kv_cache(shape));
   ASSERT_TRUE(graph.ok()) << graph.status();
   int weights = 0;
   for (const ir::TensorInfo& tensor : graph->tensors()) {
     if (tensor.residency != ir::Residency::kWeight) continue;
     ++weights;
-    Result<GgufTensor> stored = file->tensor(tensor.name);
+    Result<gguf::GgufTensor> stored = file->tensor(tensor.name);
     ASSERT_TRUE(stored.ok()) << stored.status();
     EXPECT_EQ(stored->dtype, tensor.dtype) << tensor.name;
     std::vector<int64_t> dims(stored->info->dimensions.rbegin(), stored->info->dimensions.rend());
@@ -68,13 +69,13 @@ TEST(LlamaGraphTest, QuantizedTiedQwenWeightsBindToGeneratedFile) {
 TEST(LlamaGraphTest, GraphVerifiesAndHasOneAttentionPerLayer) {
   LlamaShape shape;
   shape.num_layers = 3;
-  Result<ir::Graph> graph = build_llama_step_graph(shape, small_step());
+  Result<ir::Graph> graph = build_llama_step_graph(shape, small_step(), small_kv_cache(shape));
   ASSERT_TRUE(graph.ok()) << graph.status();
   EXPECT_TRUE(ir::verify(*graph).ok());
   int attention = 0;
   for (const ir::Op& op : graph->ops()) attention += ir::is_attention(op.kind) ? 1 : 0;
   EXPECT_EQ(attention, 3);
-  std::optional<ir::TensorId> logits = graph->find_tensor(exec::kOutputLogits);
+  std::optional<ir::TensorId> logits = graph->find_tensor(ir::kOutputLogits);
   ASSERT_TRUE(logits.has_value());
   EXPECT_EQ(graph->tensor(*logits).residency, ir::Residency::kOutput);
   EXPECT_EQ(graph->tensor(*logits).shape, (ir::Shape{2, shape.vocab_size}));
@@ -84,29 +85,35 @@ TEST(LlamaGraphTest, RopeStyleFollowsArchitecture) {
   for (LlamaArchitecture architecture : {LlamaArchitecture::kLlama, LlamaArchitecture::kQwen2}) {
     LlamaShape shape;
     shape.architecture = architecture;
-    Result<ir::Graph> graph = build_llama_step_graph(shape, small_step());
+    Result<ir::Graph> graph = build_llama_step_graph(shape, small_step(), small_kv_cache(shape));
     ASSERT_TRUE(graph.ok()) << graph.status();
     for (const ir::Op& op : graph->ops()) {
       if (op.kind != ir::OpKind::kRope) continue;
       const auto& rope = std::get<ir::RopeAttributes>(op.attributes);
-      EXPECT_EQ(rope.style, architecture == LlamaArchitecture::kQwen2 ? ir::RopeStyle::kNeox
-                                                                      : ir::RopeStyle::kNormal);
+      EXPECT_EQ(rope.style, architecture == LlamaArchitecture::kQwen2
+                                ? kernels::RopeStyle::kNeox
+                                : kernels::RopeStyle::kNormal);
     }
   }
 }
 
 TEST(LlamaGraphTest, RejectsBadStepShapes) {
   LlamaShape shape;
-  LlamaStepShape step = small_step();
+  ir::StepShape step = small_step();
   step.num_tokens = 0;
-  Status status = build_llama_step_graph(shape, step).status();
+  Status status = build_llama_step_graph(shape, step, small_kv_cache(shape)).status();
   EXPECT_EQ(status.code(), StatusCode::kInvalidArgument);
   EXPECT_NE(status.message().find("num_tokens"), std::string_view::npos) << status;
-  step = small_step();
-  step.kv_dtype = DType::kQ8_0;
-  EXPECT_EQ(build_llama_step_graph(shape, step).status().code(), StatusCode::kInvalidArgument);
+  ir::KvCacheShape kv_cache = small_kv_cache(shape);
+  kv_cache.geometry.dtype = DType::kQ8_0;
+  EXPECT_EQ(build_llama_step_graph(shape, small_step(), kv_cache).status().code(),
+            StatusCode::kInvalidArgument);
+  kv_cache = small_kv_cache(shape);
+  kv_cache.geometry.num_kv_heads += 1;  // a cache made for another model
+  EXPECT_EQ(build_llama_step_graph(shape, small_step(), kv_cache).status().code(),
+            StatusCode::kInvalidArgument);
   shape.num_heads = 3;  // 64 is not a multiple of 3
-  EXPECT_EQ(build_llama_step_graph(shape, small_step()).status().code(),
+  EXPECT_EQ(build_llama_step_graph(shape, small_step(), small_kv_cache(shape)).status().code(),
             StatusCode::kInvalidArgument);
 }
 

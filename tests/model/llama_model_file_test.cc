@@ -7,10 +7,10 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
-#include "folio/model/deterministic_random.h"
-#include "folio/model/gguf_file.h"
-#include "folio/model/tokenizer.h"
+#include "folio/base/random.h"
+#include "folio/gguf/gguf_file.h"
 #include "folio/tensor/quantize.h"
+#include "folio/tokenizer/tokenizer.h"
 
 namespace folio::model {
 namespace {
@@ -18,7 +18,7 @@ namespace {
 using ::testing::HasSubstr;
 
 std::vector<uint8_t> model_bytes(const LlamaShape& shape, uint64_t seed) {
-  Result<GgufWriter> writer = make_random_llama_writer(shape, seed);
+  Result<gguf::GgufWriter> writer = make_random_llama_writer(shape, seed);
   FOLIO_CHECK(writer.ok(), "{}", writer.status().to_string());
   return *writer->write_to_buffer();
 }
@@ -36,8 +36,8 @@ LlamaShape small_shape(DType dtype) {
   return shape;
 }
 
-std::vector<float> tensor_as_f32(const GgufFile& file, std::string_view name) {
-  const GgufTensor tensor = *file.tensor(name);
+std::vector<float> tensor_as_f32(const gguf::GgufFile& file, std::string_view name) {
+  const gguf::GgufTensor tensor = *file.tensor(name);
   const int64_t row_length = tensor.info->dimensions[0];
   const int64_t rows = tensor.info->element_count / row_length;
   std::vector<float> values(static_cast<size_t>(tensor.info->element_count));
@@ -75,9 +75,9 @@ TEST(LlamaModelFileTest, SameSeedGivesIdenticalBytesAndOtherSeedsDiffer) {
     const std::vector<uint8_t> other = model_bytes(shape, 43);
     ASSERT_EQ(first.size(), other.size());  // same layout, different weights
     EXPECT_NE(first, other);
-    const GgufFile a = *GgufFile::parse(first);
-    const GgufFile b = *GgufFile::parse(other);
-    for (const GgufTensorInfo& info : a.tensors()) {
+    const gguf::GgufFile a = *gguf::GgufFile::parse(first);
+    const gguf::GgufFile b = *gguf::GgufFile::parse(other);
+    for (const gguf::GgufTensorInfo& info : a.tensors()) {
       const auto bytes_a = a.tensor_bytes(info);
       const auto bytes_b = b.tensor_bytes(*b.find_tensor(info.name));
       EXPECT_FALSE(std::equal(bytes_a.begin(), bytes_a.end(), bytes_b.begin())) << info.name;
@@ -88,7 +88,7 @@ TEST(LlamaModelFileTest, SameSeedGivesIdenticalBytesAndOtherSeedsDiffer) {
 TEST(LlamaModelFileTest, TensorsHaveLlamaCppNamesShapesAndTypes) {
   LlamaShape shape = small_shape(DType::kQ8_0);
   const std::vector<uint8_t> bytes = model_bytes(shape, 1);
-  const GgufFile file = *GgufFile::parse(bytes);
+  const gguf::GgufFile file = *gguf::GgufFile::parse(bytes);
   struct Expected {
     std::string name;
     std::vector<int64_t> dimensions;
@@ -130,12 +130,12 @@ TEST(LlamaModelFileTest, TiedQwen2ModelHasBiasesAndNoOutputMatrix) {
   shape.tie_embeddings = true;
   shape.rope_theta = 1000000.0f;
   const std::vector<uint8_t> bytes = model_bytes(shape, 5);
-  const GgufFile file = *GgufFile::parse(bytes);
+  const gguf::GgufFile file = *gguf::GgufFile::parse(bytes);
   EXPECT_EQ(file.find_tensor("output.weight"), nullptr);
   EXPECT_EQ(file.find_tensor("blk.1.attn_k.bias")->dimensions, std::vector<int64_t>{32});
   EXPECT_EQ(*file.get_floating("qwen2.rope.freq_base"), 1000000.0);
   int64_t parameters = 0;
-  for (const GgufTensorInfo& info : file.tensors()) parameters += info.element_count;
+  for (const gguf::GgufTensorInfo& info : file.tensors()) parameters += info.element_count;
   EXPECT_EQ(parameters, shape.parameter_count());
 }
 
@@ -147,7 +147,7 @@ TEST(LlamaModelFileTest, ShapeReadsBackForEveryDtypeAndArchitecture) {
       shape.tie_embeddings = qwen2;
       shape.rms_norm_epsilon = 1e-6f;
       const std::vector<uint8_t> bytes = model_bytes(shape, 9);
-      Result<LlamaShape> read = read_llama_shape(*GgufFile::parse(bytes));
+      Result<LlamaShape> read = read_llama_shape(*gguf::GgufFile::parse(bytes));
       ASSERT_TRUE(read.ok()) << read.status().to_string();
       EXPECT_EQ(*read, shape) << dtype_name(dtype) << (qwen2 ? " qwen2" : " llama");
     }
@@ -159,8 +159,8 @@ TEST(LlamaModelFileTest, ValuesAreWellConditioned) {
   shape.hidden_size = 256;
   shape.ffn_size = 512;
   const std::vector<uint8_t> bytes = model_bytes(shape, 3);
-  const GgufFile file = *GgufFile::parse(bytes);
-  for (const GgufTensorInfo& info : file.tensors()) {
+  const gguf::GgufFile file = *gguf::GgufFile::parse(bytes);
+  for (const gguf::GgufTensorInfo& info : file.tensors()) {
     const std::vector<float> values = tensor_as_f32(file, info.name);
     double sum = 0, sum_of_squares = 0;
     for (float value : values) {
@@ -182,13 +182,13 @@ TEST(LlamaModelFileTest, ValuesAreWellConditioned) {
 
 TEST(LlamaModelFileTest, QuantizedWeightsAreTheReferenceQuantizationOfTheF32Weights) {
   const std::vector<uint8_t> f32_bytes = model_bytes(small_shape(DType::kF32), 11);
-  const GgufFile f32_file = *GgufFile::parse(f32_bytes);
+  const gguf::GgufFile f32_file = *gguf::GgufFile::parse(f32_bytes);
   for (DType dtype : {DType::kF16, DType::kBF16, DType::kQ8_0, DType::kQ4_0}) {
     const std::vector<uint8_t> bytes = model_bytes(small_shape(dtype), 11);
-    const GgufFile file = *GgufFile::parse(bytes);
+    const gguf::GgufFile file = *gguf::GgufFile::parse(bytes);
     for (const char* name : {"token_embd.weight", "blk.1.ffn_down.weight"}) {
       const std::vector<float> reference = tensor_as_f32(f32_file, name);
-      const GgufTensor tensor = *file.tensor(name);
+      const gguf::GgufTensor tensor = *file.tensor(name);
       std::vector<std::byte> expected(tensor.data.size());
       const int64_t row_length = tensor.info->dimensions[0];
       for (int64_t r = 0; r < tensor.info->element_count / row_length; ++r) {
@@ -203,12 +203,12 @@ TEST(LlamaModelFileTest, QuantizedWeightsAreTheReferenceQuantizationOfTheF32Weig
 
 TEST(LlamaModelFileTest, GeneratedTokenizerWorks) {
   const std::vector<uint8_t> bytes = model_bytes(small_shape(DType::kQ4_0), 2);
-  const GgufFile file = *GgufFile::parse(bytes);
-  Result<Tokenizer> tokenizer = Tokenizer::from_gguf(file);
+  const gguf::GgufFile file = *gguf::GgufFile::parse(bytes);
+  Result<tokenizer::Tokenizer> tokenizer = tokenizer::Tokenizer::from_gguf(file);
   ASSERT_TRUE(tokenizer.ok()) << tokenizer.status().to_string();
   EXPECT_EQ(tokenizer->vocab_size(), 300);
   const std::string text = "The light has not failed since.";
-  const std::vector<TokenId> ids = tokenizer->encode(text);
+  const std::vector<tokenizer::TokenId> ids = tokenizer->encode(text);
   EXPECT_EQ(ids.front(), 1);
   EXPECT_EQ(*tokenizer->decode(ids), text);
 }
@@ -240,16 +240,17 @@ TEST(LlamaModelFileTest, InvalidShapesAreRejectedNamingTheField) {
 }
 
 TEST(LlamaModelFileTest, ReadingANonLlamaFileNamesWhatIsMissing) {
-  GgufWriter writer;
-  writer.set("general.architecture", GgufValue::of_string("llama"));
-  writer.set("llama.embedding_length", GgufValue::of<uint32_t>(64));
-  const GgufFile file = *GgufFile::parse_owned(*writer.write_to_buffer(), "partial.gguf");
+  gguf::GgufWriter writer;
+  writer.set("general.architecture", gguf::GgufValue::of_string("llama"));
+  writer.set("llama.embedding_length", gguf::GgufValue::of<uint32_t>(64));
+  const gguf::GgufFile file =
+      *gguf::GgufFile::parse_owned(*writer.write_to_buffer(), "partial.gguf");
   const Status status = read_llama_shape(file).status();
   EXPECT_EQ(status.code(), StatusCode::kNotFound);
   EXPECT_THAT(status.message(), HasSubstr("'llama.block_count' is missing"));
-  GgufWriter other;
-  other.set("general.architecture", GgufValue::of_string("mamba"));
-  const GgufFile mamba = *GgufFile::parse_owned(*other.write_to_buffer());
+  gguf::GgufWriter other;
+  other.set("general.architecture", gguf::GgufValue::of_string("mamba"));
+  const gguf::GgufFile mamba = *gguf::GgufFile::parse_owned(*other.write_to_buffer());
   EXPECT_THAT(read_llama_shape(mamba).status().message(), HasSubstr("'mamba' is not one"));
 }
 

@@ -10,10 +10,10 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
-#include "folio/model/gguf_file.h"
+#include "folio/gguf/gguf_file.h"
 #include "folio/model/llama_model_file.h"
-#include "folio/model/tokenizer.h"
 #include "folio/tensor/quantize.h"
+#include "folio/tokenizer/tokenizer.h"
 
 namespace folio::model {
 namespace {
@@ -33,10 +33,10 @@ LlamaShape test_shape(DType dtype) {
   return shape;
 }
 
-GgufFile parse(const GgufWriter& writer) {
+gguf::GgufFile parse(const gguf::GgufWriter& writer) {
   Result<std::vector<uint8_t>> bytes = writer.write_to_buffer();
   FOLIO_CHECK(bytes.ok(), "{}", bytes.status().to_string());
-  Result<GgufFile> file = GgufFile::parse_owned(std::move(*bytes));
+  Result<gguf::GgufFile> file = gguf::GgufFile::parse_owned(std::move(*bytes));
   FOLIO_CHECK(file.ok(), "{}", file.status().to_string());
   return std::move(*file);
 }
@@ -45,12 +45,12 @@ GgufFile parse(const GgufWriter& writer) {
 LlamaWeights random_weights(const LlamaShape& shape, uint64_t seed) {
   LlamaShape f32_shape = shape;
   f32_shape.weight_dtype = DType::kF32;
-  const GgufFile file = parse(*make_random_llama_writer(f32_shape, seed));
+  const gguf::GgufFile file = parse(*make_random_llama_writer(f32_shape, seed));
   LlamaWeights weights;
   weights.shape = shape;
   weights.name = "trained test model";
-  weights.vocabulary = *read_vocabulary(file);
-  for (const GgufTensorInfo& info : file.tensors()) {
+  weights.vocabulary = *tokenizer::read_vocabulary(file);
+  for (const gguf::GgufTensorInfo& info : file.tensors()) {
     const std::span<const std::byte> bytes = file.tensor_bytes(info);
     std::vector<float> values(static_cast<size_t>(info.element_count));
     std::memcpy(values.data(), bytes.data(), bytes.size());
@@ -63,15 +63,15 @@ class LlamaWeightsDtypeTest : public ::testing::TestWithParam<DType> {};
 
 TEST_P(LlamaWeightsDtypeTest, TensorsMatchTheRandomWriterForTheSameValues) {
   const LlamaShape shape = test_shape(GetParam());
-  const GgufFile expected = parse(*make_random_llama_writer(shape, 5));
-  Result<GgufWriter> writer = make_llama_writer(random_weights(shape, 5));
+  const gguf::GgufFile expected = parse(*make_random_llama_writer(shape, 5));
+  Result<gguf::GgufWriter> writer = make_llama_writer(random_weights(shape, 5));
   ASSERT_TRUE(writer.ok()) << writer.status().to_string();
-  const GgufFile written = parse(*writer);
+  const gguf::GgufFile written = parse(*writer);
 
   ASSERT_EQ(written.tensors().size(), expected.tensors().size());
-  for (const GgufTensorInfo& info : expected.tensors()) {
+  for (const gguf::GgufTensorInfo& info : expected.tensors()) {
     SCOPED_TRACE(info.name);
-    const GgufTensorInfo* actual = written.find_tensor(info.name);
+    const gguf::GgufTensorInfo* actual = written.find_tensor(info.name);
     ASSERT_NE(actual, nullptr);
     EXPECT_EQ(actual->dimensions, info.dimensions);
     EXPECT_EQ(actual->type.name, info.type.name);
@@ -96,8 +96,8 @@ TEST(LlamaWeightsTest, WritesTheGivenVocabulary) {
   LlamaWeights weights = random_weights(test_shape(DType::kF16), 6);
   weights.vocabulary.add_space_prefix = false;
   weights.vocabulary.tokens[300] = "▁lighthouse";
-  const GgufFile written = parse(*make_llama_writer(weights));
-  Result<Tokenizer> tokenizer = Tokenizer::from_gguf(written);
+  const gguf::GgufFile written = parse(*make_llama_writer(weights));
+  Result<tokenizer::Tokenizer> tokenizer = tokenizer::Tokenizer::from_gguf(written);
   ASSERT_TRUE(tokenizer.ok()) << tokenizer.status().to_string();
   EXPECT_FALSE(tokenizer->vocabulary().add_space_prefix);
   EXPECT_EQ(tokenizer->find_piece("▁lighthouse"), 300);

@@ -26,8 +26,8 @@
 
 #include "folio/engine/model_engine.h"
 #include "folio/engine/perplexity.h"
-#include "folio/model/gguf_file.h"
-#include "folio/model/tokenizer.h"
+#include "folio/gguf/gguf_file.h"
+#include "folio/tokenizer/tokenizer.h"
 
 namespace folio::model {
 namespace {
@@ -55,9 +55,9 @@ std::string model_path(const std::string& dtype) {
 }
 
 // FNV-1a 64 over the ids as little-endian int32 (package.py hashes sentencepiece's ids so).
-uint64_t hash_ids(const std::vector<TokenId>& ids) {
+uint64_t hash_ids(const std::vector<tokenizer::TokenId>& ids) {
   uint64_t hash = 0xcbf29ce484222325ull;
-  for (TokenId id : ids) {
+  for (tokenizer::TokenId id : ids) {
     const auto value = static_cast<uint32_t>(id);
     for (int shift = 0; shift < 32; shift += 8) {
       hash = (hash ^ ((value >> shift) & 0xFF)) * 0x100000001b3ull;
@@ -66,10 +66,10 @@ uint64_t hash_ids(const std::vector<TokenId>& ids) {
   return hash;
 }
 
-Tokenizer open_tokenizer(const std::string& path) {
-  Result<GgufFile> file = GgufFile::open(path);
+tokenizer::Tokenizer open_tokenizer(const std::string& path) {
+  Result<gguf::GgufFile> file = gguf::GgufFile::open(path);
   EXPECT_TRUE(file.ok()) << file.status().to_string();
-  Result<Tokenizer> tokenizer = Tokenizer::from_gguf(*file);
+  Result<tokenizer::Tokenizer> tokenizer = tokenizer::Tokenizer::from_gguf(*file);
   EXPECT_TRUE(tokenizer.ok()) << tokenizer.status().to_string();
   return *tokenizer;
 }
@@ -80,8 +80,8 @@ TEST(ShippedModelTest, TokenizerMatchesSentencePieceAndRoundTripsHeldOutText) {
   const nlohmann::json& expected = record().at("tokenization");
   for (const char* dtype : {"f16", "q8_0"}) {
     SCOPED_TRACE(dtype);
-    const Tokenizer tokenizer = open_tokenizer(model_path(dtype));
-    const std::vector<TokenId> ids = tokenizer.encode(text, {.add_special = false});
+    const tokenizer::Tokenizer tokenizer = open_tokenizer(model_path(dtype));
+    const std::vector<tokenizer::TokenId> ids = tokenizer.encode(text, {.add_special = false});
     EXPECT_EQ(static_cast<int64_t>(ids.size()), expected.at("heldout_ids").get<int64_t>());
     char hash[17];
     std::snprintf(hash, sizeof(hash), "%016llx", static_cast<unsigned long long>(hash_ids(ids)));
@@ -91,7 +91,7 @@ TEST(ShippedModelTest, TokenizerMatchesSentencePieceAndRoundTripsHeldOutText) {
     ASSERT_TRUE(decoded.ok()) << decoded.status().to_string();
     EXPECT_TRUE(*decoded == text) << "decode(encode(held-out text)) differs from the text";
     // With special tokens: BOS first, and decoding skips it.
-    const std::vector<TokenId> with_bos = tokenizer.encode(text);
+    const std::vector<tokenizer::TokenId> with_bos = tokenizer.encode(text);
     ASSERT_EQ(with_bos.size(), ids.size() + 1);
     EXPECT_EQ(with_bos.front(), *tokenizer.bos());
   }
@@ -144,7 +144,7 @@ TEST(ShippedModelTest, GreedyGenerationMatchesPyTorchEagerAndReplayed) {
   const auto expected = golden.at("tokens").get<std::vector<int32_t>>();
   ASSERT_EQ(static_cast<int32_t>(expected.size()), max_tokens);
 
-  const Tokenizer tokenizer = open_tokenizer(model_path("f16"));
+  const tokenizer::Tokenizer tokenizer = open_tokenizer(model_path("f16"));
   EXPECT_EQ(tokenizer.encode(prompt), golden.at("prompt_ids").get<std::vector<int32_t>>());
 
   const std::vector<int32_t> eager = generate_greedy(model_path("f16"), prompt, max_tokens, false);

@@ -139,7 +139,7 @@ TEST_F(ServerTest, ChatRendersTheDefaultTemplate) {
   EXPECT_EQ(body["object"], "chat.completion");
   EXPECT_EQ(body["choices"][0]["message"]["role"], "assistant");
   EXPECT_EQ(server_->chat_template(), ChatTemplate::kChatMl);  // the model has no template
-  model::EncodeOptions options;
+  tokenizer::EncodeOptions options;
   options.parse_special = true;
   const std::vector<int32_t> tokens = model_engine_->model().tokenizer().encode(
       render_chat(ChatTemplate::kChatMl, messages), options);
@@ -261,10 +261,10 @@ class ScriptedStepRunner final : public engine::StepRunner {
   ScriptedStepRunner(int32_t vocab_size, int32_t prompt_length, std::vector<int32_t> script)
       : vocab_size_(vocab_size), prompt_length_(prompt_length), script_(std::move(script)) {}
 
-  Result<engine::StepOutput> run(const engine::ScheduledStep& step) override {
+  Result<ir::StepOutput> run(const ir::StepBatch& step) override {
     logits_.assign(step.logit_indices.size() * static_cast<size_t>(vocab_size_), 0.0f);
     size_t row = 0;
-    for (int32_t segment = 0; segment < step.num_sequences; ++segment) {
+    for (int32_t segment = 0; segment < step.num_sequences(); ++segment) {
       const int32_t last_token = step.query_start[segment + 1] - 1;
       if (row >= step.logit_indices.size() || step.logit_indices[row] != last_token) continue;
       const int32_t generated = step.seq_lens[segment] - prompt_length_;
@@ -272,7 +272,7 @@ class ScriptedStepRunner final : public engine::StepRunner {
       logits_[row * static_cast<size_t>(vocab_size_) + static_cast<size_t>(token)] = 1.0f;
       ++row;
     }
-    return engine::StepOutput{vocab_size_, logits_};
+    return ir::StepOutput{logits_, step.num_logit_rows(), vocab_size_};
   }
   int32_t vocab_size() const override { return vocab_size_; }
 
@@ -284,9 +284,10 @@ class ScriptedStepRunner final : public engine::StepRunner {
 };
 
 TEST(ServerUtf8Test, LoneByteTokensBecomeReplacementCharactersNeverErrors) {
-  const model::Tokenizer tokenizer = testing::make_tiny_model()->tokenizer();
+  const tokenizer::Tokenizer tokenizer = testing::make_tiny_model()->tokenizer();
   auto byte_token = [&](int byte) {
-    const std::optional<model::TokenId> id = tokenizer.find_piece(fmt::format("<0x{:02X}>", byte));
+    const std::optional<tokenizer::TokenId> id =
+        tokenizer.find_piece(fmt::format("<0x{:02X}>", byte));
     EXPECT_TRUE(id.has_value()) << byte;
     return static_cast<int32_t>(id.value_or(0));
   };

@@ -18,13 +18,13 @@
 #include <nlohmann/json.hpp>
 
 #include "folio/engine/model_engine.h"
-#include "folio/engine/toy_step_runner.h"
+#include "folio/gguf/gguf_file.h"
 #include "folio/kv/block_copier.h"
 #include "folio/kv/fixed_page_source.h"
-#include "folio/model/gguf_file.h"
 #include "folio/model/llama_model.h"
 #include "folio/model/llama_model_file.h"
 #include "folio/server/server.h"
+#include "testing/toy_step_runner.h"
 
 namespace folio::server::testing {
 
@@ -44,14 +44,14 @@ inline model::LlamaShape tiny_shape() {
 
 // A generated model parsed from memory; `chat_template` goes into tokenizer.chat_template.
 inline std::unique_ptr<model::LlamaModel> make_tiny_model(const std::string& chat_template = {}) {
-  Result<model::GgufWriter> writer = model::make_random_llama_writer(tiny_shape(), /*seed=*/11);
+  Result<gguf::GgufWriter> writer = model::make_random_llama_writer(tiny_shape(), /*seed=*/11);
   EXPECT_TRUE(writer.ok()) << writer.status();
   if (!chat_template.empty()) {
-    writer->set("tokenizer.chat_template", model::GgufValue::of_string(chat_template));
+    writer->set("tokenizer.chat_template", gguf::GgufValue::of_string(chat_template));
   }
   Result<std::vector<uint8_t>> bytes = writer->write_to_buffer();
   EXPECT_TRUE(bytes.ok()) << bytes.status();
-  Result<model::GgufFile> file = model::GgufFile::parse_owned(std::move(*bytes), "tiny.gguf");
+  Result<gguf::GgufFile> file = gguf::GgufFile::parse_owned(std::move(*bytes), "tiny.gguf");
   EXPECT_TRUE(file.ok()) << file.status();
   Result<std::unique_ptr<model::LlamaModel>> opened =
       model::LlamaModel::from_file(std::move(*file));
@@ -70,9 +70,9 @@ inline engine::ModelEngineOptions tiny_engine_options() {
 }
 
 // The engine's text decoder over a tokenizer, exactly as ModelEngine builds it.
-inline engine::TextDecoderFactory tokenizer_text_decoder(const model::Tokenizer* tokenizer) {
+inline engine::TextDecoderFactory tokenizer_text_decoder(const tokenizer::Tokenizer* tokenizer) {
   return engine::make_span_text_decoder_factory([tokenizer](std::span<const int32_t> ids) {
-    model::DecodeOptions options;
+    tokenizer::DecodeOptions options;
     options.strip_leading_space = false;
     return tokenizer->decode(ids, options).value();
   });
@@ -99,8 +99,9 @@ class ToyServedEngine {
         std::move(kv::BlockManager::create(kv_options, *page_source_, copier_, nullptr).value());
     const auto vocab = static_cast<int32_t>(model_->tokenizer().vocab_size());
     if (runner == nullptr) {
-      auto toy = std::move(engine::ToyStepRunner::create(block_manager_->layout(), vocab).value());
-      toy->set_step_observer([this](const engine::ScheduledStep&) {
+      auto toy = std::move(
+          engine::testing::ToyStepRunner::create(block_manager_->layout(), vocab).value());
+      toy->set_step_observer([this](const ir::StepBatch&) {
         std::unique_lock lock(gate_mutex_);
         gate_changed_.wait(lock, [&] { return gate_open_; });
         if (step_delay_.count() > 0)
@@ -149,7 +150,7 @@ class ToyServedEngine {
     served.context_length = block_manager_->options().max_context_tokens;
     return served;
   }
-  const model::Tokenizer& tokenizer() const { return model_->tokenizer(); }
+  const tokenizer::Tokenizer& tokenizer() const { return model_->tokenizer(); }
 
  private:
   std::unique_ptr<model::LlamaModel> model_;

@@ -1,5 +1,6 @@
 // Pseudo-random numbers reproducible across runs, compilers and platforms, for seeded sampling
-// and for generated model weights.
+// and for generated model weights (which also rules out libm transcendentals, whose last bit
+// varies between libraries: approximately_normal uses only +, - and *).
 //
 // Sampling with a seed must give the same tokens everywhere, and a seed must give the same model
 // bytes everywhere, so the generator is a documented
@@ -17,6 +18,7 @@
 
 #include <array>
 #include <cstdint>
+#include <string_view>
 
 namespace folio {
 
@@ -75,5 +77,23 @@ class Xoshiro256StarStar {
 
   State state_{};
 };
+
+// 64-bit FNV-1a of a name, to give each tensor its own stream.
+constexpr uint64_t fnv1a64(std::string_view text) {
+  uint64_t hash = 0xcbf29ce484222325ull;
+  for (char c : text) {
+    hash ^= static_cast<uint8_t>(c);
+    hash *= 0x100000001b3ull;
+  }
+  return hash;
+}
+
+// Mean 0, variance 1, in [-2*sqrt(3), 2*sqrt(3)]: four uniforms of `random`.
+inline double approximately_normal(Xoshiro256StarStar& random) {
+  constexpr double kSqrt3 = 1.7320508075688772;
+  const double sum = random.next_double() + random.next_double() + random.next_double() +
+                     random.next_double();  // mean 2, variance 1/3
+  return (sum - 2.0) * kSqrt3;
+}
 
 }  // namespace folio

@@ -70,7 +70,7 @@ Engine::Engine(const EngineOptions& options, const EngineParts& parts, EngineMet
           parts.block_manager->options().geometry.block_size),
       metrics_(std::move(metrics)),
       scheduler_(std::move(scheduler)),
-      step_inputs_(max_blocks_per_sequence_) {}
+      step_batch_builder_(max_blocks_per_sequence_) {}
 
 Engine::~Engine() {
   stop();

@@ -1,7 +1,7 @@
 // Engine: continuous batching of requests over one model, one step at a time, on its own thread.
 //
 // A step (DESIGN.md "One step of the engine"): drain the inbox (submissions, cancellations) ->
-// schedule (scheduler.h) -> run the KV block copies -> build the step's arrays (step_inputs.h)
+// schedule (scheduler.h) -> run the KV block copies -> build the step batch (step_batch_builder.h)
 // -> StepRunner::run -> sample one token per logits row (sampler.h) -> append it, detokenize,
 // match stops -> stream it -> finish sequences that are done (their blocks are freed, full
 // computed blocks stay CACHED) -> report.
@@ -39,7 +39,7 @@
 #include "folio/engine/request.h"
 #include "folio/engine/sampler.h"
 #include "folio/engine/scheduler.h"
-#include "folio/engine/step_inputs.h"
+#include "folio/engine/step_batch_builder.h"
 #include "folio/engine/step_runner.h"
 #include "folio/engine/text_decoder.h"
 #include "folio/kv/block_manager.h"
@@ -139,7 +139,7 @@ class Engine {
 
   // --- Driving thread only.
   std::unique_ptr<Scheduler> scheduler_;
-  StepInputs step_inputs_;
+  StepBatchBuilder step_batch_builder_;
   Sampler sampler_;
   std::vector<float> logits_scratch_;  // f32 [vocab]: the sampler rewrites its row
   std::unordered_map<RequestId, std::unique_ptr<RequestState>> requests_;

@@ -49,10 +49,10 @@ void Engine::run_plan(StepPlan& plan, TimePoint started) {
     fail_segments(plan, copied.with_context("copying KV blocks before the step"));
     return;
   }
-  const Status built = step_inputs_.build(plan, block_manager_);
-  FOLIO_CHECK(built.ok(), "laying out a step: {}", built.to_string());
-  const ScheduledStep step = step_inputs_.view();
-  Result<StepOutput> output = runner_.run(step);
+  Result<ir::StepBatch> built = step_batch_builder_.build(plan, block_manager_);
+  FOLIO_CHECK(built.ok(), "laying out a step: {}", built.status().to_string());
+  const ir::StepBatch& step = *built;
+  Result<ir::StepOutput> output = runner_.run(step);
   if (!output.ok()) {
     fail_segments(plan, output.status().with_context("model step"));
     return;

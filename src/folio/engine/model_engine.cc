@@ -50,11 +50,7 @@ Status ModelEngine::build_memory(const ModelEngineOptions& options) {
 
   const model::LlamaShape& shape = model_->shape();
   kv::BlockManagerOptions kv_options;
-  kv_options.geometry.block_size = options.block_size;
-  kv_options.geometry.num_layers = static_cast<int32_t>(shape.num_layers);
-  kv_options.geometry.num_kv_heads = static_cast<int32_t>(shape.num_kv_heads);
-  kv_options.geometry.head_dim = static_cast<int32_t>(shape.head_dim());
-  kv_options.geometry.dtype = options.kv_dtype;
+  kv_options.geometry = model_->kv_cache_geometry(options.block_size, options.kv_dtype);
   // Enough padding blocks for the bucket ladder's largest padding (the executor checks it).
   FOLIO_ASSIGN_OR_RETURN(const exec::BucketPolicy ladder,
                          exec::BucketPolicy::create(exec::BucketPolicy::default_ladder()));
@@ -78,8 +74,7 @@ Status ModelEngine::build_executor(const ModelEngineOptions& options) {
   const int64_t num_blocks = int64_t{page_source_->capacity_pages()} * numbers.blocks_per_page;
   const int32_t max_blocks_per_sequence =
       ceil_div(kv_options.max_context_tokens, kv_options.geometry.block_size);
-  model::KvCacheGeometry geometry{num_blocks, kv_options.geometry.block_size,
-                                  max_blocks_per_sequence, kv_options.geometry.dtype};
+  const ir::KvCacheShape kv_cache{kv_options.geometry, num_blocks, max_blocks_per_sequence};
 
   exec::ExecutorOptions executor_options;
   executor_options.name = "model";
@@ -94,15 +89,14 @@ Status ModelEngine::build_executor(const ModelEngineOptions& options) {
   executor_options.metrics = &registry_;
   exec::ExecutorResources resources{*thread_pool_, *arena_, model_->weights(),
                                     exec::KvCacheBinding{numbers, num_blocks}};
-  FOLIO_ASSIGN_OR_RETURN(executor_, exec::Executor::create(model_->graph_factory(geometry),
+  FOLIO_ASSIGN_OR_RETURN(executor_, exec::Executor::create(model_->graph_factory(kv_cache),
                                                            resources, executor_options));
   if (options.use_graphs && options.precapture_seconds > 0) {
-    const exec::StepPhase decode = exec::StepPhase::kDecode;
+    const ir::StepPhase decode = ir::StepPhase::kDecode;
     FOLIO_RETURN_IF_ERROR(
         executor_->precapture(std::span(&decode, 1), options.precapture_seconds).status());
   }
-  runner_ = std::make_unique<ModelStepRunner>(
-      *executor_, static_cast<int32_t>(model_->shape().vocab_size), max_blocks_per_sequence);
+  runner_ = std::make_unique<ModelStepRunner>(*executor_);
   return Status();
 }
 
@@ -120,7 +114,7 @@ Result<std::unique_ptr<ModelEngine>> ModelEngine::create(std::unique_ptr<model::
   EngineOptions engine_options;
   engine_options.scheduler = options.scheduler;
   engine_options.seed = options.seed;
-  if (std::optional<model::TokenId> eos = bundle->model_->tokenizer().eos()) {
+  if (std::optional<tokenizer::TokenId> eos = bundle->model_->tokenizer().eos()) {
     engine_options.eos_token = static_cast<int32_t>(*eos);
   }
   EngineParts parts;
@@ -128,12 +122,12 @@ Result<std::unique_ptr<ModelEngine>> ModelEngine::create(std::unique_ptr<model::
   parts.runner = bundle->runner_.get();
   parts.has_swap_space = bundle->swap_space_ != nullptr;
   parts.registry = &bundle->registry_;
-  const model::Tokenizer* tokenizer = &bundle->model_->tokenizer();
+  const tokenizer::Tokenizer* tokenizer = &bundle->model_->tokenizer();
   parts.text_decoder_factory =
       make_span_text_decoder_factory([tokenizer](std::span<const int32_t> ids) {
         // The sampler only draws ids inside the vocabulary, so decoding cannot fail. Generated
         // text continues the prompt, so a leading space is kept.
-        model::DecodeOptions options;
+        tokenizer::DecodeOptions options;
         options.strip_leading_space = false;
         Result<std::string> text = tokenizer->decode(ids, options);
         FOLIO_CHECK(text.ok(), "decoding generated tokens: {}", text.status().to_string());

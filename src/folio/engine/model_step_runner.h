@@ -1,6 +1,6 @@
-// ModelStepRunner: the real StepRunner: a scheduled step's flat arrays go to the graph executor
-// (exec/), which pads them to a bucket and replays (or captures, or runs eagerly) the model's
-// step graph, and returns one logits row per wanted token.
+// ModelStepRunner: the real StepRunner: a scheduled step's batch goes as it is to the graph
+// executor (exec/), which validates it, pads it to a bucket and replays (or captures, or runs
+// eagerly) the model's step graph, and returns one logits row per wanted token.
 //
 // Thread-safety: run() on the engine thread only (the executor is single-threaded).
 #pragma once
@@ -12,24 +12,19 @@ namespace folio::engine {
 
 class ModelStepRunner final : public StepRunner {
  public:
-  // `executor` must outlive the runner; its graphs were emitted for block tables of
-  // `max_blocks_per_sequence` columns.
-  ModelStepRunner(exec::Executor& executor, int32_t vocab_size, int32_t max_blocks_per_sequence)
-      : executor_(executor),
-        vocab_size_(vocab_size),
-        max_blocks_per_sequence_(max_blocks_per_sequence) {}
+  // `executor` must outlive the runner.
+  explicit ModelStepRunner(exec::Executor& executor) : executor_(executor) {}
 
-  Result<StepOutput> run(const ScheduledStep& step) override;
-  int32_t vocab_size() const override { return vocab_size_; }
+  Result<ir::StepOutput> run(const ir::StepBatch& step) override;
+  int32_t vocab_size() const override {
+    return static_cast<int32_t>(executor_.limits().vocab_size);
+  }
 
   // How the last step ran (replayed, captured, eager): for statistics and tests.
-  exec::StepPath last_path() const { return last_path_; }
+  exec::StepPath last_path() const { return executor_.last_step_path(); }
 
  private:
   exec::Executor& executor_;
-  const int32_t vocab_size_;
-  const int32_t max_blocks_per_sequence_;
-  exec::StepPath last_path_ = exec::StepPath::kEager;
 };
 
 }  // namespace folio::engine

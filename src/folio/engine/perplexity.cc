@@ -39,7 +39,7 @@ class WindowSequence {
   // Allocates blocks for every token of the window, with no prefix-cache hits (each position's
   // logits are needed, so every token must run) and no watermark (nothing else is running).
   Status allocate(std::span<const int32_t> tokens) {
-    kv::AllocationRequest request;
+    kv::BlockAllocationRequest request;
     request.tokens = tokens;
     request.max_hit_tokens = 0;
     request.apply_watermark = false;
@@ -105,19 +105,21 @@ class WindowEvaluator {
     FOLIO_RETURN_IF_ERROR(block_manager_.fill_slot_mapping(std::span(&segment, 1), slots_));
     const int32_t query_start[] = {0, count};
     const int32_t context_length = start + count;
-    const exec::StepInputs step{
+    const ir::StepBatch step{
         window_tokens.subspan(static_cast<size_t>(start), static_cast<size_t>(count)),
         positions_,
         slots_,
         query_start,
         std::span(&context_length, 1),
         block_tables_,
-        logit_indices_};
-    FOLIO_ASSIGN_OR_RETURN(exec::StepOutput output, executor_.execute(step));
+        logit_indices_,
+        {},
+        executor_.limits().max_blocks_per_sequence};
+    FOLIO_ASSIGN_OR_RETURN(ir::StepOutput output, executor_.execute(step));
     FOLIO_CHECK(output.num_rows == static_cast<int32_t>(logit_indices_.size()),
                 "executor returned {} logit rows for {} asked", output.num_rows,
                 logit_indices_.size());
-    const auto vocab = static_cast<size_t>(output.vocab);
+    const auto vocab = static_cast<size_t>(output.vocab_size);
     for (size_t row = 0; row < logit_indices_.size(); ++row) {
       // The logits at window position q predict the token at q + 1.
       const int32_t position = start + logit_indices_[row];
@@ -205,19 +207,19 @@ Result<std::vector<PerplexityWindow>> plan_perplexity_windows(int64_t num_tokens
   return windows;
 }
 
-Result<std::vector<int32_t>> perplexity_tokens(const model::Tokenizer& tokenizer,
+Result<std::vector<int32_t>> perplexity_tokens(const tokenizer::Tokenizer& tokenizer,
                                                std::string_view text) {
   if (text.empty()) return invalid_argument("the text is empty; perplexity needs some text");
-  model::EncodeOptions options;
+  tokenizer::EncodeOptions options;
   options.add_special = false;
   options.parse_special = false;
-  const std::vector<model::TokenId> encoded = tokenizer.encode(text, options);
+  const std::vector<tokenizer::TokenId> encoded = tokenizer.encode(text, options);
   std::vector<int32_t> tokens;
   tokens.reserve(encoded.size() + 1);
-  if (std::optional<model::TokenId> bos = tokenizer.bos()) {
+  if (std::optional<tokenizer::TokenId> bos = tokenizer.bos()) {
     tokens.push_back(static_cast<int32_t>(*bos));
   }
-  for (model::TokenId id : encoded) tokens.push_back(static_cast<int32_t>(id));
+  for (tokenizer::TokenId id : encoded) tokens.push_back(static_cast<int32_t>(id));
   return tokens;
 }
 

@@ -1,5 +1,5 @@
 // Perplexity: how well a model predicts a text, the engine's end-to-end correctness check
-// (docs/design/perplexity.md). Perplexity = exp(mean negative log-likelihood per token); a model
+// (docs/notes/perplexity.md). Perplexity = exp(mean negative log-likelihood per token); a model
 // that predicts every token with probability 1/k has perplexity k.
 //
 // Definition (the one the PyTorch reference and the training scripts compute):
@@ -33,7 +33,7 @@
 
 #include "folio/base/result.h"
 #include "folio/engine/model_engine.h"
-#include "folio/model/tokenizer.h"
+#include "folio/tokenizer/tokenizer.h"
 
 namespace folio::engine {
 
@@ -83,7 +83,7 @@ Result<std::vector<PerplexityWindow>> plan_perplexity_windows(int64_t num_tokens
 
 // tokens = [BOS] + encode(text) without special-token parsing (no BOS when the vocabulary has
 // none). Errors: an empty text.
-Result<std::vector<int32_t>> perplexity_tokens(const model::Tokenizer& tokenizer,
+Result<std::vector<int32_t>> perplexity_tokens(const tokenizer::Tokenizer& tokenizer,
                                                std::string_view text);
 
 // The perplexity of `tokens` (BOS included) under `model_engine`'s model. Errors

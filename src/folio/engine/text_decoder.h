@@ -3,7 +3,7 @@
 // Stop strings are matched on decoded text and streamed text deltas come from it, so the engine
 // needs text as tokens arrive. A TextDecoder turns a stream of generated token ids into text
 // that never ends inside a UTF-8 character: push() returns the text made final by one more
-// token, finish() whatever is still held. model::IncrementalDecoder has exactly this shape; a
+// token, finish() whatever is still held. tokenizer::IncrementalDecoder has exactly this shape; a
 // factory wrapping it is three lines. make_span_text_decoder_factory adapts a plain
 // "decode these ids" callback instead (simpler, O(n) per token).
 //

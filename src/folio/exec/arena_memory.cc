@@ -6,7 +6,7 @@ namespace folio::exec {
 
 Result<PhysicalRun> PoolArenaMemory::acquire(size_t bytes) {
   FOLIO_DCHECK(bytes > 0 && bytes % granule() == 0);
-  memory::AllocationRequest request;
+  memory::PageAllocationRequest request;
   request.num_pages = static_cast<int64_t>(bytes / granule());
   request.content = memory::ContentType::kGraphArena;
   // Pinned for the arena's lifetime: captured programs hold addresses into these pages, so the

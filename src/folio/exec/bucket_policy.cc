@@ -5,16 +5,6 @@
 
 namespace folio::exec {
 
-std::string_view step_phase_name(StepPhase phase) {
-  switch (phase) {
-    case StepPhase::kDecode:
-      return "decode";
-    case StepPhase::kPrefill:
-      return "prefill";
-  }
-  return "unknown";
-}
-
 std::vector<int32_t> BucketPolicy::default_ladder() {
   std::vector<int32_t> ladder = {1, 2, 4};
   for (int32_t size = 8; size <= 64; size += 8) ladder.push_back(size);

@@ -18,18 +18,13 @@
 #include <vector>
 
 #include "folio/base/result.h"
+#include "folio/ir/step_batch.h"
 
 namespace folio::exec {
 
-// Decode-only steps replay one full graph; steps with any prefill token replay a piecewise
-// program (graph pieces around eagerly run attention).
-enum class StepPhase : uint8_t { kDecode, kPrefill };
-
-std::string_view step_phase_name(StepPhase phase);
-
 struct BucketKey {
   int32_t num_tokens = 0;  // padded token count
-  StepPhase phase = StepPhase::kDecode;
+  ir::StepPhase phase = ir::StepPhase::kDecode;
 
   auto operator<=>(const BucketKey&) const = default;
 };

@@ -43,7 +43,7 @@ Status check_options(const ExecutorOptions& options, const BucketPolicy& policy,
 
 }  // namespace
 
-Executor::Executor(GraphFactory factory, const ExecutorResources& resources,
+Executor::Executor(ir::GraphFactory factory, const ExecutorResources& resources,
                    ExecutorOptions options, BucketPolicy policy)
     : factory_(std::move(factory)),
       pool_(resources.pool),
@@ -54,7 +54,7 @@ Executor::Executor(GraphFactory factory, const ExecutorResources& resources,
       policy_(std::move(policy)),
       stream_(resources.pool) {}
 
-Result<std::unique_ptr<Executor>> Executor::create(GraphFactory factory,
+Result<std::unique_ptr<Executor>> Executor::create(ir::GraphFactory factory,
                                                    const ExecutorResources& resources,
                                                    ExecutorOptions options) {
   FOLIO_ASSIGN_OR_RETURN(BucketPolicy policy, BucketPolicy::create(options.bucket_ladder));
@@ -78,21 +78,21 @@ Status Executor::initialize() {
   limits_.num_dummy_blocks = options_.num_dummy_blocks;
 
   // The largest bucket's graph sizes what must be known before the first capture.
-  const StepShape largest = shape_for(policy_.largest(), StepPhase::kDecode);
+  const ir::StepShape largest = shape_for(policy_.largest(), ir::StepPhase::kDecode);
   Result<ir::Graph> graph = factory_(largest);
   if (!graph.ok()) return graph.status().with_context("building the largest bucket's graph");
   vocab_ = vocab_of(*graph);
   limits_.vocab_size = vocab_;
-  if (const std::optional<ir::TensorId> tables = graph->find_tensor(kInputBlockTables)) {
+  if (const std::optional<ir::TensorId> tables = graph->find_tensor(ir::kInputBlockTables)) {
     limits_.max_blocks_per_sequence = static_cast<int32_t>(graph->tensor(*tables).shape[1]);
   } else {
     limits_.max_blocks_per_sequence = 1;
   }
   FOLIO_ASSIGN_OR_RETURN(inputs_, PersistentInputs::create(limits_));
   validation_scratch_.reserve(static_cast<size_t>(limits_.max_tokens));  // steps never allocate
-  const std::optional<ir::TensorId> logits = graph->find_tensor(kOutputLogits);
+  const std::optional<ir::TensorId> logits = graph->find_tensor(ir::kOutputLogits);
   if (!logits || graph->tensor(*logits).residency != ir::Residency::kOutput) {
-    return invalid_argument("the step graph has no output named '{}'", kOutputLogits);
+    return invalid_argument("the step graph has no output named '{}'", ir::kOutputLogits);
   }
   const PrepareContext context{weights_, kv_cache_, *inputs_, pool_.num_threads()};
   FOLIO_ASSIGN_OR_RETURN(std::unique_ptr<PreparedGraph> prepared,
@@ -109,19 +109,20 @@ Executor::~Executor() {
   if (attached_) arena_.detach();
 }
 
-StepShape Executor::shape_for(int32_t num_tokens, StepPhase phase) const {
+ir::StepShape Executor::shape_for(int32_t num_tokens, ir::StepPhase phase) const {
   const int32_t tokens = policy_.padded_size(num_tokens).value_or(num_tokens);
   const int32_t max_logit_rows =
       options_.max_logit_rows == 0 ? options_.max_sequences : options_.max_logit_rows;
-  return StepShape{tokens, std::min(tokens, options_.max_sequences),
-                   std::min(tokens, max_logit_rows), phase};
+  return ir::StepShape{tokens, std::min(tokens, options_.max_sequences),
+                       std::min(tokens, max_logit_rows), phase};
 }
 
-Result<std::unique_ptr<PreparedGraph>> Executor::prepare(const StepShape& shape) {
+Result<std::unique_ptr<PreparedGraph>> Executor::prepare(const ir::StepShape& shape) {
   Result<ir::Graph> graph = factory_(shape);
   if (!graph.ok()) {
     return graph.status().with_context(fmt::format("building the step graph for {} tokens ({})",
-                                                   shape.num_tokens, step_phase_name(shape.phase)));
+                                                   shape.num_tokens,
+                                                   ir::step_phase_name(shape.phase)));
   }
   const PrepareContext context{weights_, kv_cache_, *inputs_, pool_.num_threads()};
   return PreparedGraph::prepare(std::move(graph).value(), context);
@@ -148,13 +149,13 @@ Result<std::vector<std::byte*>> Executor::output_addresses(
   return addresses;
 }
 
-Result<const Program*> Executor::capture(const StepShape& shape) {
+Result<const Program*> Executor::capture(const ir::StepShape& shape) {
   FOLIO_ASSIGN_OR_RETURN(std::unique_ptr<PreparedGraph> prepared, prepare(shape));
   FOLIO_ASSIGN_OR_RETURN(const std::vector<std::byte*> outputs,
                          output_addresses(prepared->graph(), persistent_outputs_, false));
   CaptureOptions capture_options;
   capture_options.kind =
-      shape.phase == StepPhase::kDecode ? ProgramKind::kFullGraph : ProgramKind::kPiecewise;
+      shape.phase == ir::StepPhase::kDecode ? ProgramKind::kFullGraph : ProgramKind::kPiecewise;
   capture_options.capture_lengths_by_value_for_testing =
       options_.capture_lengths_by_value_for_testing;
   FOLIO_ASSIGN_OR_RETURN(
@@ -164,7 +165,7 @@ Result<const Program*> Executor::capture(const StepShape& shape) {
   return cache_->insert(BucketKey{shape.num_tokens, shape.phase}, std::move(program));
 }
 
-Status Executor::run_eagerly(const StepShape& shape, StepOutput& output) {
+Status Executor::run_eagerly(const ir::StepShape& shape, ir::StepOutput& output) {
   auto found = eager_graphs_.find(shape);
   if (found == eager_graphs_.end()) {
     if (eager_graphs_.size() >= kMaxEagerGraphs) eager_graphs_.clear();
@@ -181,47 +182,48 @@ Status Executor::run_eagerly(const StepShape& shape, StepOutput& output) {
 
 std::span<const float> Executor::logits_of(
     const std::unordered_map<std::string, HostBuffer>& buffers, int32_t rows) const {
-  const auto found = buffers.find(std::string(kOutputLogits));
+  const auto found = buffers.find(std::string(ir::kOutputLogits));
   FOLIO_CHECK(found != buffers.end(), "no logits buffer");
   return std::span<const float>(found->second.as<const float>(),
                                 static_cast<size_t>(int64_t{rows} * vocab_));
 }
 
-Result<StepOutput> Executor::execute(const StepInputs& step) {
+Result<ir::StepOutput> Executor::execute(const ir::StepBatch& step) {
   FOLIO_RETURN_IF_ERROR(validate_step(step, limits_, validation_scratch_));
   const int32_t tokens = step.num_tokens();
   const bool above_ladder = tokens > policy_.largest();
-  StepOutput output;
-  output.shape = shape_for(tokens, step.phase());
+  ir::StepOutput output;
   output.num_rows = step.num_logit_rows();
-  output.vocab = vocab_;
-  inputs_->write(step, output.shape);
-  cache_->record_tokens(tokens, output.shape.num_tokens - tokens);
+  output.vocab_size = static_cast<int32_t>(vocab_);
+  last_step_shape_ = shape_for(tokens, step.phase());
+  const ir::StepShape& shape = last_step_shape_;
+  inputs_->write(step, shape);
+  cache_->record_tokens(tokens, shape.num_tokens - tokens);
   if (above_ladder || options_.mode == ExecutionMode::kEager) {
     if (above_ladder) cache_->record_eager_fallback();
-    output.path = above_ladder ? StepPath::kEagerFallback : StepPath::kEager;
-    FOLIO_RETURN_IF_ERROR(run_eagerly(output.shape, output));
+    last_step_path_ = above_ladder ? StepPath::kEagerFallback : StepPath::kEager;
+    FOLIO_RETURN_IF_ERROR(run_eagerly(shape, output));
     return output;
   }
-  const BucketKey key{output.shape.num_tokens, output.shape.phase};
+  const BucketKey key{shape.num_tokens, shape.phase};
   const Program* program = cache_->find(key);
-  output.path = StepPath::kReplayed;
+  last_step_path_ = StepPath::kReplayed;
   if (program != nullptr) {
     cache_->record_hit();
   } else {
     cache_->record_miss();
-    Result<const Program*> captured = capture(output.shape);
+    Result<const Program*> captured = capture(shape);
     if (!captured.ok() && captured.status().code() == StatusCode::kResourceExhausted) {
       // No memory for the arena right now: this step runs eagerly, a later one retries.
       log::debug("executor '{}': {}; running eagerly", options_.name,
                  captured.status().to_string());
       cache_->record_capture_failure();
-      output.path = StepPath::kEagerFallback;
-      FOLIO_RETURN_IF_ERROR(run_eagerly(output.shape, output));
+      last_step_path_ = StepPath::kEagerFallback;
+      FOLIO_RETURN_IF_ERROR(run_eagerly(shape, output));
       return output;
     }
     FOLIO_ASSIGN_OR_RETURN(program, std::move(captured));
-    output.path = StepPath::kCapturedAndReplayed;
+    last_step_path_ = StepPath::kCapturedAndReplayed;
   }
   {
     const ArenaReplayLock lock = arena_.lock_for_replay();
@@ -231,14 +233,14 @@ Result<StepOutput> Executor::execute(const StepInputs& step) {
   return output;
 }
 
-Result<int32_t> Executor::precapture(std::span<const StepPhase> phases,
+Result<int32_t> Executor::precapture(std::span<const ir::StepPhase> phases,
                                      double time_budget_seconds) {
   const auto start = std::chrono::steady_clock::now();
   int32_t captured = 0;
   std::vector<int32_t> sizes = policy_.ladder();
   std::reverse(sizes.begin(), sizes.end());  // largest first: the arena reaches its size at once
   for (int32_t size : sizes) {
-    for (StepPhase phase : phases) {
+    for (ir::StepPhase phase : phases) {
       const double elapsed =
           std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
       if (elapsed >= time_budget_seconds) return captured;

@@ -10,8 +10,8 @@
 //   Decode-only buckets capture one full graph; prefill buckets a piecewise program with
 //   attention run eagerly between the pieces (program.h).
 //
-// The step graph of each bucket comes from a GraphFactory (the model layer emits it for a
-// StepShape); the executor binds it to the weights, the paged KV cache and its own persistent
+// The step graph of each bucket comes from an ir::GraphFactory (the model layer emits it for an
+// ir::StepShape); the executor binds it to the weights, the paged KV cache and its own persistent
 // buffers. Output tensors go to persistent output buffers sized for the largest bucket and
 // shared by every program; the output named "logits" (f32 [R, vocab]) is returned.
 //
@@ -37,13 +37,11 @@
 #include "folio/exec/multi_shape_arena.h"
 #include "folio/exec/persistent_inputs.h"
 #include "folio/exec/prepared_graph.h"
-#include "folio/exec/step_inputs.h"
+#include "folio/exec/step_limits.h"
 #include "folio/exec/tensor_binding.h"
 #include "folio/ir/graph.h"
 
 namespace folio::exec {
-
-inline constexpr std::string_view kOutputLogits = "logits";
 
 enum class ExecutionMode : uint8_t {
   kGraph,  // capture once per bucket, then replay
@@ -67,8 +65,6 @@ struct ExecutorOptions {
   bool capture_lengths_by_value_for_testing = false;
 };
 
-using GraphFactory = std::function<Result<ir::Graph>(const StepShape& shape)>;
-
 enum class StepPath : uint8_t {
   kReplayed,             // cache hit
   kCapturedAndReplayed,  // cache miss
@@ -76,18 +72,10 @@ enum class StepPath : uint8_t {
   kEagerFallback,        // above the largest bucket, or no arena memory for a capture
 };
 
-struct StepOutput {
-  std::span<const float> logits;  // f32 [num_rows, vocab], valid until the next execute()
-  int32_t num_rows = 0;
-  int64_t vocab = 0;
-  StepShape shape;  // the padded shape the step ran at
-  StepPath path = StepPath::kEager;
-};
-
 struct ExecutorResources {
   ThreadPool& pool;
   MultiShapeArena& arena;
-  const WeightSource& weights;
+  const ir::WeightSource& weights;
   KvCacheBinding kv_cache;
 };
 
@@ -96,18 +84,22 @@ class Executor {
   // Builds and prepares the largest bucket's graph to size the persistent buffers and to check
   // the model binds (weights, KV cache, inputs) before any step. Errors: bad options, or any
   // error of preparing that graph.
-  static Result<std::unique_ptr<Executor>> create(GraphFactory factory,
+  static Result<std::unique_ptr<Executor>> create(ir::GraphFactory factory,
                                                   const ExecutorResources& resources,
                                                   ExecutorOptions options);
   ~Executor();
   Executor(const Executor&) = delete;
   Executor& operator=(const Executor&) = delete;
 
-  Result<StepOutput> execute(const StepInputs& step);
+  // The logits rows of `step` (valid until the next execute()).
+  Result<ir::StepOutput> execute(const ir::StepBatch& step);
+  // The padded shape the last executed step ran at, and how it ran.
+  const ir::StepShape& last_step_shape() const { return last_step_shape_; }
+  StepPath last_step_path() const { return last_step_path_; }
 
   // Captures the programs of every bucket of `phases` not cached yet, largest first, until
   // `time_budget_seconds` is spent; returns how many it captured.
-  Result<int32_t> precapture(std::span<const StepPhase> phases, double time_budget_seconds);
+  Result<int32_t> precapture(std::span<const ir::StepPhase> phases, double time_budget_seconds);
 
   GraphCacheStats stats() const { return cache_->stats(); }
   const GraphCache& cache() const { return *cache_; }
@@ -116,25 +108,25 @@ class Executor {
   // The stream steps run on (its launch counters tell eager launches from replayed kernels).
   const device::HostStream& stream() const { return stream_; }
   // The shape a step of `num_tokens` tokens runs at (padded unless above the largest bucket).
-  StepShape shape_for(int32_t num_tokens, StepPhase phase) const;
+  ir::StepShape shape_for(int32_t num_tokens, ir::StepPhase phase) const;
 
  private:
-  Executor(GraphFactory factory, const ExecutorResources& resources, ExecutorOptions options,
+  Executor(ir::GraphFactory factory, const ExecutorResources& resources, ExecutorOptions options,
            BucketPolicy policy);
   Status initialize();
-  Result<std::unique_ptr<PreparedGraph>> prepare(const StepShape& shape);
+  Result<std::unique_ptr<PreparedGraph>> prepare(const ir::StepShape& shape);
   // Output addresses (by tensor id) of `graph` in `buffers`, grown when `grow` is set.
   Result<std::vector<std::byte*>> output_addresses(
       const ir::Graph& graph, std::unordered_map<std::string, HostBuffer>& buffers, bool grow);
-  Result<const Program*> capture(const StepShape& shape);
-  Status run_eagerly(const StepShape& shape, StepOutput& output);
+  Result<const Program*> capture(const ir::StepShape& shape);
+  Status run_eagerly(const ir::StepShape& shape, ir::StepOutput& output);
   std::span<const float> logits_of(const std::unordered_map<std::string, HostBuffer>& buffers,
                                    int32_t rows) const;
 
-  const GraphFactory factory_;
+  const ir::GraphFactory factory_;
   ThreadPool& pool_;
   MultiShapeArena& arena_;
-  const WeightSource& weights_;
+  const ir::WeightSource& weights_;
   const KvCacheBinding kv_cache_;
   const ExecutorOptions options_;
   const BucketPolicy policy_;
@@ -148,9 +140,11 @@ class Executor {
   // Outputs of eager steps (any size up to max_num_tokens); no program points here.
   std::unordered_map<std::string, HostBuffer> eager_outputs_;
   // Prepared graphs of eager steps, by shape (bounded).
-  std::unordered_map<StepShape, std::unique_ptr<PreparedGraph>> eager_graphs_;
+  std::unordered_map<ir::StepShape, std::unique_ptr<PreparedGraph>> eager_graphs_;
   std::vector<int64_t> validation_scratch_;
   bool attached_ = false;
+  ir::StepShape last_step_shape_;
+  StepPath last_step_path_ = StepPath::kEager;
 };
 
 }  // namespace folio::exec

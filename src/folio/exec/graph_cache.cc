@@ -61,7 +61,7 @@ const Program* GraphCache::find(const BucketKey& key) const {
 const Program* GraphCache::insert(const BucketKey& key, std::unique_ptr<Program> program) {
   auto [position, inserted] = programs_.emplace(key, std::move(program));
   FOLIO_CHECK(inserted, "a program for bucket ({} tokens, {}) is cached already", key.num_tokens,
-              step_phase_name(key.phase));
+              ir::step_phase_name(key.phase));
   return position->second.get();
 }
 

@@ -149,8 +149,8 @@ void launch_rope(const OpOperands& operands, const PreparedOp& prepared,
   arguments.num_kv_heads = 0;
   arguments.head_dim = static_cast<int32_t>(attributes.head_dim);
   arguments.rotary_dim = static_cast<int32_t>(attributes.rotary_dim);
-  arguments.style = attributes.style == ir::RopeStyle::kNeox ? kernels::cpu::RopeStyle::kNeox
-                                                             : kernels::cpu::RopeStyle::kNormal;
+  arguments.style = attributes.style == kernels::RopeStyle::kNeox ? kernels::RopeStyle::kNeox
+                                                                  : kernels::RopeStyle::kNormal;
   arguments.theta_base = attributes.theta;
   arguments.position_scale = prepared.rope_position_scale;
   const int64_t elements_per_token = attributes.num_heads * attributes.rotary_dim;
@@ -211,7 +211,7 @@ kernels::cpu::PagedAttentionArguments PreparedGraph::attention_arguments(
   arguments.scale = attributes.scale;
   arguments.num_sequences = inputs_.num_sequences();
   arguments.query_start = operands.input_data<const int32_t>(ir::attention_input::kQueryStartLoc);
-  arguments.context_lengths = operands.input_data<const int32_t>(ir::attention_input::kSeqLens);
+  arguments.seq_lens = operands.input_data<const int32_t>(ir::attention_input::kSeqLens);
   arguments.block_tables = operands.input_data<const int32_t>(ir::attention_input::kBlockTables);
   arguments.positions = inputs_.positions();
   arguments.workspace = workspace;
@@ -221,7 +221,7 @@ kernels::cpu::PagedAttentionArguments PreparedGraph::attention_arguments(
 
 void PreparedGraph::launch(size_t index, std::span<std::byte* const> addresses,
                            std::byte* workspace, device::HostStream& stream,
-                           const int32_t* context_lengths_override) const {
+                           const int32_t* seq_lens_override) const {
   FOLIO_DCHECK(stream.pool().num_threads() == num_threads_,
                "graph prepared for {} threads launched on a pool of {}", num_threads_,
                stream.pool().num_threads());
@@ -253,7 +253,7 @@ void PreparedGraph::launch(size_t index, std::span<std::byte* const> addresses,
     case ir::OpKind::kPagedAttention: {
       kernels::cpu::PagedAttentionArguments arguments =
           attention_arguments(index, addresses, workspace);
-      if (context_lengths_override != nullptr) arguments.context_lengths = context_lengths_override;
+      if (seq_lens_override != nullptr) arguments.seq_lens = seq_lens_override;
       kernels::cpu::paged_attention(stream, arguments);
       return;
     }

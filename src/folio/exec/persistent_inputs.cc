@@ -21,7 +21,7 @@ PersistentInputs::PersistentInputs(const StepLimits& limits)
       token_ids_(i32_bytes(limits.max_tokens)),
       positions_(i32_bytes(limits.max_tokens)),
       slot_mapping_(i32_bytes(limits.max_tokens)),
-      context_lengths_(i32_bytes(limits.max_sequences)),
+      seq_lens_(i32_bytes(limits.max_sequences)),
       query_start_(i32_bytes(int64_t{limits.max_sequences} + 1)),
       block_tables_(i32_bytes(int64_t{limits.max_sequences} * limits.max_blocks_per_sequence)),
       logit_indices_(i32_bytes(limits.max_logit_rows)),
@@ -47,7 +47,7 @@ Result<std::unique_ptr<PersistentInputs>> PersistentInputs::create(const StepLim
   return std::unique_ptr<PersistentInputs>(new PersistentInputs(limits));
 }
 
-void PersistentInputs::write(const StepInputs& step, const StepShape& shape) {
+void PersistentInputs::write(const ir::StepBatch& step, const ir::StepShape& shape) {
   const int32_t tokens = step.num_tokens();
   const int32_t sequences = step.num_sequences();
   const int32_t rows = step.num_logit_rows();
@@ -59,7 +59,7 @@ void PersistentInputs::write(const StepInputs& step, const StepShape& shape) {
   copy_prefix(token_ids_, step.token_ids);
   copy_prefix(positions_, step.positions);
   copy_prefix(slot_mapping_, step.slot_mapping);
-  copy_prefix(context_lengths_, step.context_lengths);
+  copy_prefix(seq_lens_, step.seq_lens);
   copy_prefix(query_start_, step.query_start);
   copy_prefix(block_tables_, step.block_tables);
   copy_prefix(logit_indices_, step.logit_indices);
@@ -81,7 +81,7 @@ void PersistentInputs::write(const StepInputs& step, const StepShape& shape) {
   int32_t* tables = block_tables_.as<int32_t>();
   const int64_t columns = limits_.max_blocks_per_sequence;
   for (int32_t s = sequences; s < shape.num_sequence_slots; ++s) {
-    context_lengths_.as<int32_t>()[s] = 0;
+    seq_lens_.as<int32_t>()[s] = 0;
     starts[s + 1] = tokens;
     std::fill(tables + s * columns, tables + (s + 1) * columns,
               static_cast<int32_t>(limits_.first_dummy_block));
@@ -102,13 +102,14 @@ Result<std::byte*> PersistentInputs::bind(const ir::TensorInfo& tensor) const {
     int64_t columns;   // 0 for rank 1
   };
   const Candidate candidates[] = {
-      {kInputTokenIds, &token_ids_, limits_.max_tokens, 0},
-      {kInputPositions, &positions_, limits_.max_tokens, 0},
-      {kInputSlotMapping, &slot_mapping_, limits_.max_tokens, 0},
-      {kInputSeqLens, &context_lengths_, limits_.max_sequences, 0},
-      {kInputQueryStart, &query_start_, int64_t{limits_.max_sequences} + 1, 0},
-      {kInputBlockTables, &block_tables_, limits_.max_sequences, limits_.max_blocks_per_sequence},
-      {kInputLogitIndices, &logit_indices_, limits_.max_logit_rows, 0},
+      {ir::kInputTokenIds, &token_ids_, limits_.max_tokens, 0},
+      {ir::kInputPositions, &positions_, limits_.max_tokens, 0},
+      {ir::kInputSlotMapping, &slot_mapping_, limits_.max_tokens, 0},
+      {ir::kInputSeqLens, &seq_lens_, limits_.max_sequences, 0},
+      {ir::kInputQueryStart, &query_start_, int64_t{limits_.max_sequences} + 1, 0},
+      {ir::kInputBlockTables, &block_tables_, limits_.max_sequences,
+       limits_.max_blocks_per_sequence},
+      {ir::kInputLogitIndices, &logit_indices_, limits_.max_logit_rows, 0},
   };
   for (const Candidate& candidate : candidates) {
     if (tensor.name != candidate.name) continue;
@@ -126,7 +127,7 @@ Result<std::byte*> PersistentInputs::bind(const ir::TensorInfo& tensor) const {
   }
   return invalid_argument(
       "input '{}' is not a persistent input; expected one of token_ids, positions, slot_mapping, "
-      "seq_lens, query_start_loc, block_tables, logit_indices",
+      "seq_lens, query_start, block_tables, logit_indices",
       tensor.name);
 }
 

@@ -4,10 +4,10 @@
 // capture, so each step copies its arrays into the prefix of these buffers and fills the
 // padding up to the bucket instead of handing the program new memory.
 //
-// The IR names the buffers (the model layer emits graphs with these input names, see
-// kInputTokenIds ...); bind() resolves an IR input tensor to its buffer after checking that the
-// tensor's shape fits. Two scalars the kernels read at run time have no IR tensor:
-// num_sequences (attention) and num_logit_rows (the gather of the logit rows).
+// The step-graph contract names the buffers (ir/step_graph.h: ir::kInputTokenIds ...); bind()
+// resolves an IR input tensor to its buffer after checking that the tensor's shape fits. Two
+// scalars the kernels read at run time have no IR tensor: num_sequences (attention) and
+// num_logit_rows (the gather of the logit rows).
 //
 // Padding, for a step of n tokens and k sequences padded to shape (T, S, R):
 //   token ids and positions of tokens [n, T) are 0; their slots are distinct slots of the
@@ -25,18 +25,11 @@
 
 #include "folio/base/result.h"
 #include "folio/exec/host_buffer.h"
-#include "folio/exec/step_inputs.h"
+#include "folio/exec/step_limits.h"
 #include "folio/ir/graph.h"
+#include "folio/ir/step_graph.h"
 
 namespace folio::exec {
-
-inline constexpr std::string_view kInputTokenIds = "token_ids";          // i32 [T]
-inline constexpr std::string_view kInputPositions = "positions";         // i32 [T]
-inline constexpr std::string_view kInputSlotMapping = "slot_mapping";    // i32 [T]
-inline constexpr std::string_view kInputSeqLens = "seq_lens";            // i32 [S]
-inline constexpr std::string_view kInputQueryStart = "query_start_loc";  // i32 [S + 1]
-inline constexpr std::string_view kInputBlockTables = "block_tables";    // i32 [S, B]
-inline constexpr std::string_view kInputLogitIndices = "logit_indices";  // i32 [R]
 
 class PersistentInputs {
  public:
@@ -47,7 +40,7 @@ class PersistentInputs {
   // Copies `step` into the buffers' prefix and fills the padding up to `shape`.
   // Requires: validate_step(step, limits).ok(); shape.num_tokens >= step tokens,
   // num_sequence_slots >= step sequences, num_logit_rows >= step logit rows, all <= limits.
-  void write(const StepInputs& step, const StepShape& shape);
+  void write(const ir::StepBatch& step, const ir::StepShape& shape);
 
   // The buffer behind IR input `tensor` (matched by name), or kInvalidArgument when the name is
   // not a persistent input, its dtype is not i32, or its shape does not fit the buffer (block
@@ -57,22 +50,22 @@ class PersistentInputs {
   const int32_t* num_sequences() const { return num_sequences_.as<int32_t>(); }
   const int32_t* num_logit_rows() const { return num_logit_rows_.as<int32_t>(); }
   const int32_t* positions() const { return positions_.as<int32_t>(); }
-  const int32_t* context_lengths() const { return context_lengths_.as<int32_t>(); }
+  const int32_t* seq_lens() const { return seq_lens_.as<int32_t>(); }
   const StepLimits& limits() const { return limits_; }
 
  private:
   explicit PersistentInputs(const StepLimits& limits);
 
   StepLimits limits_;
-  HostBuffer token_ids_;        // i32 [max_tokens]
-  HostBuffer positions_;        // i32 [max_tokens]
-  HostBuffer slot_mapping_;     // i32 [max_tokens]
-  HostBuffer context_lengths_;  // i32 [max_sequences]
-  HostBuffer query_start_;      // i32 [max_sequences + 1]
-  HostBuffer block_tables_;     // i32 [max_sequences, max_blocks_per_sequence]
-  HostBuffer logit_indices_;    // i32 [max_logit_rows]
-  HostBuffer num_sequences_;    // i32 scalar
-  HostBuffer num_logit_rows_;   // i32 scalar
+  HostBuffer token_ids_;       // i32 [max_tokens]
+  HostBuffer positions_;       // i32 [max_tokens]
+  HostBuffer slot_mapping_;    // i32 [max_tokens]
+  HostBuffer seq_lens_;        // i32 [max_sequences]
+  HostBuffer query_start_;     // i32 [max_sequences + 1]
+  HostBuffer block_tables_;    // i32 [max_sequences, max_blocks_per_sequence]
+  HostBuffer logit_indices_;   // i32 [max_logit_rows]
+  HostBuffer num_sequences_;   // i32 scalar
+  HostBuffer num_logit_rows_;  // i32 scalar
 };
 
 }  // namespace folio::exec

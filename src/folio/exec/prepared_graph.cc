@@ -53,7 +53,7 @@ Status PreparedGraph::bind_externals(const PrepareContext& context) {
     std::byte*& address = external_addresses_[static_cast<size_t>(tensor.id.value())];
     switch (tensor.residency) {
       case ir::Residency::kWeight: {
-        FOLIO_ASSIGN_OR_RETURN(address, bind_weight(tensor, context.weights));
+        FOLIO_ASSIGN_OR_RETURN(address, ir::bind_weight(tensor, context.weights));
         break;
       }
       case ir::Residency::kInput: {
@@ -177,7 +177,7 @@ Status PreparedGraph::prepare_gather(PreparedOp& prepared) {
   const ir::Op& op = *prepared.op;
   const ir::TensorInfo& indices =
       graph_.tensor(op.inputs[static_cast<size_t>(ir::gather_rows_input::kIndices)]);
-  if (indices.residency == ir::Residency::kInput && indices.name == kInputLogitIndices) {
+  if (indices.residency == ir::Residency::kInput && indices.name == ir::kInputLogitIndices) {
     // The real rows change every step: the kernel reads their count at run time and zeroes the
     // padding rows.
     prepared.gather_row_count = inputs_.num_logit_rows();

@@ -123,7 +123,7 @@ void Program::record(std::span<std::byte* const> workspaces, const int32_t* leng
       const auto index = static_cast<size_t>(op.value());
       kernels::cpu::PagedAttentionArguments arguments =
           graph_->attention_arguments(index, addresses_, workspaces[index]);
-      if (lengths_override != nullptr) arguments.context_lengths = lengths_override;
+      if (lengths_override != nullptr) arguments.seq_lens = lengths_override;
       instructions_.push_back({InstructionKind::kAttention, static_cast<int32_t>(runners_.size())});
       runners_.emplace_back(arguments);
     }
@@ -148,7 +148,7 @@ Result<std::unique_ptr<Program>> capture_program(std::unique_ptr<PreparedGraph> 
     const PersistentInputs& inputs = program->graph_->inputs();
     const size_t bytes = static_cast<size_t>(inputs.limits().max_sequences) * sizeof(int32_t);
     program->lengths_snapshot_ = HostBuffer(bytes);
-    std::memcpy(program->lengths_snapshot_.data(), inputs.context_lengths(), bytes);
+    std::memcpy(program->lengths_snapshot_.data(), inputs.seq_lens(), bytes);
     lengths_override = program->lengths_snapshot_.as<int32_t>();
   }
   program->record(workspaces, lengths_override, stream);

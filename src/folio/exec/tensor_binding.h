@@ -1,8 +1,8 @@
 // Tensor binding: how the tensors of an IR step graph find their memory.
 //
-// - Weights are bound by name through a WeightSource, which the model layer implements over the
-//   tensors of an mmapped GGUF file (tests implement it over random weights in memory). The
-//   view's dtype and shape must equal the IR tensor's.
+// - Weights are bound by name through an ir::WeightSource (ir/step_graph.h), which the model
+//   layer implements over the tensors of an mmapped GGUF file (tests implement it over random
+//   weights in memory); ir::bind_weight checks dtype and shape.
 // - KV caches: the IR has a key and a value cache tensor per layer, [blocks, block_size,
 //   kv_heads, head_dim]; the kernels have one paged block layout holding every layer's K and V
 //   (kernels/paged_kv_layout.h). A cache tensor maps to (layer, key or value) by the op that
@@ -19,20 +19,11 @@
 
 #include "folio/base/result.h"
 #include "folio/ir/graph.h"
+#include "folio/ir/step_graph.h"
 #include "folio/kernels/paged_kv_layout.h"
 #include "folio/tensor/tensor_view.h"
 
 namespace folio::exec {
-
-// Where weights come from. Thread-safety: find_weight may be called from any thread.
-class WeightSource {
- public:
-  virtual ~WeightSource() = default;
-  // The tensor named `name` (its GGUF name), or kNotFound. The memory must stay valid and
-  // unchanged for as long as any executor built on this source lives: captured programs keep
-  // its pointers.
-  virtual Result<TensorView> find_weight(std::string_view name) const = 0;
-};
 
 // The KV cache the executor writes and attends over.
 struct KvCacheBinding {
@@ -52,8 +43,5 @@ struct KvCacheRef {
 // [num_blocks, block_size, num_kv_heads, head_dim] of the binding.
 Result<std::vector<KvCacheRef>> map_kv_caches(const ir::Graph& graph,
                                               const KvCacheBinding& binding);
-
-// The weight behind `tensor`, checked against its dtype and shape.
-Result<std::byte*> bind_weight(const ir::TensorInfo& tensor, const WeightSource& weights);
 
 }  // namespace folio::exec

@@ -126,7 +126,7 @@ Result<TensorId> GraphBuilder::paged_attention(TensorId query, TensorId key_cach
                                                const AttentionAttributes& attributes,
                                                std::string name) {
   return emit_one(OpKind::kPagedAttention, std::move(name),
-                  {query, key_cache, value_cache, metadata.seq_lens, metadata.query_start_loc,
+                  {query, key_cache, value_cache, metadata.seq_lens, metadata.query_start,
                    metadata.block_tables},
                   attributes);
 }

@@ -31,9 +31,9 @@ namespace folio::ir {
 
 // The metadata inputs a paged attention op reads (all persistent inputs, i32).
 struct AttentionMetadata {
-  TensorId seq_lens;         // [S]
-  TensorId query_start_loc;  // [S + 1]
-  TensorId block_tables;     // [S, max_blocks]
+  TensorId seq_lens;      // [S]
+  TensorId query_start;   // [S + 1]
+  TensorId block_tables;  // [S, max_blocks]
 };
 
 class GraphBuilder {

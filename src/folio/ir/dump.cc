@@ -20,11 +20,11 @@ std::string tensor_list(const Graph& graph, std::span<const TensorId> ids) {
   return text;
 }
 
-std::string_view rope_style_name(RopeStyle style) {
+std::string_view rope_style_name(kernels::RopeStyle style) {
   switch (style) {
-    case RopeStyle::kNormal:
+    case kernels::RopeStyle::kNormal:
       return "normal";
-    case RopeStyle::kNeox:
+    case kernels::RopeStyle::kNeox:
       return "neox";
   }
   return "invalid";

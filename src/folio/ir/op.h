@@ -23,7 +23,7 @@
 //                   head_dim]: token t goes to slot s = slot_mapping[t], i.e. block
 //                   s / block_size, row s % block_size. No outputs.
 //   paged_attention query float [T, heads * head_dim], key_cache, value_cache, seq_lens i32 [S]
-//                   (KV tokens of each sequence after this step's write), query_start_loc i32
+//                   (KV tokens of each sequence after this step's write), query_start i32
 //                   [S + 1] (first query row of each sequence; the last entry is the number of
 //                   real tokens), block_tables i32 [S, max_blocks]  -> query.dtype [T, heads *
 //                   head_dim]; causal: query row i of a sequence sees its KV tokens
@@ -39,6 +39,7 @@
 
 #include "folio/base/strong_id.h"
 #include "folio/ir/annotations.h"
+#include "folio/kernels/rope_style.h"
 #include "folio/tensor/dtype.h"
 
 namespace folio::ir {
@@ -108,12 +109,6 @@ struct RmsNormAttributes {
   friend bool operator==(const RmsNormAttributes&, const RmsNormAttributes&) = default;
 };
 
-// Which elements of a head RoPE rotates together.
-enum class RopeStyle : uint8_t {
-  kNormal,  // adjacent pairs (x[2i], x[2i+1]): Llama as stored in GGUF
-  kNeox,    // halves (x[i], x[i + rotary_dim / 2]): Qwen2, GPT-NeoX
-};
-
 enum class RopeScalingKind : uint8_t {
   kNone,
   kLinear,  // positions divided by `factor`
@@ -134,7 +129,7 @@ struct RopeAttributes {
   int64_t head_dim = 0;
   int64_t rotary_dim = 0;  // even, <= head_dim: the leading dimensions of each head rotated
   float theta = 10000.0f;  // frequency base
-  RopeStyle style = RopeStyle::kNormal;
+  kernels::RopeStyle style = kernels::RopeStyle::kNormal;
   RopeScaling scaling;
   friend bool operator==(const RopeAttributes&, const RopeAttributes&) = default;
 };

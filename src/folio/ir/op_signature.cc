@@ -277,14 +277,14 @@ Result<Specs> infer_paged_attention(const SignatureChecker& check) {
   const TensorInfo& tables = check.input(attention_input::kBlockTables);
   for (const auto& [tensor, role, rank] :
        {std::tuple<const TensorInfo&, std::string_view, int>{seq_lens, "seq_lens", 1},
-        {starts, "query_start_loc", 1},
+        {starts, "query_start", 1},
         {tables, "block_tables", 2}}) {
     FOLIO_RETURN_IF_ERROR(check.has_dtype(tensor, DType::kI32, role));
     FOLIO_RETURN_IF_ERROR(check.has_rank(tensor, rank, role));
   }
   const int64_t num_sequences = seq_lens.shape[0];
   FOLIO_RETURN_IF_ERROR(
-      check.has_dim(starts, 0, num_sequences + 1, "query_start_loc", "sequences + 1"));
+      check.has_dim(starts, 0, num_sequences + 1, "query_start", "sequences + 1"));
   FOLIO_RETURN_IF_ERROR(check.has_dim(tables, 0, num_sequences, "block_tables", "sequences"));
   return Specs{{query.dtype, query.shape}};
 }

@@ -38,7 +38,7 @@ Result<std::unique_ptr<BlockManager>> BlockManager::create(const BlockManagerOpt
                                                            KvBlockCopier& copier,
                                                            HostSwapSpace* swap_space) {
   FOLIO_RETURN_IF_ERROR(options.geometry.validate());
-  const KvCacheGeometry& geometry = options.geometry;
+  const ir::KvCacheGeometry& geometry = options.geometry;
   if (options.max_context_tokens <= 0) {
     return invalid_argument("max_context_tokens must be positive, got {}",
                             options.max_context_tokens);
@@ -103,7 +103,7 @@ BlockManager::BlockManager(const BlockManagerOptions& options, KvPageSource& sou
 BlockManager::~BlockManager() = default;
 
 KvLayoutNumbers BlockManager::layout() const {
-  const KvCacheGeometry& geometry = options_.geometry;
+  const ir::KvCacheGeometry& geometry = options_.geometry;
   return KvLayoutNumbers{source_.base(),         source_.page_bytes(), blocks_per_page_,
                          geometry.block_bytes(), geometry.block_size,  geometry.num_layers,
                          geometry.num_kv_heads,  geometry.head_dim,    geometry.dtype};
@@ -246,7 +246,7 @@ Admission BlockManager::can_allocate(int32_t num_tokens) const {
 
 Result<AllocateOutcome> BlockManager::allocate(SeqId seq, std::span<const int32_t> tokens,
                                                const CacheNamespace& cache_namespace) {
-  AllocationRequest request;
+  BlockAllocationRequest request;
   request.tokens = tokens;
   request.cache_namespace = cache_namespace;
   FOLIO_ASSIGN_OR_RETURN(Reservation reservation, prepare_allocate(seq, request));
@@ -255,8 +255,8 @@ Result<AllocateOutcome> BlockManager::allocate(SeqId seq, std::span<const int32_
   return outcome;
 }
 
-Result<BlockManager::Reservation> BlockManager::prepare_allocate(SeqId seq,
-                                                                 const AllocationRequest& request) {
+Result<BlockManager::Reservation> BlockManager::prepare_allocate(
+    SeqId seq, const BlockAllocationRequest& request) {
   FOLIO_RETURN_IF_ERROR(begin_operation());
   const int32_t block_size = options_.geometry.block_size;
   const auto num_tokens = static_cast<int64_t>(request.tokens.size());

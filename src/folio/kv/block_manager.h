@@ -50,7 +50,7 @@
 namespace folio::kv {
 
 struct BlockManagerOptions {
-  KvCacheGeometry geometry;
+  ir::KvCacheGeometry geometry;
   int32_t max_context_tokens = 0;  // the longest sequence accepted
   double watermark = 0.01;         // fraction of capacity that admission keeps obtainable
   int32_t keep_empty_pages = 1;    // empty pages kept before giving pages back to the source
@@ -68,7 +68,7 @@ struct AllocateOutcome {
 };
 
 // One bulk allocation; allocate() fills it for the common case.
-struct AllocationRequest {
+struct BlockAllocationRequest {
   std::span<const int32_t> tokens;
   CacheNamespace cache_namespace;
   uint64_t parent_hash = kRootPrefixHash;  // chain key before tokens[0] (KV-parallel groups)
@@ -149,7 +149,7 @@ class BlockManager {
   Admission can_allocate(int32_t num_tokens) const;
   Result<AllocateOutcome> allocate(SeqId seq, std::span<const int32_t> tokens,
                                    const CacheNamespace& cache_namespace = {});
-  Result<Reservation> prepare_allocate(SeqId seq, const AllocationRequest& request);
+  Result<Reservation> prepare_allocate(SeqId seq, const BlockAllocationRequest& request);
   // Requires: reservation.is_open() and it came from this manager.
   void commit(Reservation&& reservation);
   void rollback(Reservation&& reservation);

@@ -57,7 +57,7 @@ Result<KvpAllocateOutcome> KvParallelCache::allocate(SeqId seq, std::span<const 
     const int64_t begin = int64_t{group} * tokens_per_group_;
     const int64_t end = std::min<int64_t>(num_tokens, begin + tokens_per_group_);
     const bool last = group + 1 == num_spanned;
-    AllocationRequest request;
+    BlockAllocationRequest request;
     request.tokens = tokens.subspan(static_cast<size_t>(begin), static_cast<size_t>(end - begin));
     request.cache_namespace = cache_namespace;
     request.parent_hash = parent_hash;
@@ -94,7 +94,7 @@ Result<KvpAppendOutcome> KvParallelCache::open_next_group(SeqId seq, Sequence& s
   const int32_t group = sequence.num_tokens / tokens_per_group_;
   FOLIO_ASSIGN_OR_RETURN(const uint64_t parent_hash, groups_[group - 1]->last_block_hash(seq));
   const int32_t tokens[1] = {token};
-  AllocationRequest request;
+  BlockAllocationRequest request;
   request.tokens = tokens;
   request.cache_namespace = sequence.cache_namespace;
   request.parent_hash = parent_hash;

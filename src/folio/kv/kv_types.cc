@@ -2,7 +2,7 @@
 
 namespace folio::kv {
 
-Status KvCacheGeometry::validate() const {
+Status ir::KvCacheGeometry::validate() const {
   if (block_size != 8 && block_size != 16 && block_size != 32) {
     return invalid_argument("KV block size {} is not supported; use 8, 16 or 32 tokens",
                             block_size);

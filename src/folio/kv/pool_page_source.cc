@@ -21,7 +21,7 @@ PoolPageSource::~PoolPageSource() {
 
 int32_t PoolPageSource::num_pages_available() const {
   const memory::PoolStats stats = pool_.stats();
-  int64_t available = stats.pages_free + stats.pages_cached;
+  int64_t available = stats.pages_free + stats.pages_thread_held;
   for (memory::ContentType content : memory::kAllContentTypes) {
     if (content == memory::ContentType::kKvCache) continue;
     available += stats.per_content[memory::content_index(content)].pages_evictable;
@@ -44,7 +44,7 @@ Result<KvPage> PoolPageSource::allocate_page() {
     return resource_exhausted("the KV cache holds its cap of {} pages ({} bytes)", max_pages_held_,
                               int64_t{max_pages_held_} * page_bytes());
   }
-  memory::AllocationRequest request;
+  memory::PageAllocationRequest request;
   request.num_pages = 1;
   request.content = memory::ContentType::kKvCache;
   request.pinned = true;

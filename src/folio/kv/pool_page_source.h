@@ -35,7 +35,7 @@ namespace folio::kv {
 
 class PoolPageSource final : public KvPageSource, private memory::EvictionListener {
  public:
-  // `owner` tags the pool allocations (AllocationRequest::owner), e.g. a model's id. The pool
+  // `owner` tags the pool allocations (PageAllocationRequest::owner), e.g. a model's id. The pool
   // must outlive the source. `max_pages_held` <= 0: no cap beyond the pool itself.
   explicit PoolPageSource(memory::PagePool& pool, uint64_t owner = 0, int32_t max_pages_held = 0);
   // Requires: every page was released (the block manager gives its pages back when destroyed).

@@ -112,7 +112,7 @@ class PreparedAllocation {
   PagePool* pool_ = nullptr;
   uint32_t first_page_ = 0;
   uint32_t num_pages_ = 0;
-  AllocationRequest request_;
+  PageAllocationRequest request_;
   // The thread cache the page came from (compared, never dereferenced), or null for the free
   // index.
   const ThreadCache* cache_ = nullptr;

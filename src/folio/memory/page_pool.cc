@@ -169,7 +169,8 @@ size_t PagePool::physical_offset(PageId page) const {
 
 // ---- Allocation ---------------------------------------------------------------------------
 
-Status PagePool::validate_request(const AllocationRequest& request, std::string_view verb) const {
+Status PagePool::validate_request(const PageAllocationRequest& request,
+                                  std::string_view verb) const {
   if (request.num_pages < 1 || request.num_pages > num_pages()) {
     return invalid_argument("page pool '{}': {} of {} pages; a request takes 1 to {} pages",
                             options_.name, verb, request.num_pages, num_pages());
@@ -188,7 +189,7 @@ Status PagePool::validate_request(const AllocationRequest& request, std::string_
   return Status();
 }
 
-Result<PageAllocation> PagePool::allocate(const AllocationRequest& request) {
+Result<PageAllocation> PagePool::allocate(const PageAllocationRequest& request) {
   FOLIO_RETURN_IF_ERROR(validate_request(request, "allocate"));
   std::optional<std::chrono::steady_clock::time_point> started;
   if (++t_allocations_since_sample >= static_cast<uint32_t>(options_.latency_sample_period)) {
@@ -207,7 +208,7 @@ Result<PageAllocation> PagePool::allocate(const AllocationRequest& request) {
   return PageAllocation(this, ref);
 }
 
-Result<PreparedAllocation> PagePool::prepare(const AllocationRequest& request) {
+Result<PreparedAllocation> PagePool::prepare(const PageAllocationRequest& request) {
   FOLIO_RETURN_IF_ERROR(validate_request(request, "prepare"));
   const auto pages = static_cast<uint32_t>(request.num_pages);
   FOLIO_ASSIGN_OR_RETURN(Reservation reservation, reserve(pages, /*refill_thread_cache=*/false));
@@ -263,7 +264,8 @@ Status PagePool::rollback(PreparedAllocation&& prepared) {
   return Status();
 }
 
-AllocationRef PagePool::publish(uint32_t first, uint32_t pages, const AllocationRequest& request) {
+AllocationRef PagePool::publish(uint32_t first, uint32_t pages,
+                                const PageAllocationRequest& request) {
   PageSlot& slot = table_[first];
   const uint64_t generation =
       PageWord::next_generation(PageWord(slot.word.load(std::memory_order_relaxed)).generation());
@@ -324,7 +326,7 @@ uint32_t PagePool::refill_and_pop(ThreadCache& cache) {
     const uint64_t generation = PageWord(word.load(std::memory_order_relaxed)).generation();
     // Relaxed: the page passes between threads only through the cache's and the free index's
     // mutexes; the word publishes nothing.
-    word.store(PageWord::make(PageState::kCached, false, 0, generation).bits(),
+    word.store(PageWord::make(PageState::kThreadHeld, false, 0, generation).bits(),
                std::memory_order_relaxed);
   }
   cache.push_batch(pages);
@@ -383,7 +385,7 @@ Status PagePool::exhausted(uint32_t pages) {
       "page pool '{}' cannot allocate {} contiguous pages: {} free (longest free run {}), {} in "
       "thread caches, {} evictable, {} pinned, {} reserved, of {} pages",
       options_.name, pages, free_pages_.load(std::memory_order_relaxed), largest,
-      thread_caches_.cached_pages(), evictable_pages(), pinned, pages_reserved_.sum(), num_pages_);
+      thread_caches_.held_pages(), evictable_pages(), pinned, pages_reserved_.sum(), num_pages_);
 }
 
 // ---- Where pages go back --------------------------------------------------------------------
@@ -394,7 +396,7 @@ void PagePool::release_pages(uint32_t first, uint32_t pages, uint64_t generation
   if (pages == 1 && to_thread_cache && thread_caches_enabled()) {
     // Relaxed here and below: the page's next owner synchronizes with this thread through the
     // cache's or the free index's mutex; the word only has to stop matching old handles.
-    word.store(PageWord::make(PageState::kCached, false, 0, generation).bits(),
+    word.store(PageWord::make(PageState::kThreadHeld, false, 0, generation).bits(),
                std::memory_order_relaxed);
     std::vector<uint32_t>& spill = t_page_batch;
     spill.clear();

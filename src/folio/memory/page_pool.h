@@ -32,7 +32,7 @@
 // mutex (free index); the eviction index mutex never nests with another.
 //
 // Invariants (check_invariants() walks them): every page belongs to exactly one run (free
-// extent, cached page or allocation) and has exactly one state; the per-state and per-content
+// extent, thread-held page or allocation) and has exactly one state; the per-state and per-content
 // counts add up to num_pages(); runs never overlap; every unpinned allocation is in the eviction
 // index; pinned allocations are never evicted.
 #pragma once
@@ -96,10 +96,10 @@ class PagePool final : private ThreadCacheHome {
 
   // ---- Allocation -------------------------------------------------------------------------
   // prepare() + commit() in one step (without the intermediate kReserved state).
-  Result<PageAllocation> allocate(const AllocationRequest& request);
+  Result<PageAllocation> allocate(const PageAllocationRequest& request);
   // Reserves request.num_pages contiguous pages. kResourceExhausted when they cannot be found
   // even after emptying the thread caches and evicting everything evictable.
-  Result<PreparedAllocation> prepare(const AllocationRequest& request);
+  Result<PreparedAllocation> prepare(const PageAllocationRequest& request);
   // Publishes a prepared allocation (release: a thread that later pins or frees it through the
   // returned ref sees everything written to the pages and metadata before commit).
   // kFailedPrecondition when `prepared` is not pending in this pool.
@@ -126,7 +126,7 @@ class PagePool final : private ThreadCacheHome {
   // Evicts whole unpinned allocations in score order until at least num_pages pages are
   // evicted or nothing evictable is left; returns the pages evicted.
   Result<int64_t> evict(int64_t num_pages);
-  // Moves every thread-cached page back to the free index (to defragment, or before checks).
+  // Moves every thread-held page back to the free index (to defragment, or before checks).
   void flush_thread_caches();
 
   // ---- Storage ----------------------------------------------------------------------------
@@ -162,14 +162,14 @@ class PagePool final : private ThreadCacheHome {
            device::PhysicalMemory memory);
 
   // page_pool.cc: reservation paths.
-  Status validate_request(const AllocationRequest& request, std::string_view verb) const;
+  Status validate_request(const PageAllocationRequest& request, std::string_view verb) const;
   Result<Reservation> reserve(uint32_t pages, bool refill_thread_cache);
   uint32_t refill_and_pop(ThreadCache& cache);
   Result<Reservation> reserve_from_free_index(uint32_t pages);
   uint32_t take_from_free_index(uint32_t pages);
   int64_t drain_thread_caches();
   Status exhausted(uint32_t pages);
-  AllocationRef publish(uint32_t first, uint32_t pages, const AllocationRequest& request);
+  AllocationRef publish(uint32_t first, uint32_t pages, const PageAllocationRequest& request);
   void release_pages(uint32_t first, uint32_t pages, uint64_t generation, bool to_thread_cache);
   void insert_into_free_index(const std::vector<uint32_t>& single_pages);
   void return_pages_at_thread_exit(const std::vector<uint32_t>& pages) override;
@@ -182,13 +182,13 @@ class PagePool final : private ThreadCacheHome {
   void bump_last_use(uint32_t head);
 
   // page_pool_introspection.cc. Requires: free_mutex_ held. Calls visit(first, pages, word) for
-  // each run (free extent, cached page, allocation) from page 0 up, checking that the runs tile
-  // the table.
+  // each run (free extent, thread-held page, allocation) from page 0 up, checking that the runs
+  // tile the table.
   void walk_runs(FunctionRef<void(uint32_t first, uint32_t pages, PageWord word)> visit) const;
   struct RunCensus;
-  // Requires: free_mutex_ and index_mutex_ held. cache_of[page] >= 0 for thread-cached pages.
+  // Requires: free_mutex_ and index_mutex_ held. cache_of[page] >= 0 for thread-held pages.
   RunCensus take_census(const std::vector<int>& cache_of) const;
-  void check_counters(const RunCensus& census, int64_t cached_in_caches) const;
+  void check_counters(const RunCensus& census, int64_t held_by_thread_caches) const;
 
   // page_pool_eviction.cc.
   // Requires: eviction_mutex_ held. Evicts the lowest-scored allocation; returns its pages, or

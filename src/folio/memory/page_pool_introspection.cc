@@ -12,7 +12,7 @@ PoolStats PagePool::stats() const {
   stats.num_pages = num_pages_;
   stats.step = step();
   stats.pages_free = free_pages_.load(std::memory_order_relaxed);
-  stats.pages_cached = thread_caches_.cached_pages();
+  stats.pages_thread_held = thread_caches_.held_pages();
   stats.pages_reserved = pages_reserved_.sum();
   stats.pages_releasing = pages_releasing_.sum();
   for (int content = 0; content < kNumContentTypes; ++content) {
@@ -27,7 +27,7 @@ PoolStats PagePool::stats() const {
     stats.evictions += entry.evictions;
     stats.pages_evicted += entry.pages_evicted;
   }
-  stats.utilization = static_cast<double>(num_pages_ - stats.pages_free - stats.pages_cached) /
+  stats.utilization = static_cast<double>(num_pages_ - stats.pages_free - stats.pages_thread_held) /
                       static_cast<double>(num_pages_);
   {
     std::lock_guard lock(free_mutex_);
@@ -57,7 +57,7 @@ void PagePool::walk_runs(
         pages = slot.extent_pages;
         FOLIO_CHECK(pages > 0, "page {} is free but heads no free extent", page);
         break;
-      case PageState::kCached:
+      case PageState::kThreadHeld:
         pages = 1;
         break;
       case PageState::kReserved:
@@ -93,7 +93,7 @@ Result<PageInfo> PagePool::page_info(PageId page) const {
     info.generation = word.generation();
     switch (word.state()) {
       case PageState::kFree:
-      case PageState::kCached:
+      case PageState::kThreadHeld:
         break;
       case PageState::kReserved:
       case PageState::kUnpinned:
@@ -119,16 +119,16 @@ struct PagePool::RunCensus {
 };
 
 void PagePool::check_invariants() const {
-  // Each cached page, and which cache holds it.
+  // Each thread-held page, and which cache holds it.
   std::vector<int> cache_of(num_pages_, -1);
-  int64_t cached_in_caches = 0;
+  int64_t held_by_thread_caches = 0;
   int cache_number = 0;
   thread_caches_.for_each_cache([&](const ThreadCache& cache) {
     cache.for_each_page([&](uint32_t page) {
       FOLIO_CHECK(page < num_pages_ && cache_of[page] < 0,
                   "page {} is in two thread caches (or twice in one)", page);
       cache_of[page] = cache_number;
-      ++cached_in_caches;
+      ++held_by_thread_caches;
     });
     ++cache_number;
   });
@@ -138,7 +138,7 @@ void PagePool::check_invariants() const {
   const RunCensus census = take_census(cache_of);
   FOLIO_CHECK(census.linked == indexed, "{} allocations are marked linked, the index holds {}",
               census.linked, indexed);
-  check_counters(census, cached_in_caches);
+  check_counters(census, held_by_thread_caches);
 }
 
 PagePool::RunCensus PagePool::take_census(const std::vector<int>& cache_of) const {
@@ -154,8 +154,8 @@ PagePool::RunCensus PagePool::take_census(const std::vector<int>& cache_of) cons
     switch (word.state()) {
       case PageState::kFree:
         return;
-      case PageState::kCached:
-        FOLIO_CHECK(cache_of[first] >= 0, "page {} is kCached but in no thread cache", first);
+      case PageState::kThreadHeld:
+        FOLIO_CHECK(cache_of[first] >= 0, "page {} is kThreadHeld but in no thread cache", first);
         return;
       case PageState::kReserved:
         FOLIO_CHECK(word.pins() == 0 && !word.linked(), "reserved run at {} is pinned or indexed",
@@ -183,14 +183,14 @@ PagePool::RunCensus PagePool::take_census(const std::vector<int>& cache_of) cons
   return census;
 }
 
-void PagePool::check_counters(const RunCensus& census, int64_t cached_in_caches) const {
+void PagePool::check_counters(const RunCensus& census, int64_t held_by_thread_caches) const {
   FOLIO_CHECK(census.pages(PageState::kFree) == static_cast<int64_t>(free_index_.free_pages()) &&
                   census.pages(PageState::kFree) == free_pages_.load(std::memory_order_relaxed),
               "walk finds {} free pages, the free index counts {}", census.pages(PageState::kFree),
               free_index_.free_pages());
-  FOLIO_CHECK(census.pages(PageState::kCached) == cached_in_caches,
-              "walk finds {} cached pages, thread caches hold {}", census.pages(PageState::kCached),
-              cached_in_caches);
+  FOLIO_CHECK(census.pages(PageState::kThreadHeld) == held_by_thread_caches,
+              "walk finds {} thread-held pages, thread caches hold {}",
+              census.pages(PageState::kThreadHeld), held_by_thread_caches);
   FOLIO_CHECK(census.pages(PageState::kReserved) == pages_reserved_.sum(),
               "walk finds {} reserved pages, counted {}", census.pages(PageState::kReserved),
               pages_reserved_.sum());
@@ -223,7 +223,7 @@ PoolDebugState PagePool::debug_state() const {
     entry.extent_first = slot.extent_first;
   }
   walk_runs([&](uint32_t first, uint32_t pages, PageWord word) {
-    if (word.state() == PageState::kFree || word.state() == PageState::kCached) return;
+    if (word.state() == PageState::kFree || word.state() == PageState::kThreadHeld) return;
     const PageSlot& slot = table_[first];
     PoolDebugState::Page& entry = state.pages[first];
     entry.allocation_pages = pages;

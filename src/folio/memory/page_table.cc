@@ -6,8 +6,8 @@ std::string_view page_state_name(PageState state) {
   switch (state) {
     case PageState::kFree:
       return "free";
-    case PageState::kCached:
-      return "cached";
+    case PageState::kThreadHeld:
+      return "thread_held";
     case PageState::kReserved:
       return "reserved";
     case PageState::kUnpinned:

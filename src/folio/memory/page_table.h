@@ -3,7 +3,7 @@
 //
 // Terms:
 // - A *head* page is the first page of a free extent (a run of free pages in the global free
-//   index), of a thread-cached page, or of an allocation (a run of pages handed out together).
+//   index), of a thread-held page, or of an allocation (a run of pages handed out together).
 //   Every page belongs to exactly one such run, and the run's whole state lives in its head's
 //   slot; the other pages of a run (its *interior*) carry nothing but a kFree word. This is what
 //   makes a 100-page allocation cost O(1) metadata writes instead of 100.
@@ -19,9 +19,9 @@
 //
 // Page states and transitions (docs/design/memory.md has the diagram):
 //   kFree --prepare--> kReserved --commit--> kPinned | kUnpinned      (rollback: back to kFree)
-//   kCached (a free page held by a thread cache) takes the place of kFree for single pages.
+//   kThreadHeld (a free page held by a thread cache) takes the place of kFree for single pages.
 //   kUnpinned <--pin / unpin--> kPinned
-//   kPinned | kUnpinned --free--> kReleasing --> kFree | kCached
+//   kPinned | kUnpinned --free--> kReleasing --> kFree | kThreadHeld
 //   kUnpinned --evict--> kReleasing --(listener told)--> kFree
 #pragma once
 
@@ -37,12 +37,12 @@ namespace folio::memory {
 class EvictionListener;
 
 enum class PageState : uint8_t {
-  kFree,    // in the global free index (head or interior of a free extent), or interior of any run
-  kCached,  // a single free page held by one thread's cache
-  kReserved,   // prepared by two-phase allocation, not yet committed: neither free nor visible
-  kUnpinned,   // committed, pin count 0: evictable
-  kPinned,     // committed, pin count >= 1: never evicted
-  kReleasing,  // being freed by its owner or evicted; handles to it are already stale
+  kFree,  // in the global free index (head or interior of a free extent), or interior of any run
+  kThreadHeld,  // a single free page held by one thread's cache
+  kReserved,    // prepared by two-phase allocation, not yet committed: neither free nor visible
+  kUnpinned,    // committed, pin count 0: evictable
+  kPinned,      // committed, pin count >= 1: never evicted
+  kReleasing,   // being freed by its owner or evicted; handles to it are already stale
 };
 inline constexpr int kNumPageStates = 6;
 

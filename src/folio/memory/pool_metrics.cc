@@ -74,7 +74,7 @@ Status PoolMetrics::register_state_gauges(const PagePool& pool) {
   const PagePool* source = &pool;
   const std::pair<PageState, int64_t PoolStats::*> states[] = {
       {PageState::kFree, &PoolStats::pages_free},
-      {PageState::kCached, &PoolStats::pages_cached},
+      {PageState::kThreadHeld, &PoolStats::pages_thread_held},
       {PageState::kReserved, &PoolStats::pages_reserved},
       {PageState::kUnpinned, &PoolStats::pages_unpinned},
       {PageState::kPinned, &PoolStats::pages_pinned},

@@ -2,7 +2,7 @@
 // labelled pool=<PagePoolOptions::name>.
 //
 // Read at render time (gauge functions over PagePool::stats()):
-//   folio_pool_pages{state}                  pages per state (free, cached, reserved, ...)
+//   folio_pool_pages{state}                  pages per state (free, thread_held, reserved, ...)
 //   folio_pool_bytes_in_use{content}         committed bytes per content type
 //   folio_pool_bytes_pinned{content}, folio_pool_bytes_evictable{content}
 //   folio_pool_capacity_bytes, folio_pool_utilization, folio_pool_fragmentation_ratio

@@ -4,7 +4,7 @@
 // Counters are read without stopping other threads, so under concurrent use a snapshot may mix
 // moments (a page counted pinned in one field and unpinned in another); with the pool quiescent
 // every identity below holds exactly, and PagePool::check_invariants() verifies them.
-//   pages_free + pages_cached + pages_reserved + pages_unpinned + pages_pinned
+//   pages_free + pages_thread_held + pages_reserved + pages_unpinned + pages_pinned
 //     + pages_releasing == num_pages
 //   pages_unpinned == sum of per_content[c].pages_evictable, likewise pinned
 #pragma once
@@ -43,14 +43,14 @@ struct PoolStats {
   int64_t num_pages = 0;
   uint64_t step = 0;
 
-  int64_t pages_free = 0;      // in the global free index
-  int64_t pages_cached = 0;    // free, held by thread caches
-  int64_t pages_reserved = 0;  // prepared, not committed
-  int64_t pages_unpinned = 0;  // evictable
+  int64_t pages_free = 0;         // in the global free index
+  int64_t pages_thread_held = 0;  // free, held by thread caches
+  int64_t pages_reserved = 0;     // prepared, not committed
+  int64_t pages_unpinned = 0;     // evictable
   int64_t pages_pinned = 0;
   int64_t pages_releasing = 0;  // being evicted right now (their listener runs)
 
-  // (num_pages - pages_free - pages_cached) / num_pages.
+  // (num_pages - pages_free - pages_thread_held) / num_pages.
   double utilization = 0;
   // The longest free run, and largest_free_extent / pages_free (1 when nothing is free): the
   // seed's fragmentation ratio.
@@ -70,7 +70,7 @@ struct PoolStats {
 
 struct PageInfo {
   PageState state = PageState::kFree;
-  // The run the page belongs to: a free extent, a cached page, or an allocation.
+  // The run the page belongs to: a free extent, a thread-held page, or an allocation.
   PageId run_first_page;
   int64_t run_pages = 0;
   // Allocation fields, meaningful for kReserved, kUnpinned, kPinned, kReleasing.

@@ -56,7 +56,7 @@ class AllocationRef {
 
 struct EvictionNotice {
   AllocationRef allocation;  // already stale: the pool rejects it from now on
-  uint64_t owner = 0;        // AllocationRequest::owner
+  uint64_t owner = 0;        // PageAllocationRequest::owner
   ContentType content = ContentType::kTemporary;
   uint64_t step = 0;  // the pool's step at eviction
 };
@@ -75,7 +75,7 @@ class EvictionListener {
   ~EvictionListener() = default;
 };
 
-struct AllocationRequest {
+struct PageAllocationRequest {
   int64_t num_pages = 1;  // contiguous pages; 1 .. the pool's num_pages
   ContentType content = ContentType::kTemporary;
   // Start with one pin, so the caller can fill the pages before they become evictable; undo it

@@ -152,7 +152,7 @@ void ThreadCacheRegistry::for_each_cache(FunctionRef<void(const ThreadCache&)> v
   }
 }
 
-int64_t ThreadCacheRegistry::cached_pages() const {
+int64_t ThreadCacheRegistry::held_pages() const {
   int64_t total = 0;
   for_each_cache([&](const ThreadCache& cache) { total += static_cast<int64_t>(cache.size()); });
   return total;

@@ -4,7 +4,7 @@
 //
 // Terms:
 // - ThreadCache: one thread's cache for one pool: a bounded LIFO stack of page indices whose
-//   words are kCached. It is filled in batches from the pool's free index, and when a push
+//   words are kThreadHeld. It is filled in batches from the pool's free index, and when a push
 //   overflows it the older half goes back to the free index (returned by push()).
 // - ThreadCacheRegistry: the pool's list of its caches. The pool drains every cache into its
 //   free index when a request cannot be met otherwise, so pages are never stranded in a cache.
@@ -36,7 +36,7 @@ namespace folio::memory {
 
 class ThreadCacheHome {
  public:
-  // Called at thread exit with the cache's pages (their words are still kCached) and the
+  // Called at thread exit with the cache's pages (their words are still kThreadHeld) and the
   // cache's mutex held; must take only locks after it in the lock order.
   virtual void return_pages_at_thread_exit(const std::vector<uint32_t>& pages) = 0;
 
@@ -48,7 +48,7 @@ class ThreadCache {
  public:
   ThreadCache(ThreadCacheHome* home, uint32_t capacity);
 
-  // A cached page, or kNoPage (from page_table.h) when empty.
+  // A thread-held page, or kNoPage (from page_table.h) when empty.
   uint32_t pop();
   // Adds `page`. When that overflows the capacity, moves the older half of the cache into
   // `overflow` (which the caller must return to the free index) and returns true.
@@ -93,7 +93,7 @@ class ThreadCacheRegistry {
   void detach_all();
   // Calls visit(cache) for every live cache, holding the registry's lock.
   void for_each_cache(FunctionRef<void(const ThreadCache&)> visit) const;
-  int64_t cached_pages() const;
+  int64_t held_pages() const;
   uint32_t capacity() const { return capacity_; }
 
  private:

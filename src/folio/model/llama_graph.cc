@@ -18,33 +18,35 @@ struct StepInputs {
   ir::AttentionMetadata attention;
 };
 
-Result<StepInputs> declare_inputs(GraphBuilder& builder, const LlamaStepShape& step) {
+Result<StepInputs> declare_inputs(GraphBuilder& builder, const ir::StepShape& step,
+                                  const ir::KvCacheShape& kv_cache) {
   StepInputs inputs;
   const int64_t tokens = step.num_tokens;
-  const int64_t sequences = step.num_sequences;
+  const int64_t sequences = step.num_sequence_slots;
   auto input = [&](std::string_view name, ir::Shape shape) {
     return builder.input(std::string(name), DType::kI32, std::move(shape));
   };
-  FOLIO_ASSIGN_OR_RETURN(inputs.token_ids, input(exec::kInputTokenIds, {tokens}));
-  FOLIO_ASSIGN_OR_RETURN(inputs.positions, input(exec::kInputPositions, {tokens}));
-  FOLIO_ASSIGN_OR_RETURN(inputs.slot_mapping, input(exec::kInputSlotMapping, {tokens}));
-  FOLIO_ASSIGN_OR_RETURN(inputs.attention.seq_lens, input(exec::kInputSeqLens, {sequences}));
-  FOLIO_ASSIGN_OR_RETURN(inputs.attention.query_start_loc,
-                         input(exec::kInputQueryStart, {sequences + 1}));
-  FOLIO_ASSIGN_OR_RETURN(inputs.attention.block_tables,
-                         input(exec::kInputBlockTables, {sequences, step.max_blocks_per_sequence}));
+  FOLIO_ASSIGN_OR_RETURN(inputs.token_ids, input(ir::kInputTokenIds, {tokens}));
+  FOLIO_ASSIGN_OR_RETURN(inputs.positions, input(ir::kInputPositions, {tokens}));
+  FOLIO_ASSIGN_OR_RETURN(inputs.slot_mapping, input(ir::kInputSlotMapping, {tokens}));
+  FOLIO_ASSIGN_OR_RETURN(inputs.attention.seq_lens, input(ir::kInputSeqLens, {sequences}));
+  FOLIO_ASSIGN_OR_RETURN(inputs.attention.query_start,
+                         input(ir::kInputQueryStart, {sequences + 1}));
+  FOLIO_ASSIGN_OR_RETURN(
+      inputs.attention.block_tables,
+      input(ir::kInputBlockTables, {sequences, kv_cache.max_blocks_per_sequence}));
   FOLIO_ASSIGN_OR_RETURN(inputs.logit_indices,
-                         input(exec::kInputLogitIndices, {step.num_logit_rows}));
+                         input(ir::kInputLogitIndices, {step.num_logit_rows}));
   return inputs;
 }
 
 class LlamaEmitter {
  public:
-  LlamaEmitter(const LlamaShape& model, const LlamaStepShape& step)
-      : model_(model), step_(step), builder_(step.phase) {}
+  LlamaEmitter(const LlamaShape& model, const ir::StepShape& step, const ir::KvCacheShape& kv_cache)
+      : model_(model), step_(step), kv_cache_(kv_cache), builder_(step.ir_phase()) {}
 
   Result<ir::Graph> emit() {
-    FOLIO_ASSIGN_OR_RETURN(inputs_, declare_inputs(builder_, step_));
+    FOLIO_ASSIGN_OR_RETURN(inputs_, declare_inputs(builder_, step_, kv_cache_));
     FOLIO_ASSIGN_OR_RETURN(TensorId table,
                            builder_.weight("token_embd.weight", model_.weight_dtype,
                                            {model_.vocab_size, model_.hidden_size}));
@@ -64,7 +66,7 @@ class LlamaEmitter {
                                                    {model_.vocab_size, model_.hidden_size}));
     }
     FOLIO_ASSIGN_OR_RETURN(TensorId logits,
-                           builder_.matmul(rows, head, std::string(exec::kOutputLogits)));
+                           builder_.matmul(rows, head, std::string(ir::kOutputLogits)));
     FOLIO_RETURN_IF_ERROR(builder_.mark_output(logits));
     return builder_.finish();
   }
@@ -110,19 +112,21 @@ class LlamaEmitter {
     rope.head_dim = head_dim;
     rope.rotary_dim = head_dim;
     rope.theta = model_.rope_theta;
-    rope.style = model_.architecture == LlamaArchitecture::kQwen2 ? ir::RopeStyle::kNeox
-                                                                  : ir::RopeStyle::kNormal;
+    rope.style = model_.architecture == LlamaArchitecture::kQwen2 ? kernels::RopeStyle::kNeox
+                                                                  : kernels::RopeStyle::kNormal;
     FOLIO_ASSIGN_OR_RETURN(TensorId q_rope,
                            builder_.rope(q, inputs_.positions, rope, prefix + ".q_rope"));
     rope.num_heads = model_.num_kv_heads;
     FOLIO_ASSIGN_OR_RETURN(TensorId k_rope,
                            builder_.rope(k, inputs_.positions, rope, prefix + ".k_rope"));
-    const ir::Shape cache_shape{step_.num_kv_blocks, step_.block_size, model_.num_kv_heads,
-                                head_dim};
-    FOLIO_ASSIGN_OR_RETURN(TensorId k_cache, builder_.kv_cache(llama_key_cache_name(layer),
-                                                               step_.kv_dtype, cache_shape));
-    FOLIO_ASSIGN_OR_RETURN(TensorId v_cache, builder_.kv_cache(llama_value_cache_name(layer),
-                                                               step_.kv_dtype, cache_shape));
+    const ir::Shape cache_shape{kv_cache_.num_blocks, kv_cache_.geometry.block_size,
+                                model_.num_kv_heads, head_dim};
+    FOLIO_ASSIGN_OR_RETURN(
+        TensorId k_cache,
+        builder_.kv_cache(llama_key_cache_name(layer), kv_cache_.geometry.dtype, cache_shape));
+    FOLIO_ASSIGN_OR_RETURN(
+        TensorId v_cache,
+        builder_.kv_cache(llama_value_cache_name(layer), kv_cache_.geometry.dtype, cache_shape));
     FOLIO_RETURN_IF_ERROR(builder_.kv_cache_write(k_rope, v, inputs_.slot_mapping, k_cache, v_cache,
                                                   prefix + ".kv_write"));
     const ir::AttentionAttributes attention{model_.num_heads, model_.num_kv_heads, head_dim,
@@ -151,26 +155,33 @@ class LlamaEmitter {
   }
 
   const LlamaShape& model_;
-  const LlamaStepShape& step_;
+  const ir::StepShape& step_;
+  const ir::KvCacheShape& kv_cache_;
   GraphBuilder builder_;
   StepInputs inputs_;
 };
 
-Status validate_step_shape(const LlamaStepShape& step) {
+Status validate_step_shape(const LlamaShape& model, const ir::StepShape& step,
+                           const ir::KvCacheShape& kv_cache) {
   auto positive = [](const char* field, int64_t value) -> Status {
     if (value <= 0)
       return invalid_argument("step shape: {} must be positive, got {}", field, value);
     return Status();
   };
   FOLIO_RETURN_IF_ERROR(positive("num_tokens", step.num_tokens));
-  FOLIO_RETURN_IF_ERROR(positive("num_sequences", step.num_sequences));
+  FOLIO_RETURN_IF_ERROR(positive("num_sequence_slots", step.num_sequence_slots));
   FOLIO_RETURN_IF_ERROR(positive("num_logit_rows", step.num_logit_rows));
-  FOLIO_RETURN_IF_ERROR(positive("max_blocks_per_sequence", step.max_blocks_per_sequence));
-  FOLIO_RETURN_IF_ERROR(positive("num_kv_blocks", step.num_kv_blocks));
-  FOLIO_RETURN_IF_ERROR(positive("block_size", step.block_size));
-  if (step.kv_dtype != DType::kF32 && step.kv_dtype != DType::kF16) {
-    return invalid_argument("step shape: KV cache dtype must be f32 or f16, got {}",
-                            dtype_name(step.kv_dtype));
+  FOLIO_RETURN_IF_ERROR(positive("max_blocks_per_sequence", kv_cache.max_blocks_per_sequence));
+  FOLIO_RETURN_IF_ERROR(positive("num_kv_blocks", kv_cache.num_blocks));
+  const ir::KvCacheGeometry& geometry = kv_cache.geometry;
+  FOLIO_RETURN_IF_ERROR(geometry.validate());
+  if (geometry.num_layers != model.num_layers || geometry.num_kv_heads != model.num_kv_heads ||
+      geometry.head_dim != model.head_dim()) {
+    return invalid_argument(
+        "the KV cache has {} layers of {} KV heads of {} dimensions; the model needs {} of {} of "
+        "{}",
+        geometry.num_layers, geometry.num_kv_heads, geometry.head_dim, model.num_layers,
+        model.num_kv_heads, model.head_dim());
   }
   return Status();
 }
@@ -184,10 +195,11 @@ std::string llama_value_cache_name(int64_t layer) {
   return fmt::format("blk.{}.v_cache", layer);
 }
 
-Result<ir::Graph> build_llama_step_graph(const LlamaShape& model, const LlamaStepShape& step) {
+Result<ir::Graph> build_llama_step_graph(const LlamaShape& model, const ir::StepShape& step,
+                                         const ir::KvCacheShape& kv_cache) {
   FOLIO_RETURN_IF_ERROR(validate_llama_shape(model));
-  FOLIO_RETURN_IF_ERROR(validate_step_shape(step));
-  return LlamaEmitter(model, step).emit();
+  FOLIO_RETURN_IF_ERROR(validate_step_shape(model, step, kv_cache));
+  return LlamaEmitter(model, step, kv_cache).emit();
 }
 
 }  // namespace folio::model

@@ -8,12 +8,12 @@ namespace {
 
 // Weights straight from the GGUF mapping. The mapping is read-only and kernels only read
 // weights, so handing out a mutable TensorView pointer never leads to a write.
-class GgufWeightSource final : public exec::WeightSource {
+class GgufWeightSource final : public ir::WeightSource {
  public:
-  explicit GgufWeightSource(const GgufFile& file) : file_(file) {}
+  explicit GgufWeightSource(const gguf::GgufFile& file) : file_(file) {}
 
   Result<TensorView> find_weight(std::string_view name) const override {
-    FOLIO_ASSIGN_OR_RETURN(GgufTensor tensor, file_.tensor(name));
+    FOLIO_ASSIGN_OR_RETURN(gguf::GgufTensor tensor, file_.tensor(name));
     // GGUF lists dimensions fastest first; a TensorView slowest first.
     std::vector<int64_t> shape(tensor.info->dimensions.rbegin(), tensor.info->dimensions.rend());
     if (shape.empty()) shape.push_back(1);
@@ -22,28 +22,28 @@ class GgufWeightSource final : public exec::WeightSource {
   }
 
  private:
-  const GgufFile& file_;
+  const gguf::GgufFile& file_;
 };
 
 }  // namespace
 
-LlamaModel::LlamaModel(GgufFile file, LlamaShape shape, Tokenizer tokenizer)
+LlamaModel::LlamaModel(gguf::GgufFile file, LlamaShape shape, tokenizer::Tokenizer tokenizer)
     : file_(std::move(file)), shape_(shape), tokenizer_(std::move(tokenizer)) {
   weights_ = std::make_unique<GgufWeightSource>(file_);
 }
 
 Result<std::unique_ptr<LlamaModel>> LlamaModel::open(const std::string& path) {
-  Result<GgufFile> file = GgufFile::open(path);
+  Result<gguf::GgufFile> file = gguf::GgufFile::open(path);
   if (!file.ok()) return file.status();
   Result<std::unique_ptr<LlamaModel>> model = from_file(std::move(*file));
   if (!model.ok()) return model.status().with_context(path);
   return model;
 }
 
-Result<std::unique_ptr<LlamaModel>> LlamaModel::from_file(GgufFile file) {
+Result<std::unique_ptr<LlamaModel>> LlamaModel::from_file(gguf::GgufFile file) {
   FOLIO_ASSIGN_OR_RETURN(LlamaShape shape, read_llama_shape(file));
   FOLIO_RETURN_IF_ERROR(validate_llama_shape(shape));
-  FOLIO_ASSIGN_OR_RETURN(Tokenizer tokenizer, Tokenizer::from_gguf(file));
+  FOLIO_ASSIGN_OR_RETURN(tokenizer::Tokenizer tokenizer, tokenizer::Tokenizer::from_gguf(file));
   if (tokenizer.vocab_size() != shape.vocab_size) {
     return invalid_argument("tokenizer has {} tokens but token_embd.weight has {} rows",
                             tokenizer.vocab_size(), shape.vocab_size);
@@ -51,18 +51,20 @@ Result<std::unique_ptr<LlamaModel>> LlamaModel::from_file(GgufFile file) {
   std::unique_ptr<LlamaModel> model(new LlamaModel(std::move(file), shape, std::move(tokenizer)));
   // Bind every weight of a one-token graph now, so a missing or malformed tensor is an error at
   // load time, not at the first step.
-  LlamaStepShape probe;
-  FOLIO_ASSIGN_OR_RETURN(ir::Graph graph, build_llama_step_graph(shape, probe));
+  const ir::StepShape probe{1, 1, 1, ir::StepPhase::kPrefill};
+  const ir::KvCacheShape probe_cache{model->kv_cache_geometry(16, DType::kF32), 1, 1};
+  FOLIO_ASSIGN_OR_RETURN(ir::Graph graph, build_llama_step_graph(shape, probe, probe_cache));
   for (const ir::TensorInfo& tensor : graph.tensors()) {
     if (tensor.residency != ir::Residency::kWeight) continue;
-    FOLIO_RETURN_IF_ERROR(exec::bind_weight(tensor, model->weights()).status());
+    FOLIO_RETURN_IF_ERROR(ir::bind_weight(tensor, model->weights()).status());
   }
   return model;
 }
 
 int64_t LlamaModel::weight_bytes() const {
   int64_t total = 0;
-  for (const GgufTensorInfo& info : file_.tensors()) total += static_cast<int64_t>(info.byte_size);
+  for (const gguf::GgufTensorInfo& info : file_.tensors())
+    total += static_cast<int64_t>(info.byte_size);
   return total;
 }
 
@@ -72,7 +74,7 @@ uint64_t LlamaModel::prefault_weights(
   const int64_t total = weight_bytes();
   int64_t done = 0;
   uint64_t checksum = 0;
-  for (const GgufTensorInfo& info : file_.tensors()) {
+  for (const gguf::GgufTensorInfo& info : file_.tensors()) {
     const std::span<const std::byte> bytes = file_.tensor_bytes(info);
     for (size_t offset = 0; offset < bytes.size(); offset += kPageBytes) {
       checksum = checksum * 31 + std::to_integer<uint64_t>(bytes[offset]);
@@ -83,18 +85,15 @@ uint64_t LlamaModel::prefault_weights(
   return checksum;
 }
 
-exec::GraphFactory LlamaModel::graph_factory(const KvCacheGeometry& geometry) const {
-  return [shape = shape_, geometry](const exec::StepShape& step) -> Result<ir::Graph> {
-    LlamaStepShape llama_step;
-    llama_step.phase = step.ir_phase();
-    llama_step.num_tokens = step.num_tokens;
-    llama_step.num_sequences = step.num_sequence_slots;
-    llama_step.num_logit_rows = step.num_logit_rows;
-    llama_step.max_blocks_per_sequence = geometry.max_blocks_per_sequence;
-    llama_step.num_kv_blocks = geometry.num_blocks;
-    llama_step.block_size = geometry.block_size;
-    llama_step.kv_dtype = geometry.dtype;
-    return build_llama_step_graph(shape, llama_step);
+ir::KvCacheGeometry LlamaModel::kv_cache_geometry(int32_t block_size, DType dtype) const {
+  return ir::KvCacheGeometry{block_size, static_cast<int32_t>(shape_.num_layers),
+                             static_cast<int32_t>(shape_.num_kv_heads),
+                             static_cast<int32_t>(shape_.head_dim()), dtype};
+}
+
+ir::GraphFactory LlamaModel::graph_factory(const ir::KvCacheShape& kv_cache) const {
+  return [shape = shape_, kv_cache](const ir::StepShape& step) -> Result<ir::Graph> {
+    return build_llama_step_graph(shape, step, kv_cache);
   };
 }
 

@@ -5,10 +5,10 @@
 #include <limits>
 #include <vector>
 
-#include "folio/model/deterministic_random.h"
-#include "folio/model/gguf_file.h"
-#include "folio/model/spm_vocabulary_builder.h"
+#include "folio/base/random.h"
+#include "folio/gguf/gguf_file.h"
 #include "folio/tensor/quantize.h"
+#include "folio/tokenizer/spm_vocabulary_builder.h"
 
 namespace folio::model {
 
@@ -40,8 +40,8 @@ uint64_t stream_seed(uint64_t seed, std::string_view tensor_name) {
 
 // Fills a [rows, row_length] tensor of `dtype` with mean + deviation * z per value, row by
 // row, converting each f32 row to the dtype.
-GgufWriter::TensorFill random_fill(DType dtype, int64_t row_length, int64_t rows, uint64_t seed,
-                                   double mean, double deviation) {
+gguf::GgufWriter::TensorFill random_fill(DType dtype, int64_t row_length, int64_t rows,
+                                         uint64_t seed, double mean, double deviation) {
   return [=](std::span<std::byte> destination) {
     Xoshiro256StarStar random(seed);
     std::vector<float> row(static_cast<size_t>(row_length));
@@ -101,14 +101,15 @@ std::vector<TensorSpec> tensor_specs(const LlamaShape& shape) {
 
 // The general.* and architecture metadata llama.cpp reads (everything but the vocabulary).
 // The key order is part of the file's bytes, which tests pin by hash.
-void add_shape_metadata(const LlamaShape& shape, const std::string& name, GgufWriter& writer) {
+void add_shape_metadata(const LlamaShape& shape, const std::string& name,
+                        gguf::GgufWriter& writer) {
   const std::string arch(llama_architecture_name(shape.architecture));
-  auto u32 = [](int64_t value) { return GgufValue::of(static_cast<uint32_t>(value)); };
-  writer.set("general.architecture", GgufValue::of_string(arch));
-  writer.set("general.name", GgufValue::of_string(name));
-  writer.set("general.file_type", GgufValue::of(llama_file_type(shape.weight_dtype)));
+  auto u32 = [](int64_t value) { return gguf::GgufValue::of(static_cast<uint32_t>(value)); };
+  writer.set("general.architecture", gguf::GgufValue::of_string(arch));
+  writer.set("general.name", gguf::GgufValue::of_string(name));
+  writer.set("general.file_type", gguf::GgufValue::of(llama_file_type(shape.weight_dtype)));
   if (dtype_info(shape.weight_dtype).quantized) {
-    writer.set("general.quantization_version", GgufValue::of<uint32_t>(2));
+    writer.set("general.quantization_version", gguf::GgufValue::of<uint32_t>(2));
   }
   writer.set(arch + ".context_length", u32(shape.context_length));
   writer.set(arch + ".embedding_length", u32(shape.hidden_size));
@@ -116,18 +117,19 @@ void add_shape_metadata(const LlamaShape& shape, const std::string& name, GgufWr
   writer.set(arch + ".feed_forward_length", u32(shape.ffn_size));
   writer.set(arch + ".attention.head_count", u32(shape.num_heads));
   writer.set(arch + ".attention.head_count_kv", u32(shape.num_kv_heads));
-  writer.set(arch + ".rope.freq_base", GgufValue::of(shape.rope_theta));
+  writer.set(arch + ".rope.freq_base", gguf::GgufValue::of(shape.rope_theta));
   writer.set(arch + ".rope.dimension_count", u32(shape.head_dim()));
-  writer.set(arch + ".attention.layer_norm_rms_epsilon", GgufValue::of(shape.rms_norm_epsilon));
+  writer.set(arch + ".attention.layer_norm_rms_epsilon",
+             gguf::GgufValue::of(shape.rms_norm_epsilon));
   writer.set(arch + ".vocab_size", u32(shape.vocab_size));
 }
 
-Status add_random_tensors(const LlamaShape& shape, uint64_t seed, GgufWriter& writer) {
+Status add_random_tensors(const LlamaShape& shape, uint64_t seed, gguf::GgufWriter& writer) {
   for (TensorSpec& spec : tensor_specs(shape)) {
     const int64_t row_length = spec.dimensions[0];
     const int64_t rows = spec.matrix ? spec.dimensions[1] : 1;
     const uint64_t stream = stream_seed(seed, spec.name);
-    GgufWriter::TensorFill fill;
+    gguf::GgufWriter::TensorFill fill;
     DType dtype = DType::kF32;
     if (spec.matrix) {
       // Deviation 1/sqrt(row length): each output of x·W has the variance of one input.
@@ -212,11 +214,11 @@ Status validate_llama_shape(const LlamaShape& shape) {
   FOLIO_RETURN_IF_ERROR(check_size("num_kv_heads", shape.num_kv_heads));
   FOLIO_RETURN_IF_ERROR(check_size("ffn_size", shape.ffn_size));
   FOLIO_RETURN_IF_ERROR(check_size("context_length", shape.context_length));
-  if (shape.vocab_size < kMinGeneratedVocabularySize) {
+  if (shape.vocab_size < tokenizer::kMinGeneratedVocabularySize) {
     return invalid_argument(
         "vocab_size = {} is below {}: the generated vocabulary needs 3 "
         "special and 256 byte tokens",
-        shape.vocab_size, kMinGeneratedVocabularySize);
+        shape.vocab_size, tokenizer::kMinGeneratedVocabularySize);
   }
   if (shape.hidden_size % shape.num_heads != 0) {
     return invalid_argument("hidden_size = {} is not a multiple of num_heads = {}",
@@ -253,21 +255,22 @@ Status validate_llama_shape(const LlamaShape& shape) {
   return Status();
 }
 
-Result<GgufWriter> make_random_llama_writer(const LlamaShape& shape, uint64_t seed) {
+Result<gguf::GgufWriter> make_random_llama_writer(const LlamaShape& shape, uint64_t seed) {
   FOLIO_RETURN_IF_ERROR(validate_llama_shape(shape));
-  GgufWriter writer;
+  gguf::GgufWriter writer;
   const std::string arch(llama_architecture_name(shape.architecture));
   add_shape_metadata(shape, fmt::format("folio random {}", arch), writer);
-  writer.set("folio.random_seed", GgufValue::of(seed));
-  FOLIO_ASSIGN_OR_RETURN(Vocabulary vocabulary, build_llama_vocabulary(shape.vocab_size));
-  write_vocabulary_metadata(vocabulary, writer);
+  writer.set("folio.random_seed", gguf::GgufValue::of(seed));
+  FOLIO_ASSIGN_OR_RETURN(tokenizer::Vocabulary vocabulary,
+                         tokenizer::build_llama_vocabulary(shape.vocab_size));
+  tokenizer::write_vocabulary_metadata(vocabulary, writer);
   FOLIO_RETURN_IF_ERROR(add_random_tensors(shape, seed, writer));
   return writer;
 }
 
-Result<GgufWriter> make_llama_writer(const LlamaWeights& weights) {
+Result<gguf::GgufWriter> make_llama_writer(const LlamaWeights& weights) {
   FOLIO_RETURN_IF_ERROR(validate_llama_shape(weights.shape));
-  FOLIO_RETURN_IF_ERROR(validate_vocabulary(weights.vocabulary));
+  FOLIO_RETURN_IF_ERROR(tokenizer::validate_vocabulary(weights.vocabulary));
   if (weights.vocabulary.size() != weights.shape.vocab_size) {
     return invalid_argument("the vocabulary has {} tokens, the shape's vocab_size is {}",
                             weights.vocabulary.size(), weights.shape.vocab_size);
@@ -282,9 +285,9 @@ Result<GgufWriter> make_llama_writer(const LlamaWeights& weights) {
                               llama_architecture_name(weights.shape.architecture));
     }
   }
-  GgufWriter writer;
+  gguf::GgufWriter writer;
   add_shape_metadata(weights.shape, weights.name, writer);
-  write_vocabulary_metadata(weights.vocabulary, writer);
+  tokenizer::write_vocabulary_metadata(weights.vocabulary, writer);
   for (const TensorSpec& spec : specs) {
     FOLIO_ASSIGN_OR_RETURN(std::vector<std::byte> bytes, convert_tensor(weights, spec));
     const DType dtype = spec.matrix ? weights.shape.weight_dtype : DType::kF32;
@@ -295,11 +298,11 @@ Result<GgufWriter> make_llama_writer(const LlamaWeights& weights) {
 }
 
 Status write_random_llama_model(const std::string& path, const LlamaShape& shape, uint64_t seed) {
-  FOLIO_ASSIGN_OR_RETURN(GgufWriter writer, make_random_llama_writer(shape, seed));
+  FOLIO_ASSIGN_OR_RETURN(gguf::GgufWriter writer, make_random_llama_writer(shape, seed));
   return writer.write_file(path);
 }
 
-Result<LlamaShape> read_llama_shape(const GgufFile& file) {
+Result<LlamaShape> read_llama_shape(const gguf::GgufFile& file) {
   FOLIO_ASSIGN_OR_RETURN(std::string_view name, file.get_string("general.architecture"));
   const std::optional<LlamaArchitecture> architecture = llama_architecture_from_name(name);
   if (!architecture) {
@@ -327,14 +330,14 @@ Result<LlamaShape> read_llama_shape(const GgufFile& file) {
                          file.get_floating(prefix + "attention.layer_norm_rms_epsilon"));
   shape.rms_norm_epsilon = static_cast<float>(epsilon);
 
-  FOLIO_ASSIGN_OR_RETURN(GgufTensor embedding, file.tensor("token_embd.weight"));
+  FOLIO_ASSIGN_OR_RETURN(gguf::GgufTensor embedding, file.tensor("token_embd.weight"));
   const std::vector<int64_t>& dimensions = embedding.info->dimensions;
   if (dimensions.size() != 2 || dimensions[0] != shape.hidden_size) {
     return invalid_argument("{}: token_embd.weight has shape [{}], expected [{}, vocab]",
                             file.source(), fmt::join(dimensions, ", "), shape.hidden_size);
   }
   shape.vocab_size = dimensions[1];
-  FOLIO_ASSIGN_OR_RETURN(GgufTensor query, file.tensor("blk.0.attn_q.weight"));
+  FOLIO_ASSIGN_OR_RETURN(gguf::GgufTensor query, file.tensor("blk.0.attn_q.weight"));
   shape.weight_dtype = query.dtype;
   shape.tie_embeddings = file.find_tensor("output.weight") == nullptr;
   Status status = validate_llama_shape(shape);

@@ -27,7 +27,7 @@
 // Values keep activations well-conditioned: a matrix with rows of length n holds values of
 // standard deviation 1/sqrt(n) (so each output of x·W has the variance of one input); norm
 // weights are 1 + 0.05·z; biases 0.1·z; z approximately standard normal
-// (deterministic_random.h). Each tensor has its own random stream seeded from the seed and its
+// (base/random.h). Each tensor has its own random stream seeded from the seed and its
 // name, so the bytes depend only on (shape, seed). Quantized weights are made by tensor/'s
 // ggml-exact reference quantizers.
 #pragma once
@@ -40,13 +40,11 @@
 #include <vector>
 
 #include "folio/base/result.h"
-#include "folio/model/gguf_writer.h"
-#include "folio/model/vocabulary.h"
+#include "folio/gguf/gguf_writer.h"
 #include "folio/tensor/dtype.h"
+#include "folio/tokenizer/vocabulary.h"
 
 namespace folio::model {
-
-class GgufFile;
 
 enum class LlamaArchitecture { kLlama, kQwen2 };
 
@@ -83,7 +81,7 @@ struct LlamaShape {
 Status validate_llama_shape(const LlamaShape& shape);
 
 // A writer holding the whole model; tensor bytes are generated while it writes.
-Result<GgufWriter> make_random_llama_writer(const LlamaShape& shape, uint64_t seed);
+Result<gguf::GgufWriter> make_random_llama_writer(const LlamaShape& shape, uint64_t seed);
 Status write_random_llama_model(const std::string& path, const LlamaShape& shape, uint64_t seed);
 
 // A trained model: every tensor of the header's list in f32, row-major (a matrix of ggml shape
@@ -91,7 +89,7 @@ Status write_random_llama_model(const std::string& path, const LlamaShape& shape
 struct LlamaWeights {
   LlamaShape shape;  // weight_dtype: the dtype the matrices are written in
   std::string name;  // general.name
-  Vocabulary vocabulary;
+  tokenizer::Vocabulary vocabulary;
   std::map<std::string, std::vector<float>> tensors;  // GGUF name -> values
 };
 
@@ -99,12 +97,12 @@ struct LlamaWeights {
 // ggml-exact quantizers, 1-D tensors kept f32. kInvalidArgument: an invalid shape or
 // vocabulary; a vocabulary size other than shape.vocab_size; a missing or unexpected tensor; a
 // tensor whose value count does not match its shape; a non-finite value.
-Result<GgufWriter> make_llama_writer(const LlamaWeights& weights);
+Result<gguf::GgufWriter> make_llama_writer(const LlamaWeights& weights);
 
 // Reads the shape back from a file's metadata and tensors (vocabulary size from
 // token_embd.weight, weight dtype from blk.0.attn_q.weight, tied embeddings from the absence of
 // output.weight). Optional keys take llama.cpp's defaults (head_count_kv = head_count,
 // rope.freq_base = 10000). Errors name the missing or malformed key or tensor.
-Result<LlamaShape> read_llama_shape(const GgufFile& file);
+Result<LlamaShape> read_llama_shape(const gguf::GgufFile& file);
 
 }  // namespace folio::model

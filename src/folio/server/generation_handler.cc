@@ -52,11 +52,11 @@ void send_error(httplib::Response& response, int status, std::string_view messag
 
 Result<std::vector<int32_t>> Server::Handlers::prompt_tokens(
     const GenerationRequest& parsed) const {
-  const model::Tokenizer& tokenizer = *server_.model_.tokenizer;
+  const tokenizer::Tokenizer& tokenizer = *server_.model_.tokenizer;
   std::vector<int32_t> tokens;
   if (parsed.endpoint == Endpoint::kChatCompletions) {
     // Template markers are control tokens when the vocabulary has them.
-    model::EncodeOptions options;
+    tokenizer::EncodeOptions options;
     options.parse_special = true;
     tokens = tokenizer.encode(render_chat(server_.chat_template_, parsed.messages), options);
   } else if (!parsed.prompt_tokens.empty()) {

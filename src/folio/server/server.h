@@ -35,10 +35,10 @@
 #include "folio/engine/engine.h"
 #include "folio/engine/model_engine.h"
 #include "folio/exec/graph_cache.h"
-#include "folio/model/tokenizer.h"
 #include "folio/server/chat_template.h"
 #include "folio/server/openai_protocol.h"
 #include "folio/server/server_metrics.h"
+#include "folio/tokenizer/tokenizer.h"
 
 namespace httplib {
 class Server;
@@ -65,7 +65,7 @@ struct ServerOptions {
 // What the server serves; everything borrowed must outlive the server.
 struct ServedModel {
   engine::Engine* engine = nullptr;                    // required; started by the caller
-  const model::Tokenizer* tokenizer = nullptr;         // required; the engine's text decoder's
+  const tokenizer::Tokenizer* tokenizer = nullptr;     // required; the engine's text decoder's
   metrics::Registry* registry = nullptr;               // required; rendered by /metrics
   std::string name;                                    // the model id clients send and see
   int32_t context_length = 0;                          // the engine's context limit, > 1

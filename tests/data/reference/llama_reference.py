@@ -6,7 +6,7 @@ weights with numpy, and computes the Llama-family forward pass in float64 with P
 (Debian's python3-torch). Writes the logits of every position of every prompt as JSON, which
 tests/model/ compares against the engine's logits, and, when PROMPTS.json asks, the perplexity
 of a token sequence under sliding windows (tests/engine/perplexity_test.cc; the definition is in
-src/folio/engine/perplexity.h and docs/design/perplexity.md).
+src/folio/engine/perplexity.h and docs/notes/perplexity.md).
 
 Usage:
   llama_reference.py MODEL.gguf PROMPTS.json OUT.json

@@ -87,7 +87,7 @@ struct KeyRange {
 KeyRange visible_keys(const PagedAttentionArguments& arguments, int64_t token, int32_t sequence) {
   const int64_t block_size = arguments.cache.block_size;
   const int64_t position = arguments.positions[token];
-  const int64_t context_length = arguments.context_lengths[sequence];
+  const int64_t context_length = arguments.seq_lens[sequence];
   FOLIO_CHECK(context_length >= 0 &&
                   context_length <= int64_t{arguments.max_blocks_per_sequence} * block_size,
               "paged_attention: sequence {} has context length {}, its block table holds {} "

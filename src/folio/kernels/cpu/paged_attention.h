@@ -22,7 +22,7 @@
 // A head's arithmetic is the same whichever heads share its pass (VectorOps' tiles compute
 // each element as one fixed chain), so the output is bit-identical for any thread count.
 //
-// Everything that changes from step to step (num_sequences, query_start, context_lengths,
+// Everything that changes from step to step (num_sequences, query_start, seq_lens,
 // block_tables, positions, and the query and cache contents) is read through pointers when the
 // kernel runs, so a captured launch replays correctly after the engine rewrites those buffers.
 // Scratch space (a block of scores for up to 8 heads, per thread) comes from the caller's
@@ -51,11 +51,11 @@ struct PagedAttentionArguments {
   int32_t sliding_window = 0;  // 0: attend to the whole past
   float scale = 0.0f;          // <= 0: 1 / sqrt(head_dim)
 
-  const int32_t* num_sequences;    // i32 scalar in [0, max_sequences]
-  const int32_t* query_start;      // i32 [max_sequences + 1], non-decreasing, query_start[0] == 0
-  const int32_t* context_lengths;  // i32 [max_sequences]: tokens cached for s after this step
-  const int32_t* block_tables;     // i32 [max_sequences, max_blocks_per_sequence]
-  const int32_t* positions;        // i32 [num_tokens]: absolute position of each token
+  const int32_t* num_sequences;  // i32 scalar in [0, max_sequences]
+  const int32_t* query_start;    // i32 [max_sequences + 1], non-decreasing, query_start[0] == 0
+  const int32_t* seq_lens;       // i32 [max_sequences]: tokens cached for s after this step
+  const int32_t* block_tables;   // i32 [max_sequences, max_blocks_per_sequence]
+  const int32_t* positions;      // i32 [num_tokens]: absolute position of each token
 
   std::byte* workspace;           // paged_attention_workspace_bytes(cache, workspace_threads) bytes
   int32_t workspace_threads = 0;  // threads the workspace is sized for (>= the pool's)

@@ -13,9 +13,9 @@ constexpr int32_t kMaxPairs = kRopeMaxRotaryDim / 2;
 
 // Rotates the first 2 * num_pairs values of one head.
 void rotate_head(float* head, const double* cosines, const double* sines, int32_t num_pairs,
-                 RopeStyle style) {
-  const int32_t stride = style == RopeStyle::kNormal ? 2 : 1;
-  const int32_t partner_offset = style == RopeStyle::kNormal ? 1 : num_pairs;
+                 kernels::RopeStyle style) {
+  const int32_t stride = style == kernels::RopeStyle::kNormal ? 2 : 1;
+  const int32_t partner_offset = style == kernels::RopeStyle::kNormal ? 1 : num_pairs;
   for (int32_t i = 0; i < num_pairs; ++i) {
     float* first = head + i * stride;
     float* second = first + partner_offset;

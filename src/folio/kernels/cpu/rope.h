@@ -19,10 +19,9 @@
 #include <cstdint>
 
 #include "folio/device/host_stream.h"
+#include "folio/kernels/rope_style.h"
 
 namespace folio::kernels::cpu {
-
-enum class RopeStyle : int32_t { kNormal, kNeox };
 
 inline constexpr int32_t kRopeMaxRotaryDim = 1024;
 
@@ -42,7 +41,7 @@ struct RopeArguments {
   int32_t num_kv_heads = 0;
   int32_t head_dim = 0;
   int32_t rotary_dim = 0;  // usually head_dim
-  RopeStyle style = RopeStyle::kNormal;
+  kernels::RopeStyle style = kernels::RopeStyle::kNormal;
   float theta_base = 10000.0f;
   float position_scale = 1.0f;
 };

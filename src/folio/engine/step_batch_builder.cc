@@ -1,0 +1,49 @@
+#include "folio/engine/step_batch_builder.h"
+
+namespace folio::engine {
+
+Result<ir::StepBatch> StepBatchBuilder::build(const StepPlan& plan,
+                                              const kv::BlockManager& block_manager) {
+  token_ids_.clear();
+  positions_.clear();
+  query_start_.assign(1, 0);
+  seq_lens_.clear();
+  logit_indices_.clear();
+  adapter_ids_.clear();
+  seqs_.clear();
+  kv_segments_.clear();
+  for (const ScheduledSegment& segment : plan.segments) {
+    const Sequence& sequence = *segment.sequence;
+    const auto first = sequence.tokens.begin() + segment.first_position;
+    token_ids_.insert(token_ids_.end(), first, first + segment.num_tokens);
+    for (int32_t offset = 0; offset < segment.num_tokens; ++offset) {
+      positions_.push_back(segment.first_position + offset);
+    }
+    query_start_.push_back(static_cast<int32_t>(token_ids_.size()));
+    const int32_t seq_len = segment.first_position + segment.num_tokens;
+    seq_lens_.push_back(seq_len);
+    if (segment.wants_logits) logit_indices_.push_back(query_start_.back() - 1);
+    adapter_ids_.push_back(sequence.cache_namespace.adapter_id);
+    seqs_.push_back(sequence.seq);
+    kv_segments_.push_back(
+        kv::StepSegment{sequence.seq, segment.first_position, segment.num_tokens});
+  }
+  slot_mapping_.resize(token_ids_.size());
+  FOLIO_RETURN_IF_ERROR(block_manager.fill_slot_mapping(kv_segments_, slot_mapping_));
+  block_tables_.resize(seqs_.size() * static_cast<size_t>(max_blocks_per_sequence_));
+  FOLIO_RETURN_IF_ERROR(
+      block_manager.fill_block_tables(seqs_, max_blocks_per_sequence_, block_tables_));
+  ir::StepBatch batch;
+  batch.token_ids = token_ids_;
+  batch.positions = positions_;
+  batch.slot_mapping = slot_mapping_;
+  batch.query_start = query_start_;
+  batch.seq_lens = seq_lens_;
+  batch.block_tables = block_tables_;
+  batch.logit_indices = logit_indices_;
+  batch.adapter_ids = adapter_ids_;
+  batch.max_blocks_per_sequence = max_blocks_per_sequence_;
+  return batch;
+}
+
+}  // namespace folio::engine

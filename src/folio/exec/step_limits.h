@@ -1,0 +1,38 @@
+// StepLimits: the sizes an executor was built for, against which every step (ir::StepBatch,
+// ir/step_batch.h) is validated before anything is written, so a malformed step changes no
+// state.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "folio/base/status.h"
+#include "folio/ir/step_batch.h"
+
+namespace folio::exec {
+
+struct StepLimits {
+  int32_t max_tokens = 0;
+  int32_t max_sequences = 0;
+  int32_t max_logit_rows = 0;
+  int32_t max_blocks_per_sequence = 0;
+  int64_t num_kv_blocks = 0;  // blocks of the KV cache
+  int32_t block_size = 0;
+  int64_t vocab_size = 0;
+  // Blocks [first_dummy_block, first_dummy_block + num_dummy_blocks) are reserved for padding
+  // tokens; no real sequence may use them.
+  int64_t first_dummy_block = 0;
+  int32_t num_dummy_blocks = 0;
+};
+
+// OK when `step` is well formed for `limits`: consistent array sizes (block table rows of
+// exactly max_blocks_per_sequence columns, adapter ids empty or one per sequence), 1 <= tokens <=
+// max, query_start increasing from 0 to num_tokens (every sequence has at least one query token),
+// context lengths covering the query tokens and fitting the block table, positions equal to
+// context_length - query_length + i, slots matching the block tables, used blocks in range and
+// not reserved, distinct slots, token ids in the vocabulary, at most num_tokens logit rows, each a
+// step token. `scratch` is reused between calls (no allocation once it is large enough).
+Status validate_step(const ir::StepBatch& step, const StepLimits& limits,
+                     std::vector<int64_t>& scratch);
+
+}  // namespace folio::exec

@@ -1,0 +1,191 @@
+// Byte-level BPE encoding, as llama.cpp's llm_tokenizer_bpe: words from the pre-tokenizer,
+// bytes spelled with GPT-2's byte-to-character map, merges applied lowest rank first.
+#include <queue>
+
+#include "folio/tokenizer/pre_tokenizer.h"
+#include "folio/tokenizer/tokenizer_state.h"
+#include "folio/tokenizer/unicode.h"
+
+namespace folio::tokenizer {
+
+namespace {
+
+// GPT-2's map: printable Latin-1 bytes ('!'..'~', '¡'..'¬', '®'..'ÿ') stand for themselves;
+// the other 68 bytes, in order, for U+0100 onwards (so space, 0x20, is U+0120 'Ġ').
+struct ByteCharacterMap {
+  static constexpr uint32_t kCharacters = 0x100 + 68;  // every character the map uses is below
+  std::array<uint32_t, 256> character_of_byte{};
+  std::array<std::string, 256> utf8_of_byte;
+  std::array<int16_t, kCharacters> byte_of_character{};  // -1: not a mapped character
+
+  ByteCharacterMap() {
+    byte_of_character.fill(-1);
+    uint32_t next_substitute = 0x100;
+    for (uint32_t byte = 0; byte < 256; ++byte) {
+      const bool printable = (byte >= 0x21 && byte <= 0x7E) || (byte >= 0xA1 && byte <= 0xAC) ||
+                             (byte >= 0xAE && byte <= 0xFF);
+      character_of_byte[byte] = printable ? byte : next_substitute++;
+      byte_of_character[character_of_byte[byte]] = static_cast<int16_t>(byte);
+      append_utf8(character_of_byte[byte], utf8_of_byte[byte]);
+    }
+  }
+  // The byte a character stands for; nullopt for characters outside the map.
+  std::optional<uint8_t> byte_of(uint32_t character) const {
+    if (character >= kCharacters || byte_of_character[character] < 0) return std::nullopt;
+    return static_cast<uint8_t>(byte_of_character[character]);
+  }
+};
+
+const ByteCharacterMap& byte_character_map() {
+  static const ByteCharacterMap map;
+  return map;
+}
+
+struct Symbol {
+  size_t start;
+  size_t length;
+  int previous;
+  int next;
+};
+
+struct Bigram {
+  int left;
+  int right;
+  int32_t rank;
+  size_t length;
+};
+
+// Lower priority first: the lowest rank, then the leftmost, on top.
+struct BigramOrder {
+  bool operator()(const Bigram& a, const Bigram& b) const {
+    return a.rank > b.rank || (a.rank == b.rank && a.left > b.left);
+  }
+};
+
+// A piece spelled in mapped characters, as raw bytes (characters outside the map kept as their
+// UTF-8, which only malformed vocabularies contain).
+std::string unmap_piece(std::string_view piece) {
+  const ByteCharacterMap& map = byte_character_map();
+  std::string bytes;
+  for (size_t position = 0; position < piece.size();) {
+    const Utf8Unit unit = decode_utf8(piece, position);
+    const std::optional<uint8_t> byte =
+        unit.code_point == kInvalidCodePoint ? std::nullopt : map.byte_of(unit.code_point);
+    if (byte) {
+      bytes += static_cast<char>(*byte);
+    } else {
+      bytes.append(piece.substr(position, unit.length));
+    }
+    position += unit.length;
+  }
+  return bytes;
+}
+
+void encode_word(const Tokenizer::State& state, std::string_view word, std::vector<TokenId>& ids) {
+  const ByteCharacterMap& map = byte_character_map();
+  std::string mapped;
+  std::vector<Symbol> symbols;
+  for (char byte : word) {
+    const std::string& character = map.utf8_of_byte[static_cast<uint8_t>(byte)];
+    const int index = static_cast<int>(symbols.size());
+    symbols.push_back({mapped.size(), character.size(), index - 1, -1});
+    if (index > 0) symbols[index - 1].next = index;
+    mapped += character;
+  }
+  const std::string_view text = mapped;
+  std::priority_queue<Bigram, std::vector<Bigram>, BigramOrder> queue;
+  auto try_add = [&](int left, int right) {
+    if (left < 0 || right < 0) return;
+    const std::string_view left_text = text.substr(symbols[left].start, symbols[left].length);
+    const std::string_view right_text = text.substr(symbols[right].start, symbols[right].length);
+    const auto it = state.merge_ranks.find({left_text, right_text});
+    if (it == state.merge_ranks.end()) return;
+    queue.push({left, right, it->second, left_text.size() + right_text.size()});
+  };
+  for (int i = 1; i < static_cast<int>(symbols.size()); ++i) try_add(i - 1, i);
+  while (!queue.empty()) {
+    const Bigram bigram = queue.top();
+    queue.pop();
+    Symbol& left = symbols[bigram.left];
+    Symbol& right = symbols[bigram.right];
+    if (left.length == 0 || right.length == 0 || left.length + right.length != bigram.length) {
+      continue;  // one side changed since this pair was queued
+    }
+    left.length += right.length;
+    right.length = 0;
+    left.next = right.next;
+    if (right.next >= 0) symbols[right.next].previous = bigram.left;
+    try_add(left.previous, bigram.left);
+    try_add(bigram.left, left.next);
+  }
+  for (int i = symbols.empty() ? -1 : 0; i != -1; i = symbols[i].next) {
+    const std::string_view piece = text.substr(symbols[i].start, symbols[i].length);
+    if (auto id = state.mergeable_piece(piece)) {
+      ids.push_back(*id);
+      continue;
+    }
+    // A merge result that is not a piece: spell it byte by byte. Each mapped character is one
+    // input byte, and initialization checked every byte has a piece.
+    for (size_t position = 0; position < piece.size();) {
+      const Utf8Unit unit = decode_utf8(piece, position);
+      ids.push_back(state.byte_tokens[*map.byte_of(unit.code_point)]);
+      position += unit.length;
+    }
+  }
+}
+
+}  // namespace
+
+Status initialize_byte_level_bpe(Tokenizer::State& state) {
+  const Vocabulary& vocabulary = state.vocabulary;
+  for (size_t rank = 0; rank < vocabulary.merges.size(); ++rank) {
+    const std::string_view merge = vocabulary.merges[rank];
+    const size_t space = merge.find(' ', 1);  // validate_vocabulary checked it exists
+    state.merge_ranks.try_emplace({merge.substr(0, space), merge.substr(space + 1)},
+                                  static_cast<int32_t>(rank));
+  }
+  const ByteCharacterMap& map = byte_character_map();
+  for (int byte = 0; byte < 256; ++byte) {
+    const std::optional<TokenId> id = state.mergeable_piece(map.utf8_of_byte[byte]);
+    if (!id) {
+      return invalid_argument("the byte-level vocabulary has no piece for byte 0x{:02X} ('{}')",
+                              byte, map.utf8_of_byte[byte]);
+    }
+    state.byte_tokens[byte] = *id;
+  }
+  state.decoded.resize(vocabulary.tokens.size());
+  for (size_t id = 0; id < vocabulary.tokens.size(); ++id) {
+    const std::string& piece = vocabulary.tokens[id];
+    switch (vocabulary.types[id]) {
+      case TokenType::kNormal:
+      case TokenType::kUndefined:
+        state.decoded[id] = unmap_piece(piece);
+        break;
+      case TokenType::kByte: {
+        const std::optional<uint8_t> byte = parse_byte_token(piece);
+        if (!byte) {
+          return invalid_argument("byte token {} is '{}', not of the form <0xXX>", id, piece);
+        }
+        state.decoded[id] = std::string(1, static_cast<char>(*byte));
+        break;
+      }
+      case TokenType::kUserDefined:
+      case TokenType::kControl:
+      case TokenType::kUnknown:
+        state.decoded[id] = piece;
+        break;
+      case TokenType::kUnused:
+        break;
+    }
+  }
+  return Status();
+}
+
+void encode_byte_level_bpe(const Tokenizer::State& state, std::string_view text,
+                           std::vector<TokenId>& ids) {
+  for (std::string_view word : pre_tokenize(state.vocabulary.pre_tokenizer, text)) {
+    encode_word(state, word, ids);
+  }
+}
+
+}  // namespace folio::tokenizer

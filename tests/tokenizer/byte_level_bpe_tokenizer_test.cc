@@ -1,0 +1,210 @@
+// Byte-level BPE: pre-tokenizer splits against hand-derived expectations for each pattern, a
+// small vocabulary with hand-computed encodings, round trips of every kind of text, special
+// tokens, and loading through GGUF metadata.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "folio/base/random.h"
+#include "folio/gguf/gguf_file.h"
+#include "folio/gguf/gguf_writer.h"
+#include "folio/tokenizer/pre_tokenizer.h"
+#include "folio/tokenizer/tokenizer.h"
+#include "folio/tokenizer/unicode.h"
+#include "testing/round_trip_corpus.h"
+
+namespace folio::tokenizer {
+namespace {
+
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+
+std::vector<std::string> split(PreTokenizerKind kind, std::string_view text) {
+  const std::vector<std::string_view> words = pre_tokenize(kind, text);
+  return {words.begin(), words.end()};
+}
+
+TEST(PreTokenizerTest, Gpt2Pattern) {
+  EXPECT_THAT(split(PreTokenizerKind::kGpt2, "Hello world's  test 123abc!!\n\n"),
+              ElementsAre("Hello", " world", "'s", " ", " test", " 123", "abc", "!!", "\n\n"));
+  // Contractions are case-sensitive in GPT-2's pattern.
+  EXPECT_THAT(split(PreTokenizerKind::kGpt2, "WE'VE we've"),
+              ElementsAre("WE", "'", "VE", " we", "'ve"));
+  EXPECT_THAT(split(PreTokenizerKind::kGpt2, "a\n b"), ElementsAre("a", "\n", " b"));
+  EXPECT_THAT(split(PreTokenizerKind::kGpt2, "x ..."), ElementsAre("x", " ..."));
+}
+
+TEST(PreTokenizerTest, Gpt2PatternOnUnicodeAndInvalidBytes) {
+  // 你好世界 are letters (Lo), ą ę letters (Ll), ½ a number (No), 🦙 neither.
+  EXPECT_THAT(split(PreTokenizerKind::kGpt2,
+                    "\xe4\xbd\xa0\xe5\xa5\xbd\xe4\xb8\x96\xe7\x95\x8c \xc4\x85\xc4\x99 \xc2\xbd"
+                    "\xf0\x9f\xa6\x99"),
+              ElementsAre("\xe4\xbd\xa0\xe5\xa5\xbd\xe4\xb8\x96\xe7\x95\x8c", " \xc4\x85\xc4\x99",
+                          " \xc2\xbd", "\xf0\x9f\xa6\x99"));
+  // Invalid bytes belong to no class: they group like punctuation.
+  EXPECT_THAT(split(PreTokenizerKind::kGpt2,
+                    "\xff\xfe"
+                    "ab \xc3"),
+              ElementsAre("\xff\xfe", "ab", " \xc3"));
+}
+
+TEST(PreTokenizerTest, Llama3Pattern) {
+  EXPECT_THAT(
+      split(PreTokenizerKind::kLlama3, "Hello world's  test 12345abc!!\n\n x"),
+      ElementsAre("Hello", " world", "'s", " ", " test", " ", "123", "45", "abc", "!!\n\n", " x"));
+  // Contractions ignore case; one non-letter may lead a word; newlines end whitespace runs.
+  EXPECT_THAT(split(PreTokenizerKind::kLlama3, "WE'VE\tgo  \n\n  end"),
+              ElementsAre("WE", "'VE", "\tgo", "  \n\n", " ", " end"));
+  EXPECT_THAT(split(PreTokenizerKind::kLlama3, "(x)"), ElementsAre("(x", ")"));
+}
+
+TEST(PreTokenizerTest, Qwen2PatternSplitsEveryDigit) {
+  EXPECT_THAT(split(PreTokenizerKind::kQwen2, "a 2024!"),
+              ElementsAre("a", " ", "2", "0", "2", "4", "!"));
+}
+
+TEST(PreTokenizerTest, WordsAlwaysConcatenateToTheInput) {
+  Xoshiro256StarStar random(1234);
+  const std::string alphabet[] = {"a",
+                                  "Z",
+                                  "7",
+                                  " ",
+                                  "\n",
+                                  "\r",
+                                  "\t",
+                                  "'",
+                                  "s",
+                                  "!",
+                                  "\xc2\xbd",
+                                  "\xe4\xbd\xa0",
+                                  "\xf0\x9f\xa6\x99",
+                                  "\xff",
+                                  "\xc3",
+                                  "\xe2\x80\x83"};
+  for (int trial = 0; trial < 500; ++trial) {
+    std::string text;
+    const int length = static_cast<int>(random.next() % 24);
+    for (int i = 0; i < length; ++i) text += alphabet[random.next() % std::size(alphabet)];
+    for (PreTokenizerKind kind :
+         {PreTokenizerKind::kGpt2, PreTokenizerKind::kLlama3, PreTokenizerKind::kQwen2}) {
+      std::string joined;
+      for (std::string_view word : pre_tokenize(kind, text)) {
+        EXPECT_FALSE(word.empty());
+        joined += word;
+      }
+      EXPECT_EQ(joined, text);
+    }
+  }
+}
+
+// GPT-2's byte-to-character map spells byte b as itself when printable, else as U+0100 + n.
+std::string byte_character(uint8_t byte) {
+  uint32_t substitute = 0x100;
+  for (uint32_t b = 0; b < 256; ++b) {
+    const bool printable = (b >= 0x21 && b <= 0x7E) || (b >= 0xA1 && b <= 0xAC) || b >= 0xAE;
+    if (b == byte) {
+      std::string out;
+      append_utf8(printable ? b : substitute, out);
+      return out;
+    }
+    if (!printable) ++substitute;
+  }
+  return {};
+}
+
+// Ids 0-255 spell single bytes (id == byte); then the merged pieces; then specials:
+//   256 "Ġt"  (merge rank 0: "Ġ t")    257 "he"   (rank 1: "h e")
+//   258 "Ġthe" (rank 2: "Ġt he")        259 "aa"   (rank 3: "a a")
+//   (rank 4: "x y" makes "xy", which is not a piece)
+//   260 "<|endoftext|>" control        261 "<|user|>" user-defined
+Vocabulary small_bpe_vocabulary() {
+  Vocabulary vocabulary;
+  vocabulary.model = TokenizerModel::kBytePairEncoding;
+  vocabulary.pre_tokenizer = PreTokenizerKind::kGpt2;
+  for (int byte = 0; byte < 256; ++byte) vocabulary.tokens.push_back(byte_character(byte));
+  const std::string g = byte_character(' ');  // "Ġ"
+  for (const std::string& piece : {g + "t", std::string("he"), g + "the", std::string("aa")}) {
+    vocabulary.tokens.push_back(piece);
+  }
+  vocabulary.tokens.push_back("<|endoftext|>");
+  vocabulary.tokens.push_back("<|user|>");
+  vocabulary.merges = {g + " t", "h e", g + "t he", "a a", "x y"};
+  vocabulary.scores.assign(vocabulary.tokens.size(), 0.0f);
+  vocabulary.types.assign(vocabulary.tokens.size(), TokenType::kNormal);
+  vocabulary.types[260] = TokenType::kControl;
+  vocabulary.types[261] = TokenType::kUserDefined;
+  vocabulary.eos = 260;
+  vocabulary.add_bos = false;
+  vocabulary.add_space_prefix = false;
+  return vocabulary;
+}
+
+TEST(ByteLevelBpeTokenizerTest, SmallVocabularyEncodesAsWorkedOutByHand) {
+  const Tokenizer tokenizer = *Tokenizer::from_vocabulary(small_bpe_vocabulary());
+  // "the": t h e; "h e" (rank 1) merges; "t he" is no merge.
+  EXPECT_THAT(tokenizer.encode("the"), ElementsAre('t', 257));
+  // " the": Ġ t h e; "Ġ t" (rank 0) first, then "h e", then "Ġt he".
+  EXPECT_THAT(tokenizer.encode(" the"), ElementsAre(258));
+  EXPECT_THAT(tokenizer.encode("the the"), ElementsAre('t', 257, 258));
+  // Equal ranks: the leftmost pair merges first.
+  EXPECT_THAT(tokenizer.encode("aaa"), ElementsAre(259, 'a'));
+  // "x y" merges, but "xy" is no piece: it is spelled byte by byte.
+  EXPECT_THAT(tokenizer.encode("xy"), ElementsAre('x', 'y'));
+  // Bytes outside printable ASCII use their own single-byte pieces.
+  EXPECT_THAT(tokenizer.encode("\n\xff"), ElementsAre('\n', 0xff));
+  // No space prefix and no BOS for this vocabulary; EOS is not added either.
+  EXPECT_EQ(*tokenizer.decode(tokenizer.encode(" the")), " the");
+}
+
+TEST(ByteLevelBpeTokenizerTest, SpecialTokensAreMatchedBeforePreTokenizing) {
+  const Tokenizer tokenizer = *Tokenizer::from_vocabulary(small_bpe_vocabulary());
+  EXPECT_THAT(tokenizer.encode("the<|endoftext|>", {.parse_special = true}),
+              ElementsAre('t', 257, 260));
+  const std::vector<TokenId> literal = tokenizer.encode("the<|endoftext|>");
+  EXPECT_EQ(literal.size(), 2u + 13u);  // "<|endoftext|>" spelled byte by byte
+  // User-defined tokens always match.
+  EXPECT_THAT(tokenizer.encode("<|user|> the"), ElementsAre(261, 258));
+  EXPECT_TRUE(tokenizer.is_special(260));
+  EXPECT_TRUE(tokenizer.is_special(261));
+  EXPECT_FALSE(tokenizer.is_special(258));
+  EXPECT_TRUE(tokenizer.is_end_of_generation(260));
+  EXPECT_EQ(*tokenizer.decode(std::vector<TokenId>{258, 260}), " the");
+  EXPECT_EQ(*tokenizer.decode(std::vector<TokenId>{258, 260}, {.render_special = true}),
+            " the<|endoftext|>");
+}
+
+TEST(ByteLevelBpeTokenizerTest, RoundTripsEveryKindOfTextWithEveryPreTokenizer) {
+  for (PreTokenizerKind kind :
+       {PreTokenizerKind::kGpt2, PreTokenizerKind::kLlama3, PreTokenizerKind::kQwen2}) {
+    Vocabulary vocabulary = small_bpe_vocabulary();
+    vocabulary.pre_tokenizer = kind;
+    const Tokenizer tokenizer = *Tokenizer::from_vocabulary(std::move(vocabulary));
+    for (const std::string& text : testing::round_trip_corpus()) {
+      EXPECT_EQ(*tokenizer.decode(tokenizer.encode(text)), text) << "'" << text << "'";
+    }
+  }
+}
+
+TEST(ByteLevelBpeTokenizerTest, LoadsFromGgufMetadata) {
+  gguf::GgufWriter writer;
+  Vocabulary vocabulary = small_bpe_vocabulary();
+  vocabulary.pre_tokenizer = PreTokenizerKind::kLlama3;
+  write_vocabulary_metadata(vocabulary, writer);
+  const gguf::GgufFile file = *gguf::GgufFile::parse_owned(*writer.write_to_buffer());
+  EXPECT_EQ(*file.get_string("tokenizer.ggml.pre"), "llama-bpe");
+  Result<Tokenizer> tokenizer = Tokenizer::from_gguf(file);
+  ASSERT_TRUE(tokenizer.ok()) << tokenizer.status().to_string();
+  EXPECT_EQ(tokenizer->model(), TokenizerModel::kBytePairEncoding);
+  EXPECT_EQ(tokenizer->vocabulary().pre_tokenizer, PreTokenizerKind::kLlama3);
+  EXPECT_THAT(tokenizer->encode("the the"), ElementsAre('t', 257, 258));
+}
+
+TEST(ByteLevelBpeTokenizerTest, VocabularyMissingAByteIsRejected) {
+  Vocabulary vocabulary = small_bpe_vocabulary();
+  vocabulary.tokens[0x41] = "not A";
+  const Status status = Tokenizer::from_vocabulary(std::move(vocabulary)).status();
+  EXPECT_EQ(status.code(), StatusCode::kInvalidArgument);
+  EXPECT_THAT(status.message(), HasSubstr("no piece for byte 0x41"));
+}
+
+}  // namespace
+}  // namespace folio::tokenizer
