@@ -1,4 +1,4 @@
-// Multi-threaded stress of HostVirtualMemory, meant for ThreadSanitizer (label `concurrency`);
+// Multi-threaded stress of host VirtualMemory, meant for ThreadSanitizer (label `concurrency`);
 // not a benchmark. Threads run whole reserve / map / write / read / unmap / release lifecycles
 // at once over their own ranges and slices of one shared physical memory, while another thread
 // grows a memory the others map from; racing releases of one handle must succeed exactly once.

@@ -4,7 +4,6 @@
 #include <gtest/gtest.h>
 
 #include "folio/device/cuda/cuda_driver.h"
-#include "folio/device/cuda/cuda_virtual_memory.h"
 #include "folio/device/cuda_virtual_memory.h"
 #include "virtual_memory_argument_contract.h"
 #include "virtual_memory_contract.h"

@@ -3,7 +3,8 @@
 // header exists in every build and does not include cuda.h; builds without the CUDA toolkit get
 // a factory that always answers kUnavailable. The driver library is opened at run time, so a
 // binary built with CUDA still runs on a machine without a GPU (the factory says why it cannot
-// serve). The implementation class lives in cuda/cuda_virtual_memory.h.
+// serve). The implementation is TrackedVirtualMemory (tracked_virtual_memory.h) over
+// CudaMemoryPrimitives (cuda/cuda_memory_primitives.h).
 #pragma once
 
 #include <memory>

@@ -1,7 +1,8 @@
 // The factory for host virtual memory: VirtualMemory over the CPU's own address space, with
 // physical memory from anonymous memory files (memfd) and views made by mmap. It is what the
 // memory runtime runs on without a GPU, and the reference the CUDA implementation is tested
-// against. The implementation class lives in host/host_virtual_memory.h.
+// against. The implementation is TrackedVirtualMemory (tracked_virtual_memory.h) over
+// HostMemoryPrimitives (host/host_memory_primitives.h).
 #pragma once
 
 #include <memory>

@@ -1,7 +1,7 @@
 // MappingTable: the bookkeeping of one AddressRange: which regions of it are mapped, and to which
-// bytes of which PhysicalMemory. Every VirtualMemory implementation keeps one per range and asks
-// it whether a map / unmap / set_access is legal before touching the OS or the driver, so a bad
-// call is refused before anything changes.
+// bytes of which PhysicalMemory. TrackedVirtualMemory (every backend's VirtualMemory) keeps one
+// per range and asks it whether a map / unmap / set_access is legal before touching the OS or the
+// driver, so a bad call is refused before anything changes.
 //
 // Terms: a Mapping is one contiguous piece [range_offset, range_offset + bytes) of the range,
 // backed by [memory_offset, memory_offset + bytes) of `memory`. Unmapping part of a mapping
@@ -10,7 +10,7 @@
 // Invariants: mappings never overlap and have bytes > 0. Adjacent mappings are not merged (they
 // may come from different memories), so num_mappings() counts map() calls net of splits.
 //
-// Thread-safety: none; the owning VirtualMemory serializes access under its own mutex.
+// Thread-safety: none; the owning TrackedVirtualMemory serializes access under its mutex.
 #pragma once
 
 #include <cstddef>
@@ -59,7 +59,7 @@ class MappingTable {
   size_t num_mapped_bytes_ = 0;         // sum of bytes over mappings_
 };
 
-// Argument checks shared by the implementations. Each returns kInvalidArgument with a message
+// Argument checks made by TrackedVirtualMemory. Each returns kInvalidArgument with a message
 // naming `what` (e.g. "map: range offset") when the check fails.
 
 // `bytes` is a positive multiple of `granularity`.
