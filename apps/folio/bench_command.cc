@@ -16,6 +16,7 @@
 #include "apps/folio/commands.h"
 #include "apps/folio/engine_options.h"
 #include "apps/folio/progress_bar.h"
+#include "folio/base/percentile.h"
 
 namespace folio::app {
 namespace {
@@ -48,13 +49,6 @@ Result<Range> parse_range(const std::string& text, const char* flag) {
     return invalid_argument("{} '{}': need 1 <= MIN <= MAX", flag, text);
   }
   return range;
-}
-
-double percentile(std::vector<double> values, double fraction) {
-  if (values.empty()) return 0;
-  std::sort(values.begin(), values.end());
-  const size_t index = static_cast<size_t>(fraction * static_cast<double>(values.size() - 1));
-  return values[index];
 }
 
 struct Collected {
