@@ -2,6 +2,7 @@
 // drawn from ranges, at most C in flight, reporting throughput, latency percentiles, KV and
 // graph statistics and peak pool memory by content type (text, and JSON with --json).
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <condition_variable>
 #include <cstdio>
@@ -16,6 +17,7 @@
 #include "apps/folio/commands.h"
 #include "apps/folio/engine_options.h"
 #include "apps/folio/progress_bar.h"
+#include "folio/base/percentile.h"
 
 namespace folio::app {
 namespace {
@@ -50,13 +52,6 @@ Result<Range> parse_range(const std::string& text, const char* flag) {
   return range;
 }
 
-double percentile(std::vector<double> values, double fraction) {
-  if (values.empty()) return 0;
-  std::sort(values.begin(), values.end());
-  const size_t index = static_cast<size_t>(fraction * static_cast<double>(values.size() - 1));
-  return values[index];
-}
-
 struct Collected {
   std::mutex mutex;
   std::condition_variable changed;
@@ -86,22 +81,25 @@ std::vector<engine::Request> make_requests(const BenchOptions& options, Range pr
   return requests;
 }
 
-void run_bench(const BenchOptions& options) {
-  Result<Range> prompt = parse_range(options.prompt_lengths, "--prompt-len");
-  check_command(prompt.status());
-  Result<Range> output = parse_range(options.output_lengths, "--output-len");
-  check_command(output.status());
-  if (options.num_requests < 1 || options.concurrency < 1) {
-    check_command(invalid_argument("--requests and --concurrency must be at least 1"));
-  }
-  Result<std::unique_ptr<engine::ModelEngine>> bundle = start_model_engine(options.engine);
-  check_command(bundle.status());
-  engine::ModelEngine& model_engine = **bundle;
-  const model::LlamaModel& model = model_engine.model();
-  std::vector<engine::Request> requests =
-      make_requests(options, *prompt, *output, static_cast<int32_t>(model.shape().vocab_size),
-                    model.tokenizer().bos());
+// What one run measured, before any arithmetic: every request's completion, the wall time from
+// the engine's start to the last completion, and the engine's counters around the run.
+struct BenchRun {
+  std::vector<engine::Completion> completions;
+  double seconds = 0;
+  // Pages in use per content type, the most seen by the samples taken while requests ran.
+  std::array<int64_t, memory::kNumContentTypes> peak_pages{};
+  exec::GraphCacheStats graphs_before, graphs_after;
+  engine::EngineStats engine_stats;  // at the end of the run
+  int num_threads = 0;
+  size_t page_size = 0;
+  int64_t pool_pages = 0;
+};
 
+// Submits the requests keeping at most options.concurrency in flight, waits for all to finish,
+// and stops the engine. The pool is sampled whenever a request finishes and at least every
+// 20 ms, so a peak shorter than that can be missed.
+BenchRun drive_requests(const BenchOptions& options, engine::ModelEngine& model_engine,
+                        std::vector<engine::Request> requests) {
   Collected collected;
   for (engine::Request& request : requests) {
     request.on_finish = [&collected](const engine::Completion& completion) {
@@ -110,16 +108,19 @@ void run_bench(const BenchOptions& options) {
       collected.changed.notify_all();
     };
   }
-  std::array<int64_t, memory::kNumContentTypes> peak_pages{};
+  BenchRun run;
+  run.num_threads = model_engine.thread_pool().num_threads();
+  run.page_size = model_engine.pool().page_size();
+  run.pool_pages = model_engine.pool().num_pages();
   auto sample_memory = [&] {
     const memory::PoolStats stats = model_engine.pool().stats();
     for (int i = 0; i < memory::kNumContentTypes; ++i) {
-      peak_pages[i] = std::max(peak_pages[i], stats.per_content[i].pages_in_use);
+      run.peak_pages[i] = std::max(run.peak_pages[i], stats.per_content[i].pages_in_use);
     }
   };
 
   engine::Engine& engine = model_engine.engine();
-  const exec::GraphCacheStats graphs_before = model_engine.executor().stats();
+  run.graphs_before = model_engine.executor().stats();
   const auto start = std::chrono::steady_clock::now();
   engine.start();
   size_t next = 0;
@@ -143,95 +144,176 @@ void run_bench(const BenchOptions& options) {
     }
   }
   bar.finish();
-  const double seconds =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  run.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   engine.stop();
+  run.engine_stats = engine.stats();
+  run.graphs_after = model_engine.executor().stats();
+  std::lock_guard lock(collected.mutex);  // the engine has stopped; no callback is left to race
+  run.completions = std::move(collected.completions);
+  return run;
+}
 
-  int64_t prompt_tokens = 0, generated = 0, errors = 0;
+struct LatencyPercentiles {
+  double p50 = 0, p99 = 0;
+};
+
+// The report's numbers, in the units it prints them in.
+struct BenchSummary {
+  int num_threads = 0;
+  int64_t num_errors = 0;
+  int64_t prompt_tokens = 0, generated_tokens = 0;
+  double seconds = 0;
+  double output_tokens_per_second = 0, total_tokens_per_second = 0;
+  LatencyPercentiles ttft_ms, tpot_ms, latency_ms;
+  int64_t preemptions = 0;
+  double prefix_hit_rate = 0;      // of the blocks looked up in the prefix cache
+  double graph_hit_rate = 0;       // of the steps this run took
+  int64_t graph_captures = 0;      // the executor's total, not the change over the run
+  double padding_ratio = 0;        // likewise
+  double peak_kv_utilization = 0;  // of the pool's pages
+  std::array<int64_t, memory::kNumContentTypes> peak_pool_bytes{};
+};
+
+template <typename Rep, typename Period>
+double to_milliseconds(std::chrono::duration<Rep, Period> duration) {
+  return std::chrono::duration<double, std::milli>(duration).count();
+}
+
+LatencyPercentiles percentiles_of(std::vector<double> values) {
+  std::sort(values.begin(), values.end());
+  return {percentile_of_sorted(values, 0.5), percentile_of_sorted(values, 0.99)};
+}
+
+// 0 when there was nothing to count, so an idle cache reads as 0%, not NaN.
+double ratio_or_zero(int64_t part, int64_t whole) {
+  return whole == 0 ? 0.0 : static_cast<double>(part) / static_cast<double>(whole);
+}
+
+BenchSummary summarize_run(const BenchRun& run) {
+  BenchSummary summary;
+  summary.num_threads = run.num_threads;
   std::vector<double> ttft_ms, tpot_ms, latency_ms;
-  for (const engine::Completion& completion : collected.completions) {
-    if (completion.reason == engine::FinishReason::kError) ++errors;
-    prompt_tokens += completion.num_prompt_tokens;
-    generated += completion.num_generated_tokens;
-    ttft_ms.push_back(
-        std::chrono::duration<double, std::milli>(completion.timing.time_to_first_token).count());
+  for (const engine::Completion& completion : run.completions) {
+    if (completion.reason == engine::FinishReason::kError) ++summary.num_errors;
+    summary.prompt_tokens += completion.num_prompt_tokens;
+    summary.generated_tokens += completion.num_generated_tokens;
+    ttft_ms.push_back(to_milliseconds(completion.timing.time_to_first_token));
+    // One token has no gap after it: a TPOT of 0 would drag the percentiles down.
     if (completion.num_generated_tokens > 1) {
-      tpot_ms.push_back(
-          std::chrono::duration<double, std::milli>(completion.timing.time_per_output_token)
-              .count());
+      tpot_ms.push_back(to_milliseconds(completion.timing.time_per_output_token));
     }
-    latency_ms.push_back(
-        std::chrono::duration<double, std::milli>(completion.timing.total_time).count());
+    latency_ms.push_back(to_milliseconds(completion.timing.total_time));
   }
-  const engine::EngineStats stats = engine.stats();
-  exec::GraphCacheStats graphs = model_engine.executor().stats();
-  const int64_t graph_steps =
-      (graphs.hits + graphs.misses + graphs.eager_fallbacks) -
-      (graphs_before.hits + graphs_before.misses + graphs_before.eager_fallbacks);
-  const double graph_hit_rate =
-      graph_steps == 0 ? 0.0 : static_cast<double>(graphs.hits - graphs_before.hits) / graph_steps;
-  const double prefix_hit_rate =
-      stats.prefix_cache_queried_blocks == 0
-          ? 0.0
-          : static_cast<double>(stats.prefix_cache_hit_blocks) / stats.prefix_cache_queried_blocks;
-  const size_t page_size = model_engine.pool().page_size();
-  const int64_t pool_pages = model_engine.pool().num_pages();
+  summary.seconds = run.seconds;
+  summary.output_tokens_per_second = summary.generated_tokens / run.seconds;
+  summary.total_tokens_per_second =
+      (summary.prompt_tokens + summary.generated_tokens) / run.seconds;
+  summary.ttft_ms = percentiles_of(std::move(ttft_ms));
+  summary.tpot_ms = percentiles_of(std::move(tpot_ms));
+  summary.latency_ms = percentiles_of(std::move(latency_ms));
 
-  nlohmann::json report = {
-      {"requests", options.num_requests},
-      {"concurrency", options.concurrency},
-      {"graphs", !options.engine.no_graphs},
-      {"threads", model_engine.thread_pool().num_threads()},
-      {"errors", errors},
-      {"seconds", seconds},
-      {"prompt_tokens", prompt_tokens},
-      {"generated_tokens", generated},
-      {"output_tokens_per_second", generated / seconds},
-      {"total_tokens_per_second", (prompt_tokens + generated) / seconds},
-      {"ttft_ms", {{"p50", percentile(ttft_ms, 0.5)}, {"p99", percentile(ttft_ms, 0.99)}}},
-      {"tpot_ms", {{"p50", percentile(tpot_ms, 0.5)}, {"p99", percentile(tpot_ms, 0.99)}}},
-      {"latency_ms", {{"p50", percentile(latency_ms, 0.5)}, {"p99", percentile(latency_ms, 0.99)}}},
-      {"preemptions", stats.preemptions_by_recompute + stats.preemptions_by_swap},
-      {"prefix_hit_rate", prefix_hit_rate},
-      {"graph_hit_rate", graph_hit_rate},
-      {"graph_captures", graphs.captures},
-      {"padding_ratio", graphs.padding_ratio()},
-      {"peak_kv_utilization",
-       static_cast<double>(peak_pages[static_cast<int>(memory::ContentType::kKvCache)]) /
-           static_cast<double>(pool_pages)},
-  };
+  const engine::EngineStats& stats = run.engine_stats;
+  summary.preemptions = stats.preemptions_by_recompute + stats.preemptions_by_swap;
+  summary.prefix_hit_rate =
+      ratio_or_zero(stats.prefix_cache_hit_blocks, stats.prefix_cache_queried_blocks);
+  const exec::GraphCacheStats& before = run.graphs_before;
+  const exec::GraphCacheStats& after = run.graphs_after;
+  const int64_t graph_steps = (after.hits + after.misses + after.eager_fallbacks) -
+                              (before.hits + before.misses + before.eager_fallbacks);
+  summary.graph_hit_rate = ratio_or_zero(after.hits - before.hits, graph_steps);
+  summary.graph_captures = after.captures;
+  summary.padding_ratio = after.padding_ratio();
+  for (int i = 0; i < memory::kNumContentTypes; ++i) {
+    summary.peak_pool_bytes[i] = run.peak_pages[i] * static_cast<int64_t>(run.page_size);
+  }
+  summary.peak_kv_utilization =
+      static_cast<double>(run.peak_pages[static_cast<int>(memory::ContentType::kKvCache)]) /
+      static_cast<double>(run.pool_pages);
+  return summary;
+}
+
+nlohmann::json percentiles_json(const LatencyPercentiles& percentiles) {
+  return {{"p50", percentiles.p50}, {"p99", percentiles.p99}};
+}
+
+nlohmann::json bench_json(const BenchOptions& options, const BenchSummary& summary) {
   nlohmann::json peak = nlohmann::json::object();
   for (memory::ContentType content : memory::kAllContentTypes) {
     peak[std::string(memory::content_type_name(content))] =
-        peak_pages[static_cast<int>(content)] * static_cast<int64_t>(page_size);
+        summary.peak_pool_bytes[static_cast<int>(content)];
   }
-  report["peak_pool_bytes"] = peak;
+  return {
+      {"requests", options.num_requests},
+      {"concurrency", options.concurrency},
+      {"graphs", !options.engine.no_graphs},
+      {"threads", summary.num_threads},
+      {"errors", summary.num_errors},
+      {"seconds", summary.seconds},
+      {"prompt_tokens", summary.prompt_tokens},
+      {"generated_tokens", summary.generated_tokens},
+      {"output_tokens_per_second", summary.output_tokens_per_second},
+      {"total_tokens_per_second", summary.total_tokens_per_second},
+      {"ttft_ms", percentiles_json(summary.ttft_ms)},
+      {"tpot_ms", percentiles_json(summary.tpot_ms)},
+      {"latency_ms", percentiles_json(summary.latency_ms)},
+      {"preemptions", summary.preemptions},
+      {"prefix_hit_rate", summary.prefix_hit_rate},
+      {"graph_hit_rate", summary.graph_hit_rate},
+      {"graph_captures", summary.graph_captures},
+      {"padding_ratio", summary.padding_ratio},
+      {"peak_kv_utilization", summary.peak_kv_utilization},
+      {"peak_pool_bytes", peak},
+  };
+}
 
+double peak_mib(const BenchSummary& summary, memory::ContentType content) {
+  return static_cast<double>(summary.peak_pool_bytes[static_cast<int>(content)]) / (1 << 20);
+}
+
+// Prints the text report on stdout and, with --json, writes the same numbers as JSON.
+void report_bench(const BenchOptions& options, const BenchSummary& summary) {
   std::printf("folio bench: %d requests, concurrency %d, graphs %s, %d threads\n",
               options.num_requests, options.concurrency, options.engine.no_graphs ? "off" : "on",
-              model_engine.thread_pool().num_threads());
+              summary.num_threads);
   std::printf("  throughput      %.1f output tokens/s, %.1f total tokens/s (%.2f s, %lld errors)\n",
-              generated / seconds, (prompt_tokens + generated) / seconds, seconds,
-              static_cast<long long>(errors));
-  std::printf("  TTFT            p50 %.1f ms, p99 %.1f ms\n", percentile(ttft_ms, 0.5),
-              percentile(ttft_ms, 0.99));
-  std::printf("  TPOT            p50 %.2f ms, p99 %.2f ms\n", percentile(tpot_ms, 0.5),
-              percentile(tpot_ms, 0.99));
+              summary.output_tokens_per_second, summary.total_tokens_per_second, summary.seconds,
+              static_cast<long long>(summary.num_errors));
+  std::printf("  TTFT            p50 %.1f ms, p99 %.1f ms\n", summary.ttft_ms.p50,
+              summary.ttft_ms.p99);
+  std::printf("  TPOT            p50 %.2f ms, p99 %.2f ms\n", summary.tpot_ms.p50,
+              summary.tpot_ms.p99);
   std::printf("  preemptions     %lld; prefix hit rate %.1f%%\n",
-              static_cast<long long>(stats.preemptions_by_recompute + stats.preemptions_by_swap),
-              100 * prefix_hit_rate);
+              static_cast<long long>(summary.preemptions), 100 * summary.prefix_hit_rate);
   std::printf("  graphs          hit rate %.1f%%, %lld captures, padding %.1f%% of tokens\n",
-              100 * graph_hit_rate, static_cast<long long>(graphs.captures),
-              100 * graphs.padding_ratio());
+              100 * summary.graph_hit_rate, static_cast<long long>(summary.graph_captures),
+              100 * summary.padding_ratio);
   std::printf("  peak pool       KV %.1f MiB (%.1f%% of budget), graph arena %.1f MiB\n",
-              peak["kv_cache"].get<double>() / (1 << 20),
-              100 * report["peak_kv_utilization"].get<double>(),
-              peak["graph_arena"].get<double>() / (1 << 20));
+              peak_mib(summary, memory::ContentType::kKvCache), 100 * summary.peak_kv_utilization,
+              peak_mib(summary, memory::ContentType::kGraphArena));
   if (!options.json_path.empty()) {
     std::ofstream out(options.json_path);
-    out << report.dump(2) << "\n";
+    out << bench_json(options, summary).dump(2) << "\n";
     if (!out) check_command(internal_error("cannot write {}", options.json_path));
   }
+}
+
+void run_bench(const BenchOptions& options) {
+  Result<Range> prompt = parse_range(options.prompt_lengths, "--prompt-len");
+  check_command(prompt.status());
+  Result<Range> output = parse_range(options.output_lengths, "--output-len");
+  check_command(output.status());
+  if (options.num_requests < 1 || options.concurrency < 1) {
+    check_command(invalid_argument("--requests and --concurrency must be at least 1"));
+  }
+  Result<std::unique_ptr<engine::ModelEngine>> bundle = start_model_engine(options.engine);
+  check_command(bundle.status());
+  engine::ModelEngine& model_engine = **bundle;
+  const model::LlamaModel& model = model_engine.model();
+  std::vector<engine::Request> requests =
+      make_requests(options, *prompt, *output, static_cast<int32_t>(model.shape().vocab_size),
+                    model.tokenizer().bos());
+  const BenchRun run = drive_requests(options, model_engine, std::move(requests));
+  report_bench(options, summarize_run(run));
 }
 
 }  // namespace

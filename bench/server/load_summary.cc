@@ -3,12 +3,11 @@
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <cmath>
 #include <cstdlib>
 #include <numeric>
 #include <set>
 
-#include "folio/base/check.h"
+#include "folio/base/percentile.h"
 
 namespace folio::bench {
 namespace {
@@ -59,17 +58,6 @@ bool parse_sample(std::string_view line, std::string_view& name, double& value) 
 
 }  // namespace
 
-double percentile(std::vector<double> values, double fraction) {
-  FOLIO_CHECK(fraction >= 0 && fraction <= 1, "percentile fraction {} outside [0, 1]", fraction);
-  if (values.empty()) return 0;
-  std::sort(values.begin(), values.end());
-  const double rank = fraction * static_cast<double>(values.size() - 1);
-  const size_t below = static_cast<size_t>(std::floor(rank));
-  const size_t above = std::min(below + 1, values.size() - 1);
-  const double weight = rank - static_cast<double>(below);
-  return values[below] + weight * (values[above] - values[below]);
-}
-
 Distribution distribution_of(std::vector<double> values) {
   Distribution distribution;
   if (values.empty()) return distribution;
@@ -77,9 +65,9 @@ Distribution distribution_of(std::vector<double> values) {
   distribution.count = static_cast<int64_t>(values.size());
   distribution.mean =
       std::accumulate(values.begin(), values.end(), 0.0) / static_cast<double>(values.size());
-  distribution.p50 = percentile(values, 0.5);
-  distribution.p90 = percentile(values, 0.9);
-  distribution.p99 = percentile(values, 0.99);
+  distribution.p50 = percentile_of_sorted(values, 0.5);
+  distribution.p90 = percentile_of_sorted(values, 0.9);
+  distribution.p99 = percentile_of_sorted(values, 0.99);
   distribution.max = values.back();
   return distribution;
 }

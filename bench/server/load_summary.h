@@ -7,8 +7,8 @@
 // benchmark time; output tokens/s = output tokens of the succeeded requests / benchmark time.
 // Latency percentiles (TTFT, TPOT, inter-token gap, end-to-end) are over succeeded requests
 // only; TPOT is per request (tokens after the first / time after the first), the inter-token
-// gaps are pooled over every request. Percentiles interpolate linearly between the two nearest
-// ranks (numpy's default), so p50 of {1, 2, 3, 4} is 2.5.
+// gaps are pooled over every request. Percentiles are folio::percentile's (base/percentile.h:
+// linear interpolation between the closest ranks, numpy's default), the same as `folio bench`.
 #pragma once
 
 #include <array>
@@ -22,9 +22,6 @@
 #include "bench/server/load_runner.h"
 
 namespace folio::bench {
-
-// Requires: 0 <= fraction <= 1. 0 for an empty set.
-double percentile(std::vector<double> values, double fraction);
 
 struct Distribution {
   int64_t count = 0;

@@ -7,19 +7,6 @@ namespace {
 
 using std::chrono::milliseconds;
 
-TEST(PercentileTest, InterpolatesBetweenNearestRanks) {
-  // numpy.percentile(values, q) with its default linear method, computed by hand.
-  EXPECT_DOUBLE_EQ(percentile({1, 2, 3, 4}, 0.5), 2.5);
-  EXPECT_DOUBLE_EQ(percentile({4, 1, 3, 2}, 0.9), 3.7);  // rank 2.7: 3 + 0.7 * (4 - 3)
-  EXPECT_DOUBLE_EQ(percentile({10}, 0.99), 10);
-  EXPECT_DOUBLE_EQ(percentile({}, 0.5), 0);
-  EXPECT_DOUBLE_EQ(percentile({5, 1}, 0), 1);
-  EXPECT_DOUBLE_EQ(percentile({5, 1}, 1), 5);
-  std::vector<double> hundred;
-  for (int i = 1; i <= 100; ++i) hundred.push_back(i);
-  EXPECT_DOUBLE_EQ(percentile(hundred, 0.99), 99.01);  // rank 98.01
-}
-
 TEST(DistributionTest, SummarizesUnsortedValues) {
   const Distribution d = distribution_of({3, 1, 2, 10});
   EXPECT_EQ(d.count, 4);
