@@ -1,7 +1,7 @@
 // Byte-level BPE encoding, as llama.cpp's llm_tokenizer_bpe: words from the pre-tokenizer,
-// bytes spelled with GPT-2's byte-to-character map, merges applied lowest rank first.
-#include <queue>
-
+// bytes spelled with GPT-2's byte-to-character map, merges applied lowest rank first
+// (bigram_merge.h).
+#include "folio/tokenizer/bigram_merge.h"
 #include "folio/tokenizer/pre_tokenizer.h"
 #include "folio/tokenizer/tokenizer_state.h"
 #include "folio/tokenizer/unicode.h"
@@ -41,24 +41,14 @@ const ByteCharacterMap& byte_character_map() {
   return map;
 }
 
-struct Symbol {
-  size_t start;
-  size_t length;
-  int previous;
-  int next;
-};
+// Byte-level BPE's bigram rule: the rank of the merge (left, right) in the vocabulary's list.
+struct MergeRankRule {
+  const Tokenizer::State* state;
 
-struct Bigram {
-  int left;
-  int right;
-  int32_t rank;
-  size_t length;
-};
-
-// Lower priority first: the lowest rank, then the leftmost, on top.
-struct BigramOrder {
-  bool operator()(const Bigram& a, const Bigram& b) const {
-    return a.rank > b.rank || (a.rank == b.rank && a.left > b.left);
+  std::optional<int32_t> operator()(std::string_view left, std::string_view right) const {
+    const auto it = state->merge_ranks.find({left, right});
+    if (it == state->merge_ranks.end()) return std::nullopt;
+    return it->second;
   }
 };
 
@@ -81,48 +71,17 @@ std::string unmap_piece(std::string_view piece) {
   return bytes;
 }
 
-void encode_word(const Tokenizer::State& state, std::string_view word, std::vector<TokenId>& ids) {
+void encode_word(const Tokenizer::State& state, std::string_view word,
+                 BigramMerge<MergeRankRule>& merge, std::vector<TokenId>& ids) {
   const ByteCharacterMap& map = byte_character_map();
   std::string mapped;
-  std::vector<Symbol> symbols;
-  for (char byte : word) {
-    const std::string& character = map.utf8_of_byte[static_cast<uint8_t>(byte)];
-    const int index = static_cast<int>(symbols.size());
-    symbols.push_back({mapped.size(), character.size(), index - 1, -1});
-    if (index > 0) symbols[index - 1].next = index;
-    mapped += character;
-  }
-  const std::string_view text = mapped;
-  std::priority_queue<Bigram, std::vector<Bigram>, BigramOrder> queue;
-  auto try_add = [&](int left, int right) {
-    if (left < 0 || right < 0) return;
-    const std::string_view left_text = text.substr(symbols[left].start, symbols[left].length);
-    const std::string_view right_text = text.substr(symbols[right].start, symbols[right].length);
-    const auto it = state.merge_ranks.find({left_text, right_text});
-    if (it == state.merge_ranks.end()) return;
-    queue.push({left, right, it->second, left_text.size() + right_text.size()});
-  };
-  for (int i = 1; i < static_cast<int>(symbols.size()); ++i) try_add(i - 1, i);
-  while (!queue.empty()) {
-    const Bigram bigram = queue.top();
-    queue.pop();
-    Symbol& left = symbols[bigram.left];
-    Symbol& right = symbols[bigram.right];
-    if (left.length == 0 || right.length == 0 || left.length + right.length != bigram.length) {
-      continue;  // one side changed since this pair was queued
-    }
-    left.length += right.length;
-    right.length = 0;
-    left.next = right.next;
-    if (right.next >= 0) symbols[right.next].previous = bigram.left;
-    try_add(left.previous, bigram.left);
-    try_add(bigram.left, left.next);
-  }
-  for (int i = symbols.empty() ? -1 : 0; i != -1; i = symbols[i].next) {
-    const std::string_view piece = text.substr(symbols[i].start, symbols[i].length);
+  for (char byte : word) mapped += map.utf8_of_byte[static_cast<uint8_t>(byte)];
+  merge.start(mapped);
+  for (char byte : word) merge.add_symbol(map.utf8_of_byte[static_cast<uint8_t>(byte)].size());
+  merge.merge([&](std::string_view piece) {
     if (auto id = state.mergeable_piece(piece)) {
       ids.push_back(*id);
-      continue;
+      return;
     }
     // A merge result that is not a piece: spell it byte by byte. Each mapped character is one
     // input byte, and initialization checked every byte has a piece.
@@ -131,7 +90,7 @@ void encode_word(const Tokenizer::State& state, std::string_view word, std::vect
       ids.push_back(state.byte_tokens[*map.byte_of(unit.code_point)]);
       position += unit.length;
     }
-  }
+  });
 }
 
 }  // namespace
@@ -183,8 +142,9 @@ Status initialize_byte_level_bpe(Tokenizer::State& state) {
 
 void encode_byte_level_bpe(const Tokenizer::State& state, std::string_view text,
                            std::vector<TokenId>& ids) {
+  BigramMerge merge(MergeRankRule{&state});
   for (std::string_view word : pre_tokenize(state.vocabulary.pre_tokenizer, text)) {
-    encode_word(state, word, ids);
+    encode_word(state, word, merge, ids);
   }
 }
 

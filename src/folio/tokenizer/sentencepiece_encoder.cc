@@ -1,9 +1,9 @@
 // SentencePiece-style encoding, as llama.cpp's llm_tokenizer_spm: greedy merging of the
-// adjacent pair whose concatenation is the highest-scoring piece, with a heap of candidate pairs
-// that are checked for staleness when popped.
-#include <algorithm>
+// adjacent pair whose concatenation is the highest-scoring piece (bigram_merge.h), then byte
+// fallback for the symbols left that are not pieces.
 #include <span>
 
+#include "folio/tokenizer/bigram_merge.h"
 #include "folio/tokenizer/tokenizer_state.h"
 #include "folio/tokenizer/unicode.h"
 
@@ -18,26 +18,17 @@ struct Unit {
   uint32_t key;
 };
 
-// A run of the text: one character at first, growing as merges absorb the next symbol.
-// A symbol absorbed into its left neighbour keeps length 0 and leaves the linked list.
-struct Symbol {
-  size_t start;
-  size_t length;
-  int previous;  // -1: none
-  int next;      // -1: none
-};
+// SentencePiece's bigram rule: the score of the piece the pair concatenates to. Negated, as
+// BigramMerge merges the lowest rank first; negation is exact, so scores keep their order and
+// their ties.
+struct PieceScoreRule {
+  const Tokenizer::State* state;
 
-struct Bigram {
-  int left;
-  int right;
-  float score;
-  size_t length;  // left.length + right.length when queued; a mismatch later means stale
-};
-
-// Heap order: the highest score, then the leftmost, on top.
-struct BigramOrder {
-  bool operator()(const Bigram& a, const Bigram& b) const {
-    return a.score < b.score || (a.score == b.score && a.left > b.left);
+  std::optional<float> operator()(std::string_view left, std::string_view right) const {
+    const std::optional<TokenId> id =
+        state->mergeable_piece(std::string_view(left.data(), left.size() + right.size()));
+    if (!id) return std::nullopt;
+    return -state->vocabulary.scores[*id];
   }
 };
 
@@ -51,63 +42,22 @@ uint64_t pair_key(uint32_t left, uint32_t right) {
   return uint64_t{left} << 32 | right;
 }
 
-// Runs the greedy merges over one segment of the text; keeps its buffers between segments.
-class SegmentMerger {
- public:
-  SegmentMerger(const Tokenizer::State& state, std::string_view text)
-      : state_(state), text_(text) {}
-
-  void encode(std::span<const Unit> units, std::vector<TokenId>& ids) {
-    symbols_.clear();
-    heap_.clear();
-    for (size_t i = 0; i < units.size(); ++i) {
-      const int index = static_cast<int>(i);
-      symbols_.push_back(
-          {units[i].start, units[i].length, index - 1, i + 1 < units.size() ? index + 1 : -1});
+// Merges one segment of the text: its units, which are contiguous.
+void encode_segment(const Tokenizer::State& state, std::string_view text,
+                    std::span<const Unit> units, BigramMerge<PieceScoreRule>& merge,
+                    std::vector<TokenId>& ids) {
+  const size_t begin = units.front().start;
+  merge.start(text.substr(begin, units.back().start + units.back().length - begin));
+  for (const Unit& unit : units) merge.add_symbol(unit.length);
+  // Every merged symbol is a piece; a lone character may not be, and falls back to bytes.
+  merge.merge([&](std::string_view piece) {
+    if (auto id = state.mergeable_piece(piece)) {
+      ids.push_back(*id);
+      return;
     }
-    for (int i = 1; i < static_cast<int>(symbols_.size()); ++i) try_add(i - 1, i);
-    while (!heap_.empty()) {
-      std::pop_heap(heap_.begin(), heap_.end(), BigramOrder());
-      const Bigram bigram = heap_.back();
-      heap_.pop_back();
-      Symbol& left = symbols_[bigram.left];
-      Symbol& right = symbols_[bigram.right];
-      if (left.length == 0 || right.length == 0 || left.length + right.length != bigram.length) {
-        continue;  // one side changed since this pair was queued
-      }
-      left.length += right.length;
-      right.length = 0;
-      left.next = right.next;
-      if (right.next >= 0) symbols_[right.next].previous = bigram.left;
-      try_add(left.previous, bigram.left);
-      try_add(bigram.left, left.next);
-    }
-    // Every merged symbol is a piece; a lone character may not be, and falls back to bytes.
-    for (int i = symbols_.empty() ? -1 : 0; i != -1; i = symbols_[i].next) {
-      const std::string_view piece = text_.substr(symbols_[i].start, symbols_[i].length);
-      if (auto id = state_.mergeable_piece(piece)) {
-        ids.push_back(*id);
-        continue;
-      }
-      for (char byte : piece) ids.push_back(state_.byte_tokens[static_cast<uint8_t>(byte)]);
-    }
-  }
-
- private:
-  void try_add(int left, int right) {
-    if (left < 0 || right < 0) return;
-    const size_t length = symbols_[left].length + symbols_[right].length;
-    if (auto id = state_.mergeable_piece(text_.substr(symbols_[left].start, length))) {
-      heap_.push_back({left, right, state_.vocabulary.scores[*id], length});
-      std::push_heap(heap_.begin(), heap_.end(), BigramOrder());
-    }
-  }
-
-  const Tokenizer::State& state_;
-  std::string_view text_;
-  std::vector<Symbol> symbols_;
-  std::vector<Bigram> heap_;
-};
+    for (char byte : piece) ids.push_back(state.byte_tokens[static_cast<uint8_t>(byte)]);
+  });
+}
 
 }  // namespace
 
@@ -211,12 +161,14 @@ void encode_sentencepiece(const Tokenizer::State& state, std::string_view text,
   // into segments that merge independently, each exactly as it would inside the whole text:
   // merges in one segment never change another's pairs, and within a segment the order of
   // merges (score, then leftmost) is the same. Small segments keep the queue small and hot.
-  SegmentMerger merger(state, text);
+  BigramMerge merge(PieceScoreRule{&state});
   size_t segment_begin = 0;
   for (size_t i = 1; i <= units.size(); ++i) {
     if (i == units.size() ||
         !state.piece_character_pairs.contains(pair_key(units[i - 1].key, units[i].key))) {
-      merger.encode(std::span<const Unit>(units).subspan(segment_begin, i - segment_begin), ids);
+      encode_segment(state, text,
+                     std::span<const Unit>(units).subspan(segment_begin, i - segment_begin), merge,
+                     ids);
       segment_begin = i;
     }
   }
