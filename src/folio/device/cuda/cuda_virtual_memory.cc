@@ -110,7 +110,7 @@ CudaVirtualMemory::CudaVirtualMemory(const CudaDriver& driver, CUdevice device, 
 
 CudaVirtualMemory::~CudaVirtualMemory() {
   {
-    std::lock_guard lock(mutex_);
+    MutexLock lock(mutex_);
     ContextScope scope(driver_, context_);
     for (auto& [id, range] : ranges_) release_range_locked(range).ignore();
     for (auto& [id, memory] : memories_) release_granules(memory.granules).ignore();
@@ -206,7 +206,7 @@ Status CudaVirtualMemory::release_range_locked(const RangeRecord& record) {
 
 Result<AddressRange> CudaVirtualMemory::reserve(size_t bytes) {
   FOLIO_RETURN_IF_ERROR(check_granular_size(bytes, granularity_, "reserve"));
-  std::lock_guard lock(mutex_);
+  MutexLock lock(mutex_);
   ContextScope scope(driver_, context_);
   FOLIO_RETURN_IF_ERROR(scope.status());
   CUdeviceptr base = 0;
@@ -220,7 +220,7 @@ Result<AddressRange> CudaVirtualMemory::reserve(size_t bytes) {
 }
 
 Status CudaVirtualMemory::release(const AddressRange& range) {
-  std::lock_guard lock(mutex_);
+  MutexLock lock(mutex_);
   FOLIO_ASSIGN_OR_RETURN(RangeRecord * record, find_range(range, "release(range)"));
   ContextScope scope(driver_, context_);
   FOLIO_RETURN_IF_ERROR(scope.status());
@@ -231,7 +231,7 @@ Status CudaVirtualMemory::release(const AddressRange& range) {
 
 Result<PhysicalMemory> CudaVirtualMemory::create(size_t bytes) {
   FOLIO_RETURN_IF_ERROR(check_granular_size(bytes, granularity_, "create"));
-  std::lock_guard lock(mutex_);
+  MutexLock lock(mutex_);
   ContextScope scope(driver_, context_);
   FOLIO_RETURN_IF_ERROR(scope.status());
   MemoryRecord record;
@@ -242,7 +242,7 @@ Result<PhysicalMemory> CudaVirtualMemory::create(size_t bytes) {
 }
 
 Status CudaVirtualMemory::grow(PhysicalMemory& memory, size_t new_bytes) {
-  std::lock_guard lock(mutex_);
+  MutexLock lock(mutex_);
   FOLIO_ASSIGN_OR_RETURN(MemoryRecord * record, find_memory(memory, "grow"));
   FOLIO_RETURN_IF_ERROR(check_granular_size(new_bytes, granularity_, "grow"));
   const size_t old_bytes = record->granules.size() * granularity_;
@@ -258,7 +258,7 @@ Status CudaVirtualMemory::grow(PhysicalMemory& memory, size_t new_bytes) {
 }
 
 Status CudaVirtualMemory::release(const PhysicalMemory& memory) {
-  std::lock_guard lock(mutex_);
+  MutexLock lock(mutex_);
   FOLIO_ASSIGN_OR_RETURN(MemoryRecord * record, find_memory(memory, "release(memory)"));
   ContextScope scope(driver_, context_);
   FOLIO_RETURN_IF_ERROR(scope.status());
@@ -269,7 +269,7 @@ Status CudaVirtualMemory::release(const PhysicalMemory& memory) {
 
 Status CudaVirtualMemory::map(const AddressRange& range, size_t range_offset,
                               const PhysicalMemory& memory, size_t memory_offset, size_t bytes) {
-  std::lock_guard lock(mutex_);
+  MutexLock lock(mutex_);
   FOLIO_ASSIGN_OR_RETURN(RangeRecord * range_record, find_range(range, "map"));
   FOLIO_ASSIGN_OR_RETURN(MemoryRecord * memory_record, find_memory(memory, "map"));
   FOLIO_RETURN_IF_ERROR(check_region(range_offset, bytes, range_record->size, granularity_,
@@ -307,7 +307,7 @@ Status CudaVirtualMemory::map(const AddressRange& range, size_t range_offset,
 }
 
 Status CudaVirtualMemory::unmap(const AddressRange& range, size_t range_offset, size_t bytes) {
-  std::lock_guard lock(mutex_);
+  MutexLock lock(mutex_);
   FOLIO_ASSIGN_OR_RETURN(RangeRecord * record, find_range(range, "unmap"));
   FOLIO_RETURN_IF_ERROR(check_region(range_offset, bytes, record->size, granularity_, "unmap"));
   if (!record->mappings.is_fully_mapped(range_offset, bytes)) {
@@ -325,7 +325,7 @@ Status CudaVirtualMemory::unmap(const AddressRange& range, size_t range_offset, 
 
 Status CudaVirtualMemory::set_access(const AddressRange& range, size_t range_offset, size_t bytes,
                                      Access access) {
-  std::lock_guard lock(mutex_);
+  MutexLock lock(mutex_);
   FOLIO_ASSIGN_OR_RETURN(RangeRecord * record, find_range(range, "set_access"));
   FOLIO_RETURN_IF_ERROR(
       check_region(range_offset, bytes, record->size, granularity_, "set_access"));
@@ -339,7 +339,7 @@ Status CudaVirtualMemory::set_access(const AddressRange& range, size_t range_off
 }
 
 Result<size_t> CudaVirtualMemory::resident_bytes(const PhysicalMemory& memory) const {
-  std::lock_guard lock(mutex_);
+  MutexLock lock(mutex_);
   FOLIO_ASSIGN_OR_RETURN(MemoryRecord * record, find_memory(memory, "resident_bytes"));
   return record->granules.size() * granularity_;
 }

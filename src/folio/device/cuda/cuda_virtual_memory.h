@@ -30,11 +30,11 @@
 
 #include <cstddef>
 #include <memory>
-#include <mutex>
 #include <span>
 #include <unordered_map>
 #include <vector>
 
+#include "folio/base/mutex.h"
 #include "folio/device/cuda/cuda_driver.h"
 #include "folio/device/mapping_table.h"
 #include "folio/device/virtual_memory.h"
@@ -85,8 +85,10 @@ class CudaVirtualMemory final : public VirtualMemory {
   CudaVirtualMemory(const CudaDriver& driver, CUdevice device, CUcontext context,
                     size_t granularity);
 
-  Result<RangeRecord*> find_range(const AddressRange& range, std::string_view verb);
-  Result<MemoryRecord*> find_memory(const PhysicalMemory& memory, std::string_view verb) const;
+  Result<RangeRecord*> find_range(const AddressRange& range, std::string_view verb)
+      FOLIO_REQUIRES(mutex_);
+  Result<MemoryRecord*> find_memory(const PhysicalMemory& memory, std::string_view verb) const
+      FOLIO_REQUIRES(mutex_);
   // Appends `count` new granules to `granules`; on failure releases the ones it appended.
   Status create_granules(size_t count, std::vector<CUmemGenericAllocationHandle>& granules);
   // Releases every handle, going on past failures; returns the first.
@@ -94,15 +96,15 @@ class CudaVirtualMemory final : public VirtualMemory {
   // Unmaps `count` granules from `address` on, going on past failures; returns the first.
   Status unmap_granules(CUdeviceptr address, size_t count);
   Status set_region_access(CUdeviceptr address, size_t bytes, Access access);
-  Status release_range_locked(const RangeRecord& record);
+  Status release_range_locked(const RangeRecord& record) FOLIO_REQUIRES(mutex_);
 
   const CudaDriver& driver_;
   const CUdevice device_;
   const CUcontext context_;
   const size_t granularity_;
-  mutable std::mutex mutex_;
-  std::unordered_map<AddressRangeId, RangeRecord> ranges_;       // guarded by mutex_
-  std::unordered_map<PhysicalMemoryId, MemoryRecord> memories_;  // guarded by mutex_
+  mutable Mutex mutex_;
+  std::unordered_map<AddressRangeId, RangeRecord> ranges_ FOLIO_GUARDED_BY(mutex_);
+  std::unordered_map<PhysicalMemoryId, MemoryRecord> memories_ FOLIO_GUARDED_BY(mutex_);
 };
 
 }  // namespace folio::device::cuda

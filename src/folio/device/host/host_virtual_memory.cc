@@ -56,7 +56,7 @@ HostVirtualMemory::HostVirtualMemory(size_t page_size) : page_size_(page_size) {
 }
 
 HostVirtualMemory::~HostVirtualMemory() {
-  std::lock_guard lock(mutex_);
+  MutexLock lock(mutex_);
   for (auto& [id, range] : ranges_) munmap(range.base, range.size);
   for (auto& [id, memory] : memories_) close(memory.fd);
 }
@@ -99,13 +99,13 @@ Result<AddressRange> HostVirtualMemory::reserve(size_t bytes) {
   }
   const AddressRange range{AddressRangeId(next_virtual_memory_handle_id()),
                            static_cast<std::byte*>(base), bytes};
-  std::lock_guard lock(mutex_);
+  MutexLock lock(mutex_);
   ranges_.emplace(range.id, RangeRecord{range.base, range.size, MappingTable()});
   return range;
 }
 
 Status HostVirtualMemory::release(const AddressRange& range) {
-  std::lock_guard lock(mutex_);
+  MutexLock lock(mutex_);
   FOLIO_ASSIGN_OR_RETURN(RangeRecord * record, find_range(range, "release(range)"));
   std::byte* base = record->base;
   const size_t size = record->size;
@@ -129,13 +129,13 @@ Result<PhysicalMemory> HostVirtualMemory::create(size_t bytes) {
     return status;
   }
   const PhysicalMemory memory{PhysicalMemoryId(next_virtual_memory_handle_id()), bytes};
-  std::lock_guard lock(mutex_);
+  MutexLock lock(mutex_);
   memories_.emplace(memory.id, MemoryRecord{fd, bytes});
   return memory;
 }
 
 Status HostVirtualMemory::grow(PhysicalMemory& memory, size_t new_bytes) {
-  std::lock_guard lock(mutex_);
+  MutexLock lock(mutex_);
   FOLIO_ASSIGN_OR_RETURN(MemoryRecord * record, find_memory(memory, "grow"));
   FOLIO_RETURN_IF_ERROR(check_granular_size(new_bytes, page_size_, "grow"));
   if (new_bytes < record->size) {
@@ -164,7 +164,7 @@ Status HostVirtualMemory::grow(PhysicalMemory& memory, size_t new_bytes) {
 }
 
 Status HostVirtualMemory::release(const PhysicalMemory& memory) {
-  std::lock_guard lock(mutex_);
+  MutexLock lock(mutex_);
   FOLIO_ASSIGN_OR_RETURN(MemoryRecord * record, find_memory(memory, "release(memory)"));
   const int fd = record->fd;
   memories_.erase(memory.id);
@@ -177,7 +177,7 @@ Status HostVirtualMemory::release(const PhysicalMemory& memory) {
 
 Status HostVirtualMemory::map(const AddressRange& range, size_t range_offset,
                               const PhysicalMemory& memory, size_t memory_offset, size_t bytes) {
-  std::lock_guard lock(mutex_);
+  MutexLock lock(mutex_);
   FOLIO_ASSIGN_OR_RETURN(RangeRecord * range_record, find_range(range, "map"));
   FOLIO_ASSIGN_OR_RETURN(MemoryRecord * memory_record, find_memory(memory, "map"));
   FOLIO_RETURN_IF_ERROR(check_region(range_offset, bytes, range_record->size, page_size_,
@@ -206,7 +206,7 @@ Status HostVirtualMemory::map(const AddressRange& range, size_t range_offset,
 }
 
 Status HostVirtualMemory::unmap(const AddressRange& range, size_t range_offset, size_t bytes) {
-  std::lock_guard lock(mutex_);
+  MutexLock lock(mutex_);
   FOLIO_ASSIGN_OR_RETURN(RangeRecord * record, find_range(range, "unmap"));
   FOLIO_RETURN_IF_ERROR(check_region(range_offset, bytes, record->size, page_size_, "unmap"));
   if (!record->mappings.is_fully_mapped(range_offset, bytes)) {
@@ -220,7 +220,7 @@ Status HostVirtualMemory::unmap(const AddressRange& range, size_t range_offset, 
 
 Status HostVirtualMemory::set_access(const AddressRange& range, size_t range_offset, size_t bytes,
                                      Access access) {
-  std::lock_guard lock(mutex_);
+  MutexLock lock(mutex_);
   FOLIO_ASSIGN_OR_RETURN(RangeRecord * record, find_range(range, "set_access"));
   FOLIO_RETURN_IF_ERROR(check_region(range_offset, bytes, record->size, page_size_, "set_access"));
   // Opening up unmapped reservation would turn it into private zero pages; refuse.
@@ -235,7 +235,7 @@ Status HostVirtualMemory::set_access(const AddressRange& range, size_t range_off
 }
 
 Result<size_t> HostVirtualMemory::resident_bytes(const PhysicalMemory& memory) const {
-  std::lock_guard lock(mutex_);
+  MutexLock lock(mutex_);
   FOLIO_ASSIGN_OR_RETURN(MemoryRecord * record, find_memory(memory, "resident_bytes"));
   struct stat file_status {};
   if (fstat(record->fd, &file_status) != 0) {

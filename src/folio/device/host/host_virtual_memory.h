@@ -26,9 +26,9 @@
 #pragma once
 
 #include <cstddef>
-#include <mutex>
 #include <unordered_map>
 
+#include "folio/base/mutex.h"
 #include "folio/device/mapping_table.h"
 #include "folio/device/virtual_memory.h"
 
@@ -73,15 +73,17 @@ class HostVirtualMemory final : public VirtualMemory {
   };
 
   // kFailedPrecondition unless `range` is live here with the same base and size. Requires: mutex_.
-  Result<RangeRecord*> find_range(const AddressRange& range, std::string_view verb);
-  Result<MemoryRecord*> find_memory(const PhysicalMemory& memory, std::string_view verb) const;
+  Result<RangeRecord*> find_range(const AddressRange& range, std::string_view verb)
+      FOLIO_REQUIRES(mutex_);
+  Result<MemoryRecord*> find_memory(const PhysicalMemory& memory, std::string_view verb) const
+      FOLIO_REQUIRES(mutex_);
   // Turns [address, address + bytes) back into PROT_NONE reservation.
   static Status restore_reservation(std::byte* address, size_t bytes);
 
   const size_t page_size_;
-  mutable std::mutex mutex_;
-  std::unordered_map<AddressRangeId, RangeRecord> ranges_;       // guarded by mutex_
-  std::unordered_map<PhysicalMemoryId, MemoryRecord> memories_;  // guarded by mutex_
+  mutable Mutex mutex_;
+  std::unordered_map<AddressRangeId, RangeRecord> ranges_ FOLIO_GUARDED_BY(mutex_);
+  std::unordered_map<PhysicalMemoryId, MemoryRecord> memories_ FOLIO_GUARDED_BY(mutex_);
 };
 
 }  // namespace folio::device
