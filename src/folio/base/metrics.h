@@ -170,8 +170,7 @@ class Registry {
       FOLIO_REQUIRES(mutex_);
   // Requires: mutex_ held. OK when an existing family can take a series of this spec.
   Status check_compatible(const Family& family, const FamilySpec& spec,
-                          const std::vector<std::string>& label_names) const
-      FOLIO_REQUIRES(mutex_);
+                          const std::vector<std::string>& label_names) const FOLIO_REQUIRES(mutex_);
   // Requires: mutex_ held. OK when `name` may be used for a new family of this spec.
   Status check_name_is_free(const FamilySpec& spec) const FOLIO_REQUIRES(mutex_);
   void render_family(const std::string& name, const Family& family, std::string& out) const;
