@@ -148,9 +148,8 @@ void PagePool::check_invariants() const {
 PagePool::RunCensus PagePool::take_census(const std::vector<int>& cache_of) const {
   RunCensus census;
   // The analysis checks the callback as a function of its own; it runs inside walk_runs, under
-  // the locks this function holds, and says so.
-  walk_runs([&](uint32_t first, uint32_t pages, PageWord word)
-                FOLIO_REQUIRES(free_mutex_, index_mutex_) {
+  // the index lock this function holds, and says so.
+  walk_runs([&](uint32_t first, uint32_t pages, PageWord word) FOLIO_REQUIRES(index_mutex_) {
     census.pages_in_state[static_cast<int>(word.state())] += pages;
     for (uint32_t interior = first + 1; interior < first + pages; ++interior) {
       FOLIO_CHECK(PageWord(table_[interior].word.load(std::memory_order_relaxed)).state() ==
@@ -230,8 +229,8 @@ PoolDebugState PagePool::debug_state() const {
     entry.extent_pages = slot.extent_pages;
     entry.extent_first = slot.extent_first;
   }
-  walk_runs([&](uint32_t first, uint32_t pages, PageWord word)
-                FOLIO_REQUIRES(free_mutex_, index_mutex_) {  // as in take_census
+  // As in take_census, the callback says it runs under the index lock.
+  walk_runs([&](uint32_t first, uint32_t pages, PageWord word) FOLIO_REQUIRES(index_mutex_) {
     if (word.state() == PageState::kFree || word.state() == PageState::kCached) return;
     const PageSlot& slot = table_[first];
     PoolDebugState::Page& entry = state.pages[first];
