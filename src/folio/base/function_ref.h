@@ -7,6 +7,8 @@
 #include <type_traits>
 #include <utility>
 
+#include "folio/base/thread_annotations.h"
+
 namespace folio {
 
 template <typename Signature>
@@ -20,7 +22,10 @@ class FunctionRef<Return(Args...)> {
                                         std::is_invocable_r_v<Return, Callable&, Args...>>>
   FunctionRef(Callable&& callable)  // NOLINT: implicit by design, like std::function
       : object_(const_cast<void*>(static_cast<const void*>(std::addressof(callable)))),
-        invoke_([](void* object, Args... args) -> Return {
+        // Not analysed: a callback that needs a lock says so itself (a FOLIO_REQUIRES on the
+        // lambda, whose body is then checked), and the analysis cannot follow the call through
+        // this type-erased pointer to check the caller held it.
+        invoke_([](void* object, Args... args) FOLIO_NO_THREAD_SAFETY_ANALYSIS -> Return {
           return (*static_cast<std::remove_reference_t<Callable>*>(object))(
               std::forward<Args>(args)...);
         }) {}

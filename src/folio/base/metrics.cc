@@ -386,7 +386,7 @@ Result<Registry::Series*> Registry::find_or_add_series(const FamilySpec& spec, c
 Result<Counter*> Registry::counter(const std::string& name, const std::string& help,
                                    const Labels& labels) {
   check_not_rendering();
-  std::lock_guard lock(mutex_);
+  MutexLock lock(mutex_);
   bool added = false;
   FOLIO_ASSIGN_OR_RETURN(
       Series * series, find_or_add_series(
@@ -398,7 +398,7 @@ Result<Counter*> Registry::counter(const std::string& name, const std::string& h
 Result<Gauge*> Registry::gauge(const std::string& name, const std::string& help,
                                const Labels& labels) {
   check_not_rendering();
-  std::lock_guard lock(mutex_);
+  MutexLock lock(mutex_);
   bool added = false;
   FOLIO_ASSIGN_OR_RETURN(Series * series,
                          find_or_add_series(
@@ -419,7 +419,7 @@ Result<Histogram*> Registry::histogram(const std::string& name, const std::strin
                                        const Labels& labels) {
   check_not_rendering();
   FOLIO_RETURN_IF_ERROR(normalize_bounds(name, bucket_upper_bounds));
-  std::lock_guard lock(mutex_);
+  MutexLock lock(mutex_);
   bool added = false;
   FOLIO_ASSIGN_OR_RETURN(
       Series * series,
@@ -434,7 +434,7 @@ Status Registry::gauge_function(const std::string& name, const std::string& help
                                 const Labels& labels, std::function<double()> read) {
   check_not_rendering();
   if (!read) return invalid_argument("gauge function '{}': the read callback is empty", name);
-  std::lock_guard lock(mutex_);
+  MutexLock lock(mutex_);
   bool added = false;
   FOLIO_ASSIGN_OR_RETURN(Series * series, find_or_add_series(
                                               {name, help, MetricType::kGauge, nullptr}, labels,
@@ -453,7 +453,7 @@ Status Registry::remove_gauge_function(const std::string& name, const Labels& la
   check_not_rendering();
   FOLIO_ASSIGN_OR_RETURN(CanonicalLabels canonical,
                          canonicalize_labels(name, labels, MetricType::kGauge));
-  std::lock_guard lock(mutex_);
+  MutexLock lock(mutex_);
   auto family = families_.find(name);
   if (family != families_.end() && family->second->label_names == canonical.names) {
     auto series = family->second->series.find(canonical.values);
@@ -470,7 +470,7 @@ Status Registry::remove_gauge_function(const std::string& name, const Labels& la
 
 std::string Registry::render() const {
   check_not_rendering();
-  std::lock_guard lock(mutex_);
+  MutexLock lock(mutex_);
   const Registry* const outer = tls_rendering_registry;
   tls_rendering_registry = this;
   std::string out;

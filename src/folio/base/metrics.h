@@ -23,13 +23,13 @@
 #include <functional>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <string_view>
 #include <utility>
 #include <vector>
 
 #include "folio/base/function_ref.h"
+#include "folio/base/mutex.h"
 #include "folio/base/result.h"
 #include "folio/base/status.h"
 
@@ -166,19 +166,20 @@ class Registry {
   // Requires: mutex_ held. Validates everything about (spec, labels), then returns the existing
   // series or adds one made by `make`; `*added` says which. Bad input changes nothing.
   Result<Series*> find_or_add_series(const FamilySpec& spec, const Labels& labels,
-                                     FunctionRef<Series()> make, bool* added);
+                                     FunctionRef<Series()> make, bool* added)
+      FOLIO_REQUIRES(mutex_);
   // Requires: mutex_ held. OK when an existing family can take a series of this spec.
   Status check_compatible(const Family& family, const FamilySpec& spec,
-                          const std::vector<std::string>& label_names) const;
+                          const std::vector<std::string>& label_names) const FOLIO_REQUIRES(mutex_);
   // Requires: mutex_ held. OK when `name` may be used for a new family of this spec.
-  Status check_name_is_free(const FamilySpec& spec) const;
+  Status check_name_is_free(const FamilySpec& spec) const FOLIO_REQUIRES(mutex_);
   void render_family(const std::string& name, const Family& family, std::string& out) const;
   // Aborts when called from inside render() on the same thread (a gauge function calling back).
   void check_not_rendering() const;
 
-  mutable std::mutex mutex_;
-  // Sorted by name, so render() is deterministic. Guarded by mutex_.
-  std::map<std::string, std::unique_ptr<Family>> families_;
+  mutable Mutex mutex_;
+  // Sorted by name, so render() is deterministic.
+  std::map<std::string, std::unique_ptr<Family>> families_ FOLIO_GUARDED_BY(mutex_);
 };
 
 // Bucket ladders: `count` bounds start, start*factor, start*factor^2, ...

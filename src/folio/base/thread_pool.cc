@@ -75,7 +75,7 @@ ThreadPool::ThreadPool(int num_threads) {
 
 ThreadPool::~ThreadPool() {
   {
-    std::lock_guard lock(sleep_mutex_);
+    MutexLock lock(sleep_mutex_);
     stopping_ = true;
   }
   wake_.notify_all();
@@ -117,7 +117,7 @@ void ThreadPool::parallel_for(int64_t num_tasks,
   }
   // Even the inline cases below hold job_mutex_: thread_index 0 belongs to whichever caller
   // holds it, and two unserialized callers would both run as 0.
-  std::lock_guard job_lock(job_mutex_);
+  MutexLock job_lock(job_mutex_);
   if (workers_.empty() || num_tasks == 1) {
     TaskScope scope(this, 0);
     for (int64_t i = 0; i < num_tasks; ++i) task(i, 0);
@@ -134,7 +134,7 @@ void ThreadPool::parallel_for(int64_t num_tasks,
   job_cursor_.store(cursor, std::memory_order_seq_cst);
   if (num_sleeping_.load(std::memory_order_seq_cst) > 0) {
     // Taking the mutex orders this notify after a sleeper's last check of the cursor.
-    std::lock_guard lock(sleep_mutex_);
+    MutexLock lock(sleep_mutex_);
     wake_.notify_all();
   }
 
@@ -166,7 +166,7 @@ std::future<void> ThreadPool::submit(std::function<void()> task) {
     return future;
   }
   {
-    std::lock_guard lock(sleep_mutex_);
+    MutexLock lock(sleep_mutex_);
     background_tasks_.push_back(std::move(packaged));
   }
   wake_.notify_one();
@@ -187,10 +187,11 @@ void ThreadPool::worker_loop(int thread_index) {
 
     std::packaged_task<void()> background;
     {
-      std::unique_lock lock(sleep_mutex_);
+      MutexLock lock(sleep_mutex_);
       num_sleeping_.fetch_add(1, std::memory_order_seq_cst);
-      wake_.wait(lock,
-                 [&] { return stopping_ || !background_tasks_.empty() || has_unclaimed_task(); });
+      lock.wait(wake_, [&]() FOLIO_REQUIRES(sleep_mutex_) {
+        return stopping_ || !background_tasks_.empty() || has_unclaimed_task();
+      });
       num_sleeping_.fetch_sub(1, std::memory_order_relaxed);
       if (has_unclaimed_task()) continue;
       if (background_tasks_.empty()) {

@@ -20,11 +20,11 @@
 #include <deque>
 #include <functional>
 #include <future>
-#include <mutex>
 #include <thread>
 #include <vector>
 
 #include "folio/base/function_ref.h"
+#include "folio/base/mutex.h"
 
 namespace folio {
 
@@ -66,8 +66,8 @@ class ThreadPool {
 
   // Serializes parallel_for callers; job_task_ and job_generation_ are written only while
   // it is held.
-  std::mutex job_mutex_;
-  uint32_t job_generation_ = 0;
+  Mutex job_mutex_;
+  uint32_t job_generation_ FOLIO_GUARDED_BY(job_mutex_) = 0;
   FunctionRef<void(int64_t, int)>* job_task_ = nullptr;
 
   // The current job in one word: generation (20 bits) | task count (22 bits) | next task (22
@@ -83,10 +83,10 @@ class ThreadPool {
   std::atomic<int64_t> job_completed_{0};
 
   // Sleeping and background tasks.
-  std::mutex sleep_mutex_;
+  Mutex sleep_mutex_;
   std::condition_variable wake_;
-  std::deque<std::packaged_task<void()>> background_tasks_;  // guarded by sleep_mutex_
-  bool stopping_ = false;                                    // guarded by sleep_mutex_
+  std::deque<std::packaged_task<void()>> background_tasks_ FOLIO_GUARDED_BY(sleep_mutex_);
+  bool stopping_ FOLIO_GUARDED_BY(sleep_mutex_) = false;
   // Workers inside wake_.wait. Incremented (seq_cst) before a sleeper re-checks for work; the
   // caller reads it (seq_cst) after publishing a job: one of the two sees the other.
   std::atomic<int> num_sleeping_{0};

@@ -130,7 +130,7 @@ Result<RequestId> Engine::submit(Request request) {
   sequence.arrival = clock_.now();
   RequestId id;
   {
-    std::lock_guard lock(inbox_mutex_);
+    MutexLock lock(inbox_mutex_);
     if (!accepting_) {
       return failed_precondition("the engine is stopped and accepts no more requests");
     }
@@ -152,7 +152,7 @@ Result<RequestId> Engine::submit(Request request) {
 
 void Engine::cancel(RequestId request) {
   {
-    std::lock_guard lock(inbox_mutex_);
+    MutexLock lock(inbox_mutex_);
     cancellations_.push_back(request);
   }
   inbox_changed_.notify_one();
@@ -160,7 +160,7 @@ void Engine::cancel(RequestId request) {
 
 void Engine::start() {
   {
-    std::lock_guard lock(inbox_mutex_);
+    MutexLock lock(inbox_mutex_);
     FOLIO_CHECK(!stop_requested_, "an engine cannot be restarted after stop()");
   }
   FOLIO_CHECK(!loop_thread_.joinable(), "the engine loop is already running");
@@ -171,7 +171,7 @@ void Engine::stop() {
   FOLIO_CHECK(!loop_thread_.joinable() || std::this_thread::get_id() != loop_thread_.get_id(),
               "Engine::stop() called from a request callback on the engine thread");
   {
-    std::lock_guard lock(inbox_mutex_);
+    MutexLock lock(inbox_mutex_);
     stop_requested_ = true;
     accepting_ = false;
   }
@@ -194,8 +194,8 @@ void Engine::loop() {
   while (true) {
     const bool busy = scheduler_->has_unfinished();
     {
-      std::unique_lock lock(inbox_mutex_);
-      inbox_changed_.wait(lock, [&] {
+      MutexLock lock(inbox_mutex_);
+      lock.wait(inbox_changed_, [&]() FOLIO_REQUIRES(inbox_mutex_) {
         return stop_requested_ || busy || !submissions_.empty() || !cancellations_.empty();
       });
       if (stop_requested_) return;
@@ -203,8 +203,8 @@ void Engine::loop() {
     if (step_once() || !scheduler_->has_unfinished()) continue;
     // Work is left but nothing could run (waiting requests need memory another owner holds):
     // wait a little for the inbox rather than spin.
-    std::unique_lock lock(inbox_mutex_);
-    inbox_changed_.wait_for(lock, std::chrono::milliseconds(1), [&] {
+    MutexLock lock(inbox_mutex_);
+    lock.wait_for(inbox_changed_, std::chrono::milliseconds(1), [&]() FOLIO_REQUIRES(inbox_mutex_) {
       return stop_requested_ || !submissions_.empty() || !cancellations_.empty();
     });
   }
@@ -214,7 +214,7 @@ void Engine::drain_inbox() {
   std::vector<std::unique_ptr<RequestState>> submissions;
   std::vector<RequestId> cancellations;
   {
-    std::lock_guard lock(inbox_mutex_);
+    MutexLock lock(inbox_mutex_);
     submissions.swap(submissions_);
     cancellations.swap(cancellations_);
   }
@@ -234,7 +234,7 @@ void Engine::accept(std::unique_ptr<RequestState> state) {
 
 bool Engine::has_unfinished_requests() {
   {
-    std::lock_guard lock(inbox_mutex_);
+    MutexLock lock(inbox_mutex_);
     if (!submissions_.empty()) return true;
   }
   return !requests_.empty();

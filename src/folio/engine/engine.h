@@ -26,13 +26,13 @@
 #include <condition_variable>
 #include <cstdint>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <thread>
 #include <unordered_map>
 #include <vector>
 
 #include "folio/base/metrics.h"
+#include "folio/base/mutex.h"
 #include "folio/base/result.h"
 #include "folio/engine/clock.h"
 #include "folio/engine/engine_metrics.h"
@@ -145,13 +145,13 @@ class Engine {
   std::unordered_map<RequestId, std::unique_ptr<RequestState>> requests_;
 
   // --- Inbox, shared with submitting threads.
-  mutable std::mutex inbox_mutex_;
-  std::condition_variable inbox_changed_;                   // signalled under inbox_mutex_
-  std::vector<std::unique_ptr<RequestState>> submissions_;  // guarded by inbox_mutex_
-  std::vector<RequestId> cancellations_;                    // guarded by inbox_mutex_
-  int64_t next_request_id_ = 1;                             // guarded by inbox_mutex_
-  bool accepting_ = true;                                   // guarded by inbox_mutex_
-  bool stop_requested_ = false;                             // guarded by inbox_mutex_
+  mutable Mutex inbox_mutex_;
+  std::condition_variable inbox_changed_;  // signalled under inbox_mutex_
+  std::vector<std::unique_ptr<RequestState>> submissions_ FOLIO_GUARDED_BY(inbox_mutex_);
+  std::vector<RequestId> cancellations_ FOLIO_GUARDED_BY(inbox_mutex_);
+  int64_t next_request_id_ FOLIO_GUARDED_BY(inbox_mutex_) = 1;
+  bool accepting_ FOLIO_GUARDED_BY(inbox_mutex_) = true;
+  bool stop_requested_ FOLIO_GUARDED_BY(inbox_mutex_) = false;
 
   std::thread loop_thread_;  // joinable while started; touched by start()/stop() only
 };

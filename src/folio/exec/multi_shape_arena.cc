@@ -69,7 +69,7 @@ Result<ArenaView> MultiShapeArena::map_view(const std::vector<PhysicalRun>& runs
 }
 
 Result<ArenaView> MultiShapeArena::create_view(size_t bytes) {
-  std::lock_guard<std::mutex> lock(state_mutex_);
+  MutexLock lock(state_mutex_);
   if (bytes == 0) {
     views_.push_back(ArenaView{nullptr, 0, static_cast<int32_t>(views_.size())});
     return views_.back();
@@ -88,7 +88,7 @@ ArenaReplayLock MultiShapeArena::lock_for_replay() const {
 }
 
 ArenaStats MultiShapeArena::stats() const {
-  std::lock_guard<std::mutex> lock(state_mutex_);
+  MutexLock lock(state_mutex_);
   ArenaStats stats;
   stats.num_views = static_cast<int32_t>(views_.size());
   stats.physical_bytes = physical_bytes_;
@@ -101,18 +101,18 @@ ArenaStats MultiShapeArena::stats() const {
 }
 
 Result<size_t> MultiShapeArena::measured_physical_bytes() const {
-  std::lock_guard<std::mutex> lock(state_mutex_);
+  MutexLock lock(state_mutex_);
   return source_->measured_bytes();
 }
 
 std::vector<ArenaView> MultiShapeArena::views() const {
-  std::lock_guard<std::mutex> lock(state_mutex_);
+  MutexLock lock(state_mutex_);
   return views_;
 }
 
 void MultiShapeArena::scribble(uint64_t seed) {
   const ArenaReplayLock replay = lock_for_replay();
-  std::lock_guard<std::mutex> lock(state_mutex_);
+  MutexLock lock(state_mutex_);
   std::mt19937_64 random(seed);
   for (const ArenaView& view : views_) {
     for (size_t offset = 0; offset + sizeof(uint64_t) <= view.bytes; offset += sizeof(uint64_t)) {
@@ -123,12 +123,12 @@ void MultiShapeArena::scribble(uint64_t seed) {
 }
 
 void MultiShapeArena::attach() {
-  std::lock_guard<std::mutex> lock(state_mutex_);
+  MutexLock lock(state_mutex_);
   ++users_;
 }
 
 void MultiShapeArena::detach() {
-  std::lock_guard<std::mutex> lock(state_mutex_);
+  MutexLock lock(state_mutex_);
   FOLIO_CHECK(users_ > 0, "graph arena detached more often than attached");
   --users_;
 }

@@ -28,6 +28,7 @@
 #include <mutex>
 #include <vector>
 
+#include "folio/base/mutex.h"
 #include "folio/base/result.h"
 #include "folio/exec/arena_memory.h"
 
@@ -89,7 +90,9 @@ class MultiShapeArena {
 
   ArenaStats stats() const;
   ArenaSharing sharing() const { return sharing_; }
-  size_t granule() const { return source_->granule(); }
+  // Not analysed: the source is set once by the constructor and its granule never changes, so
+  // reading it needs no lock; state_mutex_ guards what the source hands out.
+  size_t granule() const FOLIO_NO_THREAD_SAFETY_ANALYSIS { return source_->granule(); }
   // The source's own measurement of the physical bytes held (see arena_memory.h).
   Result<size_t> measured_physical_bytes() const;
   std::vector<ArenaView> views() const;
@@ -103,19 +106,25 @@ class MultiShapeArena {
 
  private:
   MultiShapeArena(std::unique_ptr<ArenaMemorySource> source, ArenaSharing sharing);
-  // Requires: state_mutex_. The runs a new view of `bytes` maps, in order.
-  Result<std::vector<PhysicalRun>> runs_for_view(size_t bytes);
-  // Requires: state_mutex_. Reserves a range and maps `runs` into it, covering `bytes`.
-  Result<ArenaView> map_view(const std::vector<PhysicalRun>& runs, size_t bytes);
+  // The runs a new view of `bytes` maps, in order.
+  Result<std::vector<PhysicalRun>> runs_for_view(size_t bytes) FOLIO_REQUIRES(state_mutex_);
+  // Reserves a range and maps `runs` into it, covering `bytes`.
+  Result<ArenaView> map_view(const std::vector<PhysicalRun>& runs, size_t bytes)
+      FOLIO_REQUIRES(state_mutex_);
 
   const ArenaSharing sharing_;
-  mutable std::mutex state_mutex_;
-  std::unique_ptr<ArenaMemorySource> source_;  // guarded by state_mutex_
-  std::vector<PhysicalRun> shared_runs_;       // kShared: the physical arena, in view order
-  std::vector<device::AddressRange> ranges_;   // one per non-empty view
-  std::vector<ArenaView> views_;               // guarded by state_mutex_
-  size_t physical_bytes_ = 0;                  // guarded by state_mutex_
-  int32_t users_ = 0;                          // guarded by state_mutex_
+  mutable Mutex state_mutex_;
+  // Set by the constructor and never reassigned; the source it points to is used under the
+  // mutex.
+  std::unique_ptr<ArenaMemorySource> source_ FOLIO_PT_GUARDED_BY(state_mutex_);
+  // kShared: the physical arena, in view order.
+  std::vector<PhysicalRun> shared_runs_ FOLIO_GUARDED_BY(state_mutex_);
+  std::vector<device::AddressRange> ranges_ FOLIO_GUARDED_BY(state_mutex_);  // one per view
+  std::vector<ArenaView> views_ FOLIO_GUARDED_BY(state_mutex_);
+  size_t physical_bytes_ FOLIO_GUARDED_BY(state_mutex_) = 0;
+  int32_t users_ FOLIO_GUARDED_BY(state_mutex_) = 0;
+  // Not a folio::Mutex: it guards no member but the replays themselves, and is held by an
+  // ArenaReplayLock that moves between functions (the analysis follows a lock within one).
   mutable std::mutex replay_mutex_;
   // Replay locks handed out. Relaxed: a statistic, publishing nothing.
   mutable std::atomic<int64_t> replays_{0};

@@ -238,7 +238,7 @@ void BlockAllocator::undo(const UndoEntry& entry) {
 // --- Evictions by the source.
 
 void BlockAllocator::on_kv_page_evicted(const KvPage& page) {
-  std::lock_guard lock(evicted_mutex_);
+  MutexLock lock(evicted_mutex_);
   evicted_pages_.push_back(page);
   // Release: pairs with the acquire load in drain_evictions.
   has_evicted_pages_.store(true, std::memory_order_release);
@@ -249,7 +249,7 @@ bool BlockAllocator::drain_evictions() {
   if (!has_evicted_pages_.load(std::memory_order_acquire)) return false;
   std::vector<KvPage> evicted;
   {
-    std::lock_guard lock(evicted_mutex_);
+    MutexLock lock(evicted_mutex_);
     evicted.swap(evicted_pages_);
     has_evicted_pages_.store(false, std::memory_order_relaxed);
   }

@@ -37,11 +37,11 @@
 
 #include <atomic>
 #include <cstdint>
-#include <mutex>
 #include <span>
 #include <unordered_map>
 #include <vector>
 
+#include "folio/base/mutex.h"
 #include "folio/kv/index_list.h"
 #include "folio/kv/kv_page_source.h"
 #include "folio/kv/kv_types.h"
@@ -252,8 +252,8 @@ class BlockAllocator final : public KvEvictionHandler {
   std::vector<int32_t> scratch_hits_;
 
   // Eviction notices from the source, possibly from other threads.
-  std::mutex evicted_mutex_;
-  std::vector<KvPage> evicted_pages_;  // guarded by evicted_mutex_
+  Mutex evicted_mutex_;
+  std::vector<KvPage> evicted_pages_ FOLIO_GUARDED_BY(evicted_mutex_);
   // Set (release, after pushing under evicted_mutex_) by on_kv_page_evicted; read (acquire) by
   // drain_evictions on the owner thread, which then takes the mutex to read the queue. A hint
   // that keeps the mutex off the per-operation path; the mutex orders the queue itself.

@@ -65,7 +65,7 @@ int32_t FixedPageSource::claim_page_locked() {
 }
 
 Result<KvPage> FixedPageSource::allocate_page() {
-  std::lock_guard lock(mutex_);
+  MutexLock lock(mutex_);
   const int32_t index = claim_page_locked();
   if (index < 0) {
     return resource_exhausted(
@@ -78,7 +78,7 @@ Result<KvPage> FixedPageSource::allocate_page() {
 }
 
 Status FixedPageSource::release_page(const KvPage& page) {
-  std::lock_guard lock(mutex_);
+  MutexLock lock(mutex_);
   const int32_t index = current_index(page);
   if (index < 0 || pages_[index].state == PageState::kFree ||
       pages_[index].state == PageState::kOtherOwner) {
@@ -92,7 +92,7 @@ Status FixedPageSource::release_page(const KvPage& page) {
 }
 
 Status FixedPageSource::pin(const KvPage& page) {
-  std::lock_guard lock(mutex_);
+  MutexLock lock(mutex_);
   const int32_t index = current_index(page);
   if (index < 0 || pages_[index].state != PageState::kUnpinned) {
     return failed_precondition("KV page {} cannot be pinned: it was evicted or is already pinned",
@@ -103,7 +103,7 @@ Status FixedPageSource::pin(const KvPage& page) {
 }
 
 void FixedPageSource::unpin(const KvPage& page) {
-  std::lock_guard lock(mutex_);
+  MutexLock lock(mutex_);
   const int32_t index = current_index(page);
   FOLIO_CHECK(index >= 0 && pages_[index].state == PageState::kPinned,
               "unpin of KV page {} that is not pinned by its holder", page.page_index);
@@ -112,12 +112,12 @@ void FixedPageSource::unpin(const KvPage& page) {
 }
 
 void FixedPageSource::set_eviction_handler(KvEvictionHandler* handler) {
-  std::lock_guard lock(mutex_);
+  MutexLock lock(mutex_);
   handler_ = handler;
 }
 
 std::vector<int32_t> FixedPageSource::take_pages_for_other_owner(int32_t num_pages) {
-  std::lock_guard lock(mutex_);
+  MutexLock lock(mutex_);
   std::vector<int32_t> taken;
   while (static_cast<int32_t>(taken.size()) < num_pages) {
     const int32_t index = claim_page_locked();
@@ -130,7 +130,7 @@ std::vector<int32_t> FixedPageSource::take_pages_for_other_owner(int32_t num_pag
 }
 
 void FixedPageSource::return_pages_of_other_owner(std::span<const int32_t> page_indices) {
-  std::lock_guard lock(mutex_);
+  MutexLock lock(mutex_);
   for (int32_t index : page_indices) {
     FOLIO_CHECK(
         index >= 0 && index < capacity_pages_ && pages_[index].state == PageState::kOtherOwner,
@@ -141,7 +141,7 @@ void FixedPageSource::return_pages_of_other_owner(std::span<const int32_t> page_
 }
 
 FixedPageSource::Counts FixedPageSource::counts() const {
-  std::lock_guard lock(mutex_);
+  MutexLock lock(mutex_);
   Counts counts;
   for (const PageSlot& slot : pages_) {
     switch (slot.state) {

@@ -18,10 +18,10 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
-#include <mutex>
 #include <span>
 #include <vector>
 
+#include "folio/base/mutex.h"
 #include "folio/kv/kv_page_source.h"
 
 namespace folio::kv {
@@ -69,21 +69,21 @@ class FixedPageSource final : public KvPageSource {
     uint64_t last_unpinned = 0;  // tick of the last unpin, for LRU eviction
   };
 
-  KvPageHandle handle_of(int32_t page_index) const;
+  KvPageHandle handle_of(int32_t page_index) const FOLIO_REQUIRES(mutex_);
   // Index of the page `page` names if its handle is current, else -1.
-  int32_t current_index(const KvPage& page) const;
+  int32_t current_index(const KvPage& page) const FOLIO_REQUIRES(mutex_);
   // Finds a free page, evicting the least recently unpinned KV page if none is; -1 if neither.
-  int32_t claim_page_locked();
+  int32_t claim_page_locked() FOLIO_REQUIRES(mutex_);
 
   const int64_t page_bytes_;
   const int32_t capacity_pages_;
   std::byte* base_ = nullptr;
 
-  mutable std::mutex mutex_;
-  std::vector<PageSlot> pages_;           // guarded by mutex_
-  KvEvictionHandler* handler_ = nullptr;  // guarded by mutex_
-  uint64_t tick_ = 0;                     // guarded by mutex_
-  int64_t evictions_ = 0;                 // guarded by mutex_
+  mutable Mutex mutex_;
+  std::vector<PageSlot> pages_ FOLIO_GUARDED_BY(mutex_);
+  KvEvictionHandler* handler_ FOLIO_GUARDED_BY(mutex_) = nullptr;
+  uint64_t tick_ FOLIO_GUARDED_BY(mutex_) = 0;
+  int64_t evictions_ FOLIO_GUARDED_BY(mutex_) = 0;
   // Pages in state kFree; written under mutex_, read without it by num_pages_available (a hint,
   // as the interface allows), so relaxed.
   std::atomic<int32_t> num_free_{0};

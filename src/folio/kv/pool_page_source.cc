@@ -15,7 +15,7 @@ PoolPageSource::PoolPageSource(memory::PagePool& pool, uint64_t owner, int32_t m
       refs_(static_cast<size_t>(pool.num_pages())) {}
 
 PoolPageSource::~PoolPageSource() {
-  std::lock_guard lock(mutex_);
+  MutexLock lock(mutex_);
   FOLIO_CHECK(num_held_ == 0, "KV page source destroyed while it holds {} pool pages", num_held_);
 }
 
@@ -30,7 +30,7 @@ int32_t PoolPageSource::num_pages_available() const {
 }
 
 memory::AllocationRef PoolPageSource::current_ref(const KvPage& page) const {
-  std::lock_guard lock(mutex_);
+  MutexLock lock(mutex_);
   if (page.page_index < 0 || page.page_index >= static_cast<int32_t>(refs_.size())) return {};
   const memory::AllocationRef& ref = refs_[page.page_index];
   if (!ref.is_valid() || ref.generation() != page.handle.value()) return {};
@@ -55,7 +55,7 @@ Result<KvPage> PoolPageSource::allocate_page() {
   const memory::AllocationRef ref = allocation.release();
   const int32_t page_index = ref.first_page().value();
   {
-    std::lock_guard lock(mutex_);
+    MutexLock lock(mutex_);
     refs_[page_index] = ref;
     ++num_held_;
   }
@@ -65,7 +65,7 @@ Result<KvPage> PoolPageSource::allocate_page() {
 Status PoolPageSource::release_page(const KvPage& page) {
   memory::AllocationRef ref;
   {
-    std::lock_guard lock(mutex_);
+    MutexLock lock(mutex_);
     if (page.page_index >= 0 && page.page_index < static_cast<int32_t>(refs_.size()) &&
         refs_[page.page_index].is_valid() &&
         refs_[page.page_index].generation() == page.handle.value()) {
@@ -99,12 +99,12 @@ void PoolPageSource::unpin(const KvPage& page) {
 }
 
 void PoolPageSource::set_eviction_handler(KvEvictionHandler* handler) {
-  std::lock_guard lock(mutex_);
+  MutexLock lock(mutex_);
   handler_ = handler;
 }
 
 int32_t PoolPageSource::num_pages_held() const {
-  std::lock_guard lock(mutex_);
+  MutexLock lock(mutex_);
   return num_held_;
 }
 
@@ -113,7 +113,7 @@ void PoolPageSource::on_evict(const memory::EvictionNotice& notice) {
   const int32_t page_index = ref.first_page().value();
   const KvPage page{KvPageHandle(ref.generation()), page_index,
                     pool_.page_address(ref.first_page())};
-  std::lock_guard lock(mutex_);
+  MutexLock lock(mutex_);
   if (refs_[page_index] == ref) {
     refs_[page_index] = memory::AllocationRef();
     --num_held_;

@@ -25,9 +25,9 @@
 #pragma once
 
 #include <cstdint>
-#include <mutex>
 #include <vector>
 
+#include "folio/base/mutex.h"
 #include "folio/kv/kv_page_source.h"
 #include "folio/memory/page_pool.h"
 
@@ -67,10 +67,10 @@ class PoolPageSource final : public KvPageSource, private memory::EvictionListen
   const uint64_t owner_;
   const int32_t max_pages_held_;  // the pool's page count when uncapped
 
-  mutable std::mutex mutex_;
-  std::vector<memory::AllocationRef> refs_;  // [pool pages]; guarded by mutex_
-  int32_t num_held_ = 0;                     // guarded by mutex_
-  KvEvictionHandler* handler_ = nullptr;     // guarded by mutex_
+  mutable Mutex mutex_;
+  std::vector<memory::AllocationRef> refs_ FOLIO_GUARDED_BY(mutex_);  // [pool pages]
+  int32_t num_held_ FOLIO_GUARDED_BY(mutex_) = 0;
+  KvEvictionHandler* handler_ FOLIO_GUARDED_BY(mutex_) = nullptr;
 };
 
 }  // namespace folio::kv

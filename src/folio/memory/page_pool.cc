@@ -126,7 +126,7 @@ PagePool::PagePool(device::VirtualMemory& vm, PagePoolOptions options, device::A
       free_index_(table_, options_.fit_policy),
       eviction_index_(table_, options_.eviction_weights, options_.content_priority),
       thread_caches_(this, static_cast<uint32_t>(options_.thread_cache_pages)) {
-  std::lock_guard lock(free_mutex_);
+  MutexLock lock(free_mutex_);
   free_index_.insert(0, num_pages_);
   free_pages_.store(num_pages_, std::memory_order_relaxed);
 }
@@ -284,7 +284,7 @@ AllocationRef PagePool::publish(uint32_t first, uint32_t pages,
                     std::memory_order_release);
     pages_pinned_[content].add(pages);
   } else {
-    std::lock_guard lock(index_mutex_);
+    MutexLock lock(index_mutex_);
     slot.word.store(PageWord::make(PageState::kUnpinned, true, 0, generation).bits(),
                     std::memory_order_release);
     eviction_index_.link(first);
@@ -314,7 +314,7 @@ uint32_t PagePool::refill_and_pop(ThreadCache& cache) {
   std::vector<uint32_t>& pages = t_page_batch;
   pages.clear();
   {
-    std::lock_guard lock(free_mutex_);
+    MutexLock lock(free_mutex_);
     free_index_.take_single_pages(batch, pages);
     free_pages_.store(static_cast<int64_t>(free_index_.free_pages()), std::memory_order_relaxed);
   }
@@ -334,7 +334,7 @@ uint32_t PagePool::refill_and_pop(ThreadCache& cache) {
 }
 
 uint32_t PagePool::take_from_free_index(uint32_t pages) {
-  std::lock_guard lock(free_mutex_);
+  MutexLock lock(free_mutex_);
   const uint32_t first = free_index_.take(pages);
   free_pages_.store(static_cast<int64_t>(free_index_.free_pages()), std::memory_order_relaxed);
   return first;
@@ -378,7 +378,7 @@ Status PagePool::exhausted(uint32_t pages) {
   for (const StripedCounter& counter : pages_pinned_) pinned += counter.sum();
   uint32_t largest = 0;
   {
-    std::lock_guard lock(free_mutex_);
+    MutexLock lock(free_mutex_);
     largest = free_index_.largest_extent();
   }
   return resource_exhausted(
@@ -403,7 +403,7 @@ void PagePool::release_pages(uint32_t first, uint32_t pages, uint64_t generation
     if (thread_caches_.local().push(first, spill)) insert_into_free_index(spill);
     return;
   }
-  std::lock_guard lock(free_mutex_);
+  MutexLock lock(free_mutex_);
   word.store(PageWord::make(PageState::kFree, false, 0, generation).bits(),
              std::memory_order_relaxed);
   free_index_.insert(first, pages);
@@ -411,7 +411,7 @@ void PagePool::release_pages(uint32_t first, uint32_t pages, uint64_t generation
 }
 
 void PagePool::insert_into_free_index(const std::vector<uint32_t>& single_pages) {
-  std::lock_guard lock(free_mutex_);
+  MutexLock lock(free_mutex_);
   for (uint32_t page : single_pages) {
     std::atomic<uint64_t>& word = table_[page].word;
     const uint64_t generation = PageWord(word.load(std::memory_order_relaxed)).generation();

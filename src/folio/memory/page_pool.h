@@ -29,7 +29,8 @@
 // single-page allocate and free of pinned allocations take only the calling thread's cache lock
 // in the common case. Locks, in the order they nest: eviction mutex
 // (serializes evictors, held while listeners run), thread cache registry, a thread cache, free
-// mutex (free index); the eviction index mutex never nests with another.
+// mutex (free index); the eviction index mutex never nests with another (but for the debug walks,
+// check_invariants and debug_state, which take it after the free mutex).
 //
 // Invariants (check_invariants() walks them): every page belongs to exactly one run (free
 // extent, thread-held page or allocation) and has exactly one state; the per-state and per-content
@@ -41,9 +42,9 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
-#include <mutex>
 #include <vector>
 
+#include "folio/base/mutex.h"
 #include "folio/base/result.h"
 #include "folio/base/status.h"
 #include "folio/device/virtual_memory.h"
@@ -182,18 +183,21 @@ class PagePool final : private ThreadCacheHome {
   void bump_last_use(uint32_t head);
 
   // page_pool_introspection.cc. Requires: free_mutex_ held. Calls visit(first, pages, word) for
-  // each run (free extent, thread-held page, allocation) from page 0 up, checking that the runs
-  // tile the table.
-  void walk_runs(FunctionRef<void(uint32_t first, uint32_t pages, PageWord word)> visit) const;
+  // each run (free extent, thread-held page, allocation) from page 0 up, checking that the runs tile
+  // the table.
+  void walk_runs(FunctionRef<void(uint32_t first, uint32_t pages, PageWord word)> visit) const
+      FOLIO_REQUIRES(free_mutex_);
   struct RunCensus;
-  // Requires: free_mutex_ and index_mutex_ held. cache_of[page] >= 0 for thread-held pages.
-  RunCensus take_census(const std::vector<int>& cache_of) const;
-  void check_counters(const RunCensus& census, int64_t held_by_thread_caches) const;
+  // Requires: free_mutex_ and index_mutex_ held. cache_of[page] >= 0 for thread-thread-held pages.
+  RunCensus take_census(const std::vector<int>& cache_of) const
+      FOLIO_REQUIRES(free_mutex_, index_mutex_);
+  void check_counters(const RunCensus& census, int64_t held_by_thread_caches) const
+      FOLIO_REQUIRES(free_mutex_);
 
   // page_pool_eviction.cc.
   // Requires: eviction_mutex_ held. Evicts the lowest-scored allocation; returns its pages, or
   // 0 when nothing is evictable.
-  int64_t evict_one();
+  int64_t evict_one() FOLIO_REQUIRES(eviction_mutex_);
   // Evicts down to the low watermark when taking `pages` more from the free index would cross
   // the high one. Returns the pages evicted.
   int64_t evict_for_watermark(uint32_t pages);
@@ -214,15 +218,15 @@ class PagePool final : private ThreadCacheHome {
   PageTable table_;
   std::atomic<uint64_t> step_{0};
 
-  mutable std::mutex free_mutex_;
-  FreeExtentIndex free_index_;  // guarded by free_mutex_
+  mutable Mutex free_mutex_;
+  FreeExtentIndex free_index_ FOLIO_GUARDED_BY(free_mutex_);
   // free_index_.free_pages(), stored under free_mutex_ and read without it (watermarks, stats).
   // Relaxed: a statistic; decisions made on it re-check under the mutex.
   std::atomic<int64_t> free_pages_{0};
 
-  mutable std::mutex index_mutex_;
-  EvictionIndex eviction_index_;  // guarded by index_mutex_
-  std::mutex eviction_mutex_;
+  mutable Mutex index_mutex_;
+  EvictionIndex eviction_index_ FOLIO_GUARDED_BY(index_mutex_);
+  Mutex eviction_mutex_;
 
   ThreadCacheRegistry thread_caches_;
 

@@ -30,7 +30,7 @@ int64_t PagePool::evict_one() {
   uint32_t head = kNoPage;
   uint64_t generation = 0;
   {
-    std::lock_guard lock(index_mutex_);
+    MutexLock lock(index_mutex_);
     while (true) {
       head = eviction_index_.select_victim(step());
       if (head == kNoPage) return 0;
@@ -86,8 +86,8 @@ int64_t PagePool::evict_for_watermark(uint32_t pages) {
   // A request that even evicting everything evictable could not fit fails without evicting.
   if (free_pages_.load(std::memory_order_relaxed) + evictable_pages() < pages) return 0;
   // Another thread evicting already brings the pool down; do not queue behind it.
-  std::unique_lock lock(eviction_mutex_, std::try_to_lock);
-  if (!lock.owns_lock()) return 0;
+  if (!eviction_mutex_.try_lock()) return 0;
+  MutexLock lock(eviction_mutex_, std::adopt_lock);
   const double low = options_.low_watermark * num_pages_;
   int64_t evicted = 0;
   while (used_after() > low) {
@@ -100,7 +100,7 @@ int64_t PagePool::evict_for_watermark(uint32_t pages) {
 
 uint32_t PagePool::evict_until_taken(uint32_t pages, int64_t* evicted) {
   *evicted = 0;
-  std::lock_guard lock(eviction_mutex_);
+  MutexLock lock(eviction_mutex_);
   // Evicting cannot help when even every evictable page would not be enough: fail without
   // throwing anything away.
   if (free_pages_.load(std::memory_order_relaxed) + evictable_pages() < pages) {
@@ -125,7 +125,7 @@ Result<int64_t> PagePool::evict(int64_t num_pages) {
         "listeners",
         options_.name);
   }
-  std::lock_guard lock(eviction_mutex_);
+  MutexLock lock(eviction_mutex_);
   int64_t evicted = 0;
   while (evicted < num_pages) {
     const int64_t pages_evicted = evict_one();

@@ -66,7 +66,7 @@ Status PagePool::free(const AllocationRef& ref) {
   // few instructions, and the hot path saves two counter updates.
   (claimed.pins() > 0 ? pages_pinned_ : pages_unpinned_)[content].add(-pages);
   if (claimed.linked()) {
-    std::lock_guard lock(index_mutex_);
+    MutexLock lock(index_mutex_);
     // The evictor may have dropped it from the index meanwhile (it clears `linked` when it does,
     // under this mutex); whoever clears the bit removes the entry.
     const PageWord now(slot.word.load(std::memory_order_relaxed));
@@ -155,7 +155,7 @@ Status PagePool::unpin(const AllocationRef& ref) {
 }
 
 void PagePool::relink(uint32_t head, uint64_t generation) {
-  std::lock_guard lock(index_mutex_);
+  MutexLock lock(index_mutex_);
   std::atomic<uint64_t>& word = table_[head].word;
   uint64_t bits = word.load(std::memory_order_acquire);
   while (true) {

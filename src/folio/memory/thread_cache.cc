@@ -22,7 +22,7 @@ struct ThreadLocalCaches {
   ~ThreadLocalCaches() {
     for (Entry& entry : entries) {
       ThreadCache& cache = *entry.cache;
-      std::lock_guard lock(cache.mutex_);
+      MutexLock lock(cache.mutex_);
       if (cache.home_ != nullptr && !cache.pages_.empty()) {
         cache.home_->return_pages_at_thread_exit(cache.pages_);
       }
@@ -43,7 +43,7 @@ ThreadCache::ThreadCache(ThreadCacheHome* home, uint32_t capacity)
 }
 
 uint32_t ThreadCache::pop() {
-  std::lock_guard lock(mutex_);
+  MutexLock lock(mutex_);
   if (pages_.empty()) return kNoPage;
   const uint32_t page = pages_.back();
   pages_.pop_back();
@@ -51,7 +51,7 @@ uint32_t ThreadCache::pop() {
 }
 
 bool ThreadCache::push(uint32_t page, std::vector<uint32_t>& overflow) {
-  std::lock_guard lock(mutex_);
+  MutexLock lock(mutex_);
   pages_.push_back(page);
   if (pages_.size() <= capacity_) return false;
   const size_t spill = pages_.size() / 2;
@@ -61,24 +61,24 @@ bool ThreadCache::push(uint32_t page, std::vector<uint32_t>& overflow) {
 }
 
 void ThreadCache::push_batch(const std::vector<uint32_t>& pages) {
-  std::lock_guard lock(mutex_);
+  MutexLock lock(mutex_);
   FOLIO_DCHECK(pages_.size() + pages.size() <= capacity_);
   pages_.insert(pages_.end(), pages.begin(), pages.end());
 }
 
 void ThreadCache::take_all(std::vector<uint32_t>& out) {
-  std::lock_guard lock(mutex_);
+  MutexLock lock(mutex_);
   out.insert(out.end(), pages_.begin(), pages_.end());
   pages_.clear();
 }
 
 size_t ThreadCache::size() const {
-  std::lock_guard lock(mutex_);
+  MutexLock lock(mutex_);
   return pages_.size();
 }
 
 void ThreadCache::for_each_page(FunctionRef<void(uint32_t page)> visit) const {
-  std::lock_guard lock(mutex_);
+  MutexLock lock(mutex_);
   for (uint32_t page : pages_) visit(page);
 }
 
@@ -88,7 +88,7 @@ ThreadCacheRegistry::ThreadCacheRegistry(ThreadCacheHome* home, uint32_t capacit
       serial_(g_next_registry_serial.fetch_add(1, std::memory_order_relaxed)) {}
 
 ThreadCacheRegistry::~ThreadCacheRegistry() {
-  std::lock_guard lock(mutex_);
+  MutexLock lock(mutex_);
   FOLIO_CHECK(detached_, "thread cache registry destroyed before detach_all()");
 }
 
@@ -110,7 +110,7 @@ ThreadCache& ThreadCacheRegistry::register_local() {
   if (found == nullptr) {
     auto cache = std::make_shared<ThreadCache>(home_, capacity_);
     {
-      std::lock_guard lock(mutex_);
+      MutexLock lock(mutex_);
       FOLIO_CHECK(!detached_, "thread cache requested from a pool being destroyed");
       std::erase_if(caches_, [](const std::shared_ptr<ThreadCache>& candidate) {
         return candidate->orphaned_.load(std::memory_order_relaxed);
@@ -126,7 +126,7 @@ ThreadCache& ThreadCacheRegistry::register_local() {
 }
 
 void ThreadCacheRegistry::drain_all(std::vector<uint32_t>& out) {
-  std::lock_guard lock(mutex_);
+  MutexLock lock(mutex_);
   std::erase_if(caches_, [](const std::shared_ptr<ThreadCache>& cache) {
     return cache->orphaned_.load(std::memory_order_relaxed);
   });
@@ -134,9 +134,9 @@ void ThreadCacheRegistry::drain_all(std::vector<uint32_t>& out) {
 }
 
 void ThreadCacheRegistry::detach_all() {
-  std::lock_guard lock(mutex_);
+  MutexLock lock(mutex_);
   for (const std::shared_ptr<ThreadCache>& cache : caches_) {
-    std::lock_guard cache_lock(cache->mutex_);
+    MutexLock cache_lock(cache->mutex_);
     cache->pages_.clear();
     cache->home_ = nullptr;
     cache->detached_.store(true, std::memory_order_relaxed);
@@ -146,7 +146,7 @@ void ThreadCacheRegistry::detach_all() {
 }
 
 void ThreadCacheRegistry::for_each_cache(FunctionRef<void(const ThreadCache&)> visit) const {
-  std::lock_guard lock(mutex_);
+  MutexLock lock(mutex_);
   for (const std::shared_ptr<ThreadCache>& cache : caches_) {
     if (!cache->orphaned_.load(std::memory_order_relaxed)) visit(*cache);
   }

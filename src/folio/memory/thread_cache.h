@@ -27,10 +27,10 @@
 #include <atomic>
 #include <cstdint>
 #include <memory>
-#include <mutex>
 #include <vector>
 
 #include "folio/base/function_ref.h"
+#include "folio/base/mutex.h"
 
 namespace folio::memory {
 
@@ -66,9 +66,9 @@ class ThreadCache {
   friend class ThreadCacheRegistry;
   friend struct ThreadLocalCaches;
 
-  mutable std::mutex mutex_;
-  std::vector<uint32_t> pages_;  // guarded by mutex_
-  ThreadCacheHome* home_;        // guarded by mutex_; null once detached
+  mutable Mutex mutex_;
+  std::vector<uint32_t> pages_ FOLIO_GUARDED_BY(mutex_);
+  ThreadCacheHome* home_ FOLIO_GUARDED_BY(mutex_);  // null once detached
   // Set under mutex_; read without it by the thread's list (to forget a dead pool's cache) and
   // by the registry (to drop a dead thread's cache). Relaxed: the decision it drives takes the
   // mutex before touching anything the flag protects.
@@ -104,9 +104,9 @@ class ThreadCacheRegistry {
   // Unique for the process's lifetime, so a thread's list never mistakes a new pool at a dead
   // pool's address for the old one.
   const uint64_t serial_;
-  mutable std::mutex mutex_;
-  std::vector<std::shared_ptr<ThreadCache>> caches_;  // guarded by mutex_
-  bool detached_ = false;                             // guarded by mutex_
+  mutable Mutex mutex_;
+  std::vector<std::shared_ptr<ThreadCache>> caches_ FOLIO_GUARDED_BY(mutex_);
+  bool detached_ FOLIO_GUARDED_BY(mutex_) = false;
 };
 
 }  // namespace folio::memory

@@ -14,7 +14,7 @@ void RequestStream::attach(const std::shared_ptr<RequestStream>& stream, engine:
 void RequestStream::push_text(std::string_view text) {
   if (text.empty()) return;
   {
-    std::lock_guard lock(mutex_);
+    MutexLock lock(mutex_);
     FOLIO_CHECK(!completion_.has_value(), "text after the request finished");
     pieces_.emplace_back(text);
   }
@@ -23,7 +23,7 @@ void RequestStream::push_text(std::string_view text) {
 
 void RequestStream::finish(const engine::Completion& completion) {
   {
-    std::lock_guard lock(mutex_);
+    MutexLock lock(mutex_);
     FOLIO_CHECK(!completion_.has_value(), "request {} finished twice", completion.request);
     completion_ = completion;
   }
@@ -31,8 +31,10 @@ void RequestStream::finish(const engine::Completion& completion) {
 }
 
 RequestStream::Update RequestStream::take(std::chrono::milliseconds timeout) {
-  std::unique_lock lock(mutex_);
-  changed_.wait_for(lock, timeout, [&] { return !pieces_.empty() || completion_.has_value(); });
+  MutexLock lock(mutex_);
+  lock.wait_for(changed_, timeout, [&]() FOLIO_REQUIRES(mutex_) {
+    return !pieces_.empty() || completion_.has_value();
+  });
   Update update;
   update.pieces.swap(pieces_);
   update.completion = completion_;

@@ -14,11 +14,11 @@
 #include <chrono>
 #include <condition_variable>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <string>
 #include <vector>
 
+#include "folio/base/mutex.h"
 #include "folio/engine/request.h"
 
 namespace folio::server {
@@ -42,10 +42,10 @@ class RequestStream {
   Update take(std::chrono::milliseconds timeout);
 
  private:
-  std::mutex mutex_;
-  std::condition_variable changed_;               // notified after every append, under no lock
-  std::vector<std::string> pieces_;               // guarded by mutex_
-  std::optional<engine::Completion> completion_;  // guarded by mutex_
+  Mutex mutex_;
+  std::condition_variable changed_;  // notified after every append, under no lock
+  std::vector<std::string> pieces_ FOLIO_GUARDED_BY(mutex_);
+  std::optional<engine::Completion> completion_ FOLIO_GUARDED_BY(mutex_);
 };
 
 }  // namespace folio::server

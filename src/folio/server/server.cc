@@ -172,7 +172,7 @@ Server::Server(const ServerOptions& options, ServedModel model, ChatTemplate cha
     response.set_content(format_model_list(model_.name, created_seconds_), "application/json");
   });
   http.Get("/health", [this](const httplib::Request&, httplib::Response& response) {
-    std::lock_guard lock(mutex_);
+    MutexLock lock(mutex_);
     if (shutting_down_) return send_error(response, 503, "shutting down", kServerError);
     response.set_content("{\"status\":\"ok\"}", "application/json");
   });
@@ -211,28 +211,30 @@ Result<int> Server::start(int port) {
 }
 
 void Server::shutdown(std::chrono::milliseconds grace) {
-  std::unique_lock lock(mutex_);
-  if (stopped_) return;
-  shutting_down_ = true;
-  if (!drained_.wait_for(lock, grace, [&] { return in_flight_ == 0; })) {
-    // Past the grace period: end what is still running; each answer then completes (as a 503
-    // or an error event) and releases its slot.
-    for (engine::RequestId id : running_) model_.engine->cancel(id);
-    drained_.wait_for(lock, std::chrono::seconds(10), [&] { return in_flight_ == 0; });
+  {
+    MutexLock lock(mutex_);
+    if (stopped_) return;
+    shutting_down_ = true;
+    const auto nothing_in_flight = [&]() FOLIO_REQUIRES(mutex_) { return in_flight_ == 0; };
+    if (!lock.wait_for(drained_, grace, nothing_in_flight)) {
+      // Past the grace period: end what is still running; each answer then completes (as a 503
+      // or an error event) and releases its slot.
+      for (engine::RequestId id : running_) model_.engine->cancel(id);
+      lock.wait_for(drained_, std::chrono::seconds(10), nothing_in_flight);
+    }
+    stopped_ = true;
   }
-  stopped_ = true;
-  lock.unlock();
   http_->stop();
   if (listen_thread_.joinable()) listen_thread_.join();
 }
 
 int64_t Server::num_in_flight() const {
-  std::lock_guard lock(mutex_);
+  MutexLock lock(mutex_);
   return in_flight_;
 }
 
 Server::Admission Server::admit() {
-  std::lock_guard lock(mutex_);
+  MutexLock lock(mutex_);
   if (shutting_down_) return Admission::kShuttingDown;
   if (in_flight_ >= options_.max_pending_requests) return Admission::kQueueFull;
   ++in_flight_;
@@ -242,7 +244,7 @@ Server::Admission Server::admit() {
 
 void Server::release() {
   {
-    std::lock_guard lock(mutex_);
+    MutexLock lock(mutex_);
     FOLIO_CHECK(in_flight_ > 0, "released more requests than were admitted");
     --in_flight_;
     metrics_->add_in_flight(-1);
@@ -251,12 +253,12 @@ void Server::release() {
 }
 
 void Server::register_cancellable(engine::RequestId id) {
-  std::lock_guard lock(mutex_);
+  MutexLock lock(mutex_);
   running_.push_back(id);
 }
 
 void Server::unregister_cancellable(engine::RequestId id) {
-  std::lock_guard lock(mutex_);
+  MutexLock lock(mutex_);
   const auto entry = std::find(running_.begin(), running_.end(), id);
   if (entry != running_.end()) running_.erase(entry);
 }

@@ -26,11 +26,11 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <thread>
 
 #include "folio/base/metrics.h"
+#include "folio/base/mutex.h"
 #include "folio/base/result.h"
 #include "folio/engine/engine.h"
 #include "folio/engine/model_engine.h"
@@ -120,12 +120,13 @@ class Server {
   std::thread listen_thread_;
   std::atomic<int64_t> next_response_id_{1};
 
-  mutable std::mutex mutex_;
-  std::condition_variable drained_;         // notified when in_flight_ drops, under no lock
-  int64_t in_flight_ = 0;                   // guarded by mutex_
-  bool shutting_down_ = false;              // guarded by mutex_
-  bool stopped_ = false;                    // guarded by mutex_
-  std::vector<engine::RequestId> running_;  // guarded by mutex_: cancelled on a late shutdown
+  mutable Mutex mutex_;
+  std::condition_variable drained_;  // notified when in_flight_ drops, under no lock
+  int64_t in_flight_ FOLIO_GUARDED_BY(mutex_) = 0;
+  bool shutting_down_ FOLIO_GUARDED_BY(mutex_) = false;
+  bool stopped_ FOLIO_GUARDED_BY(mutex_) = false;
+  // Cancelled on a late shutdown.
+  std::vector<engine::RequestId> running_ FOLIO_GUARDED_BY(mutex_);
 };
 
 }  // namespace folio::server

@@ -9,8 +9,13 @@
 
 #include "folio/kernels/cpu/vector_ops.h"
 
+// clang has no `#pragma GCC target`; its own pragma gives every function below the attribute.
+#if defined(__clang__)
+#pragma clang attribute push(__attribute__((target("avx2,fma,f16c"))), apply_to = function)
+#else
 #pragma GCC push_options
 #pragma GCC target("avx2,fma,f16c")
+#endif
 
 namespace folio::kernels::cpu::avx2_path {
 namespace {
@@ -109,7 +114,11 @@ constexpr VectorOps kTable = make_vector_ops(SimdPath::kAvx2);
 }  // namespace
 }  // namespace folio::kernels::cpu::avx2_path
 
+#if defined(__clang__)
+#pragma clang attribute pop
+#else
 #pragma GCC pop_options
+#endif
 
 namespace folio::kernels::cpu::detail {
 const VectorOps& avx2_vector_ops() {

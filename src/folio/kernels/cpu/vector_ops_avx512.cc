@@ -5,9 +5,11 @@
 // GCC 12's AVX-512 intrinsics seed unmasked operations with _mm512_undefined_*(), which
 // -Wuninitialized reports inside the intrinsic header once inlined here (GCC bug 105593, fixed
 // in GCC 13). The diagnostics are silenced for this file only.
+#if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wuninitialized"
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
 
 #include <immintrin.h>
 
@@ -18,8 +20,13 @@
 
 #include "folio/kernels/cpu/vector_ops.h"
 
+// clang has no `#pragma GCC target`; its own pragma gives every function below the attribute.
+#if defined(__clang__)
+#pragma clang attribute push(__attribute__((target("avx512f,avx2,fma,f16c"))), apply_to = function)
+#else
 #pragma GCC push_options
 #pragma GCC target("avx512f,avx2,fma,f16c")
+#endif
 
 namespace folio::kernels::cpu::avx512_path {
 namespace {
@@ -99,7 +106,11 @@ constexpr VectorOps kTable = make_vector_ops(SimdPath::kAvx512);
 }  // namespace
 }  // namespace folio::kernels::cpu::avx512_path
 
+#if defined(__clang__)
+#pragma clang attribute pop
+#else
 #pragma GCC pop_options
+#endif
 
 namespace folio::kernels::cpu::detail {
 const VectorOps& avx512_vector_ops() {
@@ -107,4 +118,6 @@ const VectorOps& avx512_vector_ops() {
 }
 }  // namespace folio::kernels::cpu::detail
 
+#if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic pop
+#endif
