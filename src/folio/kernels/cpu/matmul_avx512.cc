@@ -202,18 +202,7 @@ void float_rows_avx512(const MatmulArguments& arguments, int64_t row_begin, int6
 
 void quantize_activation_rows_avx512(const MatmulArguments& arguments, std::byte* workspace,
                                      int64_t row_begin, int64_t row_end) {
-  const int64_t input_features = arguments.input_features;
-  const QuantizedActivationsLayout layout =
-      quantized_activations_layout(arguments.num_rows, input_features);
-  auto* values = reinterpret_cast<int8_t*>(workspace + layout.values_offset);
-  auto* corrections = reinterpret_cast<int32_t*>(workspace + layout.corrections_offset);
-  auto* lane_scales = reinterpret_cast<float*>(workspace + layout.lane_scales_offset);
-  const int32_t offset = arguments.weight_dtype == DType::kQ8_0 ? 128 : 8;
-  for (int64_t element = row_begin * input_features; element < row_end * input_features;
-       element += kBlock) {
-    quantize_block(arguments.input + element, values + element, corrections + element / 4,
-                   lane_scales + element / 4, offset);
-  }
+  quantize_activation_rows(arguments, workspace, row_begin, row_end, quantize_block);
 }
 
 void quantized_rows_avx512(const MatmulArguments& arguments,
