@@ -4,9 +4,10 @@
 // Every row kernel computes output[m, n] = dot(x[m, :], W[n, :]) (+ bias[n]) for all m in
 // [0, M) and n in [row_begin, row_end), in groups of kGroupRows weight rows (each instruction
 // set tiles a group and x further by what fits its registers). The AVX2 and AVX-512 kernels
-// share their tile loops (matmul_body.inc); only their `Simd` traits differ. The accumulation order of each
-// output element depends only on K and the instruction set, never on row_begin, row_end, M or the
-// tile it falls in: this is what makes results independent of the thread count and of the batch.
+// share their tile loops (matmul_body.inc); only their `Simd` traits differ. The accumulation
+// order of each output element depends only on K and the instruction set, never on row_begin,
+// row_end, M or the tile it falls in: this is what makes results independent of the thread
+// count and of the batch.
 #pragma once
 
 #include <algorithm>
