@@ -3,9 +3,11 @@
 //
 // Every row kernel computes output[m, n] = dot(x[m, :], W[n, :]) (+ bias[n]) for all m in
 // [0, M) and n in [row_begin, row_end), in groups of kGroupRows weight rows (each instruction
-// set tiles a group and x further by what fits its registers). The accumulation order of each
-// output element depends only on K and the instruction set, never on row_begin, row_end, M or the
-// tile it falls in: this is what makes results independent of the thread count and of the batch.
+// set tiles a group and x further by what fits its registers). The AVX2 and AVX-512 kernels
+// share their tile loops (matmul_body.inc); only their `Simd` traits differ. The accumulation
+// order of each output element depends only on K and the instruction set, never on row_begin,
+// row_end, M or the tile it falls in: this is what makes results independent of the thread
+// count and of the batch.
 #pragma once
 
 #include <algorithm>
@@ -13,6 +15,7 @@
 #include <cstdint>
 
 #include "folio/kernels/matmul.h"
+#include "folio/tensor/quantize.h"
 
 namespace folio::kernels::cpu::internal {
 
@@ -119,9 +122,29 @@ void quantize_activation_block(const float* input, int8_t* values, int32_t* corr
                                float* lane_scales, int32_t offset);
 
 // Quantizes rows [row_begin, row_end) of arguments.input into the QuantizedActivations arrays
-// laid out in `workspace` (quantized_activations_layout for all num_rows rows). Every
-// instruction set writes the same bytes: d = amax / 127 and 1 / d in f32, q = roundf(x / d)
-// (half away from zero) is exact arithmetic on each.
+// laid out in `workspace` (quantized_activations_layout for all num_rows rows), block by block
+// with `quantize_block` (quantize_activation_block's signature): the walk every instruction set
+// shares, only its block quantizer differing.
+template <typename BlockQuantizer>
+void quantize_activation_rows(const MatmulArguments& arguments, std::byte* workspace,
+                              int64_t row_begin, int64_t row_end, BlockQuantizer quantize_block) {
+  const int64_t input_features = arguments.input_features;
+  const QuantizedActivationsLayout layout =
+      quantized_activations_layout(arguments.num_rows, input_features);
+  auto* values = reinterpret_cast<int8_t*>(workspace + layout.values_offset);
+  auto* corrections = reinterpret_cast<int32_t*>(workspace + layout.corrections_offset);
+  auto* lane_scales = reinterpret_cast<float*>(workspace + layout.lane_scales_offset);
+  const int32_t offset = arguments.weight_dtype == DType::kQ8_0 ? 128 : 8;
+  for (int64_t element = row_begin * input_features; element < row_end * input_features;
+       element += kQuantBlockElements) {
+    quantize_block(arguments.input + element, values + element, corrections + element / 4,
+                   lane_scales + element / 4, offset);
+  }
+}
+
+// quantize_activation_rows with each instruction set's block quantizer. Every instruction set
+// writes the same bytes: d = amax / 127 and 1 / d in f32, q = roundf(x / d) (half away from
+// zero) is exact arithmetic on each.
 void quantize_activation_rows_portable(const MatmulArguments& arguments, std::byte* workspace,
                                        int64_t row_begin, int64_t row_end);
 void quantize_activation_rows_avx512(const MatmulArguments& arguments, std::byte* workspace,

@@ -45,21 +45,7 @@ void quantize_activation_block(const float* input, int8_t* values, int32_t* corr
 
 void quantize_activation_rows_portable(const MatmulArguments& arguments, std::byte* workspace,
                                        int64_t row_begin, int64_t row_end) {
-  const int64_t input_features = arguments.input_features;
-  const QuantizedActivationsLayout layout =
-      quantized_activations_layout(arguments.num_rows, input_features);
-  auto* values = reinterpret_cast<int8_t*>(workspace + layout.values_offset);
-  auto* corrections = reinterpret_cast<int32_t*>(workspace + layout.corrections_offset);
-  auto* lane_scales = reinterpret_cast<float*>(workspace + layout.lane_scales_offset);
-  const int32_t offset = arguments.weight_dtype == DType::kQ8_0 ? 128 : 8;
-  for (int64_t row = row_begin; row < row_end; ++row) {
-    for (int64_t block = 0; block < input_features / kBlock; ++block) {
-      const int64_t element = row * input_features + block * kBlock;
-      const int64_t lane = element / 4;
-      quantize_activation_block(arguments.input + element, values + element, corrections + lane,
-                                lane_scales + lane, offset);
-    }
-  }
+  quantize_activation_rows(arguments, workspace, row_begin, row_end, quantize_activation_block);
 }
 
 // Widens each weight row once into the scratch, then takes plain sequential f32 dot products.
