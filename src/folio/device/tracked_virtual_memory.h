@@ -24,13 +24,14 @@
 
 #include <concepts>
 #include <cstddef>
-#include <mutex>
 #include <string_view>
 #include <unordered_map>
 #include <utility>
 
+#include "folio/base/mutex.h"
 #include "folio/base/result.h"
 #include "folio/base/status.h"
+#include "folio/base/thread_annotations.h"
 #include "folio/device/mapping_table.h"
 #include "folio/device/virtual_memory.h"
 
@@ -125,20 +126,22 @@ class TrackedVirtualMemory final : public VirtualMemory {
     size_t size = 0;
   };
 
-  // kFailedPrecondition unless `range` is live here with the same base and size. Requires: mutex_.
-  Result<RangeRecord*> find_range(const AddressRange& range, std::string_view verb);
-  // kFailedPrecondition unless `memory` is live here. Requires: mutex_.
-  Result<MemoryRecord*> find_memory(const PhysicalMemory& memory, std::string_view verb) const;
+  // kFailedPrecondition unless `range` is live here with the same base and size.
+  Result<RangeRecord*> find_range(const AddressRange& range, std::string_view verb)
+      FOLIO_REQUIRES(mutex_);
+  // kFailedPrecondition unless `memory` is live here.
+  Result<MemoryRecord*> find_memory(const PhysicalMemory& memory, std::string_view verb) const
+      FOLIO_REQUIRES(mutex_);
 
   Primitives primitives_;
-  mutable std::mutex mutex_;
-  std::unordered_map<AddressRangeId, RangeRecord> ranges_;       // guarded by mutex_
-  std::unordered_map<PhysicalMemoryId, MemoryRecord> memories_;  // guarded by mutex_
+  mutable Mutex mutex_;
+  std::unordered_map<AddressRangeId, RangeRecord> ranges_ FOLIO_GUARDED_BY(mutex_);
+  std::unordered_map<PhysicalMemoryId, MemoryRecord> memories_ FOLIO_GUARDED_BY(mutex_);
 };
 
 template <VirtualMemoryPrimitives Primitives>
 TrackedVirtualMemory<Primitives>::~TrackedVirtualMemory() {
-  std::lock_guard lock(mutex_);
+  MutexLock lock(mutex_);
   // Released even when the scope cannot be opened: nothing else would release them.
   CallScope scope(primitives_);
   for (auto& [id, range] : ranges_) {
@@ -178,7 +181,7 @@ auto TrackedVirtualMemory<Primitives>::find_memory(const PhysicalMemory& memory,
 template <VirtualMemoryPrimitives Primitives>
 Result<AddressRange> TrackedVirtualMemory<Primitives>::reserve(size_t bytes) {
   FOLIO_RETURN_IF_ERROR(check_granular_size(bytes, granularity(), "reserve"));
-  std::lock_guard lock(mutex_);
+  MutexLock lock(mutex_);
   CallScope scope(primitives_);
   FOLIO_RETURN_IF_ERROR(scope.status());
   FOLIO_ASSIGN_OR_RETURN(std::byte * base, primitives_.reserve(bytes));
@@ -189,7 +192,7 @@ Result<AddressRange> TrackedVirtualMemory<Primitives>::reserve(size_t bytes) {
 
 template <VirtualMemoryPrimitives Primitives>
 Status TrackedVirtualMemory<Primitives>::release(const AddressRange& range) {
-  std::lock_guard lock(mutex_);
+  MutexLock lock(mutex_);
   FOLIO_ASSIGN_OR_RETURN(RangeRecord * record, find_range(range, "release(range)"));
   CallScope scope(primitives_);
   FOLIO_RETURN_IF_ERROR(scope.status());
@@ -203,7 +206,7 @@ Status TrackedVirtualMemory<Primitives>::release(const AddressRange& range) {
 template <VirtualMemoryPrimitives Primitives>
 Result<PhysicalMemory> TrackedVirtualMemory<Primitives>::create(size_t bytes) {
   FOLIO_RETURN_IF_ERROR(check_granular_size(bytes, granularity(), "create"));
-  std::lock_guard lock(mutex_);
+  MutexLock lock(mutex_);
   CallScope scope(primitives_);
   FOLIO_RETURN_IF_ERROR(scope.status());
   FOLIO_ASSIGN_OR_RETURN(typename Primitives::Memory native, primitives_.create(bytes));
@@ -214,7 +217,7 @@ Result<PhysicalMemory> TrackedVirtualMemory<Primitives>::create(size_t bytes) {
 
 template <VirtualMemoryPrimitives Primitives>
 Status TrackedVirtualMemory<Primitives>::grow(PhysicalMemory& memory, size_t new_bytes) {
-  std::lock_guard lock(mutex_);
+  MutexLock lock(mutex_);
   FOLIO_ASSIGN_OR_RETURN(MemoryRecord * record, find_memory(memory, "grow"));
   FOLIO_RETURN_IF_ERROR(check_granular_size(new_bytes, granularity(), "grow"));
   if (new_bytes < record->size) {
@@ -231,7 +234,7 @@ Status TrackedVirtualMemory<Primitives>::grow(PhysicalMemory& memory, size_t new
 
 template <VirtualMemoryPrimitives Primitives>
 Status TrackedVirtualMemory<Primitives>::release(const PhysicalMemory& memory) {
-  std::lock_guard lock(mutex_);
+  MutexLock lock(mutex_);
   FOLIO_ASSIGN_OR_RETURN(MemoryRecord * record, find_memory(memory, "release(memory)"));
   CallScope scope(primitives_);
   FOLIO_RETURN_IF_ERROR(scope.status());
@@ -244,7 +247,7 @@ template <VirtualMemoryPrimitives Primitives>
 Status TrackedVirtualMemory<Primitives>::map(const AddressRange& range, size_t range_offset,
                                              const PhysicalMemory& memory, size_t memory_offset,
                                              size_t bytes) {
-  std::lock_guard lock(mutex_);
+  MutexLock lock(mutex_);
   FOLIO_ASSIGN_OR_RETURN(RangeRecord * range_record, find_range(range, "map"));
   FOLIO_ASSIGN_OR_RETURN(MemoryRecord * memory_record, find_memory(memory, "map"));
   FOLIO_RETURN_IF_ERROR(check_region(range_offset, bytes, range_record->size, granularity(),
@@ -267,7 +270,7 @@ Status TrackedVirtualMemory<Primitives>::map(const AddressRange& range, size_t r
 template <VirtualMemoryPrimitives Primitives>
 Status TrackedVirtualMemory<Primitives>::unmap(const AddressRange& range, size_t range_offset,
                                                size_t bytes) {
-  std::lock_guard lock(mutex_);
+  MutexLock lock(mutex_);
   FOLIO_ASSIGN_OR_RETURN(RangeRecord * record, find_range(range, "unmap"));
   FOLIO_RETURN_IF_ERROR(check_region(range_offset, bytes, record->size, granularity(), "unmap"));
   if (!record->mappings.is_fully_mapped(range_offset, bytes)) {
@@ -289,7 +292,7 @@ Status TrackedVirtualMemory<Primitives>::unmap(const AddressRange& range, size_t
 template <VirtualMemoryPrimitives Primitives>
 Status TrackedVirtualMemory<Primitives>::set_access(const AddressRange& range, size_t range_offset,
                                                     size_t bytes, Access access) {
-  std::lock_guard lock(mutex_);
+  MutexLock lock(mutex_);
   FOLIO_ASSIGN_OR_RETURN(RangeRecord * record, find_range(range, "set_access"));
   FOLIO_RETURN_IF_ERROR(
       check_region(range_offset, bytes, record->size, granularity(), "set_access"));
@@ -306,7 +309,7 @@ Status TrackedVirtualMemory<Primitives>::set_access(const AddressRange& range, s
 template <VirtualMemoryPrimitives Primitives>
 Result<size_t> TrackedVirtualMemory<Primitives>::resident_bytes(
     const PhysicalMemory& memory) const {
-  std::lock_guard lock(mutex_);
+  MutexLock lock(mutex_);
   FOLIO_ASSIGN_OR_RETURN(MemoryRecord * record, find_memory(memory, "resident_bytes"));
   // No CallScope: neither backend needs the device to say what it allocated.
   return primitives_.resident_bytes(record->memory, memory.id);
