@@ -8,6 +8,7 @@
 #include <map>
 
 #include "exec_test_support.h"
+#include "testing/lengths_captured_by_value.h"
 
 namespace folio::exec {
 namespace {
@@ -32,8 +33,7 @@ class ReplayTest : public ::testing::Test {
     model_ = TestModelState::create(config_, 5);
     eager_kv_ = model_.fresh_kv();
     ExecutorOptions graph_options = testing::test_options(16, ExecutionMode::kGraph);
-    graph_options.capture_lengths_by_value_for_testing =
-        overrides.capture_lengths_by_value_for_testing;
+    graph_options.attention_capture_hook = overrides.attention_capture_hook;
     graph_options.metrics = overrides.metrics;
     graph_options.name = overrides.name;
     graph_ =
@@ -72,6 +72,8 @@ class ReplayTest : public ::testing::Test {
 
   ir::testing::LlamaLikeConfig config_;
   ThreadPool pool_{3};
+  // The fault a test may inject; outlives the executors whose programs read its copies.
+  folio::testing::LengthsCapturedByValue lengths_captured_by_value_;
   testing::TestArena arena_ = testing::TestArena::create();
   TestModelState model_;
   TestKvCache eager_kv_;
@@ -127,13 +129,14 @@ TEST_F(ReplayTest, DecodeReplayEqualsEagerBitForBitOverRandomizedBatches) {
 // The same scenario must then disagree with eager execution.
 TEST_F(ReplayTest, LengthsCapturedByValueBreakReplayAfterLengthsChange) {
   ExecutorOptions faulty;
-  faulty.capture_lengths_by_value_for_testing = true;
+  faulty.attention_capture_hook = &lengths_captured_by_value_;
   configure(faulty);
   StepGenerator generator(testing::GeneratorConfig::for_model(config_, 16), 21);
   const DecodeScenario scenario = run_decode_scenario(
       *graph_, generator,
       [this](const OwnedStep& step, StepPath* path) { return run_both(step, path); });
   EXPECT_GT(scenario.mismatches, 20);
+  EXPECT_GT(lengths_captured_by_value_.num_redirected(), 0);
 }
 
 TEST_F(ReplayTest, DecodeReplayLaunchesNothingEagerly) {
