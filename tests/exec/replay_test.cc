@@ -70,7 +70,7 @@ class ReplayTest : public ::testing::Test {
                0;
   }
 
-  ir::testing::LlamaLikeConfig config_;
+  testing::TestModelConfig config_;
   ThreadPool pool_{3};
   // The fault a test may inject; outlives the executors whose programs read its copies.
   folio::testing::LengthsCapturedByValue lengths_captured_by_value_;
@@ -174,8 +174,8 @@ TEST_F(ReplayTest, PiecewiseEqualsEagerForMixedPrefillAndDecodeSteps) {
   for (const Program* program : graph_->cache().programs()) {
     ASSERT_EQ(program->kind(), ProgramKind::kPiecewise);
     // graph, attention, graph, attention, graph: one runner per layer, pieces around them.
-    EXPECT_EQ(program->num_attention_runners(), config_.num_layers);
-    EXPECT_EQ(program->num_pieces(), config_.num_layers + 1);
+    EXPECT_EQ(program->num_attention_runners(), config_.model.num_layers);
+    EXPECT_EQ(program->num_pieces(), config_.model.num_layers + 1);
     const auto instructions = program->instructions();
     for (size_t i = 0; i < instructions.size(); ++i) {
       EXPECT_EQ(instructions[i].kind, i % 2 == 0 ? Program::InstructionKind::kGraph
@@ -192,7 +192,7 @@ TEST_F(ReplayTest, PiecewiseReplayLaunchesOnlyAttentionEagerly) {
   ASSERT_TRUE(run_both(generator.step(2, std::vector<int32_t>{9}), &path));  // 11 -> 16
   EXPECT_EQ(path, StepPath::kReplayed);
   EXPECT_EQ(graph_->stream().num_eager_launches() - eager_launches,
-            static_cast<size_t>(config_.num_layers));
+            static_cast<size_t>(config_.model.num_layers));
 }
 
 TEST_F(ReplayTest, GarbageInTheArenaBetweenReplaysChangesNoOutput) {
@@ -222,7 +222,7 @@ TEST_F(ReplayTest, MalformedStepIsAnErrorAndChangesNothing) {
   EXPECT_EQ(rejected.status().code(), StatusCode::kInvalidArgument);
   EXPECT_NE(rejected.status().message().find("slot"), std::string::npos) << rejected.status();
   bad = good;
-  bad.token_ids[0] = static_cast<int32_t>(config_.vocab);
+  bad.token_ids[0] = static_cast<int32_t>(config_.model.vocab_size);
   EXPECT_EQ(graph_->execute(bad.view()).status().code(), StatusCode::kInvalidArgument);
   bad = good;
   bad.seq_lens[0] += 1;  // positions no longer end at the context length
@@ -279,7 +279,7 @@ TEST_F(ReplayTest, AddressesBoundAtCaptureStayValidAfterLaterCaptures) {
 }
 
 TEST(ExecutorTest, StepsAboveTheLargestBucketRunEagerly) {
-  ir::testing::LlamaLikeConfig config;
+  testing::TestModelConfig config;
   TestModelState model = TestModelState::create(config, 2);
   TestKvCache eager_kv = model.fresh_kv();
   ThreadPool pool(2);
@@ -309,8 +309,8 @@ TEST(ExecutorTest, StepsAboveTheLargestBucketRunEagerly) {
 // Rows of real tokens do not depend on the padding around them (f16 weights: every kernel's
 // row result is independent of the row count).
 TEST(ExecutorTest, PaddingDoesNotChangeRealLogits) {
-  ir::testing::LlamaLikeConfig config;
-  config.weight_dtype = DType::kF16;
+  testing::TestModelConfig config;
+  config.model.weight_dtype = DType::kF16;
   TestModelState model = TestModelState::create(config, 4);
   TestKvCache exact_kv = model.fresh_kv();
   ThreadPool pool(2);
