@@ -24,16 +24,15 @@ namespace {
 using testing::OwnedStep;
 using testing::TestModelState;
 
-ir::testing::LlamaLikeConfig small_model() {
-  ir::testing::LlamaLikeConfig config;
-  config.num_layers = 4;
-  config.hidden = 256;
-  config.num_heads = 8;
-  config.num_kv_heads = 4;
-  config.head_dim = 32;
-  config.ffn = 768;
-  config.vocab = 4096;
-  config.weight_dtype = DType::kF16;
+testing::TestModelConfig small_model() {
+  testing::TestModelConfig config;
+  config.model.num_layers = 4;
+  config.model.hidden_size = 256;
+  config.model.num_heads = 8;  // head_dim 32
+  config.model.num_kv_heads = 4;
+  config.model.ffn_size = 768;
+  config.model.vocab_size = 4096;
+  config.model.weight_dtype = DType::kF16;
   config.num_blocks = 320;
   config.block_size = 16;
   config.max_blocks_per_sequence = 16;

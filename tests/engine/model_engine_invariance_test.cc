@@ -23,14 +23,10 @@ using testing::Recorder;
 
 constexpr int32_t kNumRequests = 65;  // one request among 64 others
 
+// LlamaShape's defaults (vocabulary 512, hidden 64, two layers, four heads over two KV heads,
+// FFN 128) with a context of 128 and q8_0 weights.
 model::LlamaShape test_shape() {
   model::LlamaShape shape;
-  shape.vocab_size = 512;
-  shape.hidden_size = 64;
-  shape.num_layers = 2;
-  shape.num_heads = 4;
-  shape.num_kv_heads = 2;
-  shape.ffn_size = 128;
   shape.context_length = 128;
   shape.weight_dtype = DType::kQ8_0;
   return shape;

@@ -14,6 +14,7 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include "folio/base/random.h"
 #include "folio/engine/perplexity.h"
 #include "folio/gguf/gguf_writer.h"
 
@@ -37,12 +38,6 @@ constexpr ReferenceModel kReferenceModels[] = {
     {"llama_q8_0_gqa", model::LlamaArchitecture::kLlama, DType::kQ8_0, false, 12, 1e-2},
     {"qwen2_f16_tied", model::LlamaArchitecture::kQwen2, DType::kF16, true, 13, 1e-6},
 };
-
-uint64_t fnv1a64(const std::vector<uint8_t>& bytes) {
-  uint64_t hash = 0xcbf29ce484222325ull;
-  for (uint8_t byte : bytes) hash = (hash ^ byte) * 0x100000001b3ull;
-  return hash;
-}
 
 struct ReferenceWindows {
   int32_t context = 0;

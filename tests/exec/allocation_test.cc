@@ -72,7 +72,7 @@ namespace folio::exec {
 namespace {
 
 TEST(AllocationTest, ReplayedStepsAllocateNothing) {
-  ir::testing::LlamaLikeConfig config;
+  testing::TestModelConfig config;
   config.num_blocks = 64;
   const testing::TestModelState model = testing::TestModelState::create(config, 1);
   testing::TestKvCache kv = model.fresh_kv();

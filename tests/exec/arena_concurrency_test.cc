@@ -53,7 +53,7 @@ Workload make_workload(const TestModelState& model, int32_t batch, int num_steps
 }
 
 TEST(ArenaConcurrencyTest, ReplaysOfDifferentBucketsOnOneArenaAreSerialized) {
-  ir::testing::LlamaLikeConfig config;
+  testing::TestModelConfig config;
   config.num_blocks = 128;
   const TestModelState model = TestModelState::create(config, 12);
   constexpr int kSteps = kStepsPerThread;

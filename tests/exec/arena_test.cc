@@ -100,7 +100,7 @@ TEST(MultiShapeArenaTest, PoolPagesBackTheArenaAndAreCountedAsGraphArena) {
 // Captures the decode programs of buckets 256 down to 128 tokens in steps of 16 and returns the
 // planned bytes of each.
 std::vector<size_t> capture_sweep(MultiShapeArena& arena, bool ascending) {
-  ir::testing::LlamaLikeConfig config;
+  testing::TestModelConfig config;
   config.num_blocks = 64;
   TestModelState model = TestModelState::create(config, 3);
   ThreadPool pool(2);

@@ -20,9 +20,8 @@ struct EagerCase {
   const char* name;
   DType weight_dtype;
   DType kv_dtype;
-  kernels::RopeStyle rope_style;
-  bool qkv_bias;
-  double tolerance;  // relative to the largest |logit|
+  model::LlamaArchitecture architecture;  // kQwen2: NeoX RoPE and Q/K/V biases
+  double tolerance;                       // relative to the largest |logit|
 };
 
 class EagerReferenceTest : public ::testing::TestWithParam<EagerCase> {};
@@ -31,11 +30,10 @@ class EagerReferenceTest : public ::testing::TestWithParam<EagerCase> {};
 // interpreter run on the exact, unpadded shapes.
 TEST_P(EagerReferenceTest, MatchesIndependentInterpreterOverSteps) {
   const EagerCase& param = GetParam();
-  ir::testing::LlamaLikeConfig config;
-  config.weight_dtype = param.weight_dtype;
+  testing::TestModelConfig config;
+  config.model.weight_dtype = param.weight_dtype;
+  config.model.architecture = param.architecture;
   config.kv_dtype = param.kv_dtype;
-  config.rope_style = param.rope_style;
-  config.qkv_bias = param.qkv_bias;
   TestModelState model = TestModelState::create(config, 7);
   ThreadPool pool(3);
   testing::TestArena arena = testing::TestArena::create();
@@ -51,12 +49,11 @@ TEST_P(EagerReferenceTest, MatchesIndependentInterpreterOverSteps) {
     const OwnedStep step = generator.step(decodes[i], prefills[i]);
     Result<ir::StepOutput> output = (*executor)->execute(step.view());
     ASSERT_TRUE(output.ok()) << output.status();
-    ir::testing::LlamaLikeConfig exact = config;
-    exact.phase = ir::Phase::kMixed;
-    exact.num_tokens = step.num_tokens();
-    exact.num_sequences = static_cast<int64_t>(step.seq_lens.size());
-    exact.num_logit_rows = static_cast<int64_t>(step.logit_indices.size());
-    Result<ir::Graph> graph = ir::testing::build_llama_like_test_graph(exact);
+    testing::TestModelConfig exact = config;
+    exact.step = ir::StepShape{step.num_tokens(), static_cast<int32_t>(step.seq_lens.size()),
+                               static_cast<int32_t>(step.logit_indices.size()),
+                               ir::StepPhase::kPrefill};  // ir::Phase::kMixed
+    Result<ir::Graph> graph = folio::testing::build_llama_test_graph(exact);
     ASSERT_TRUE(graph.ok()) << graph.status();
     Result<std::vector<double>> expected = reference.run(*graph, step.view());
     ASSERT_TRUE(expected.ok()) << expected.status();
@@ -73,16 +70,17 @@ TEST_P(EagerReferenceTest, MatchesIndependentInterpreterOverSteps) {
 INSTANTIATE_TEST_SUITE_P(
     Models, EagerReferenceTest,
     ::testing::Values(
-        EagerCase{"f32", DType::kF32, DType::kF32, kernels::RopeStyle::kNormal, false, 1e-5},
-        EagerCase{"f16_neox_bias", DType::kF16, DType::kF32, kernels::RopeStyle::kNeox, true, 1e-5},
-        EagerCase{"f32_f16cache", DType::kF32, DType::kF16, kernels::RopeStyle::kNormal, false,
+        EagerCase{"f32", DType::kF32, DType::kF32, model::LlamaArchitecture::kLlama, 1e-5},
+        EagerCase{"f16_neox_bias", DType::kF16, DType::kF32, model::LlamaArchitecture::kQwen2,
+                  1e-5},
+        EagerCase{"f32_f16cache", DType::kF32, DType::kF16, model::LlamaArchitecture::kLlama,
                   1e-3},
-        EagerCase{"q8_0", DType::kQ8_0, DType::kF32, kernels::RopeStyle::kNormal, false, 3e-2}),
+        EagerCase{"q8_0", DType::kQ8_0, DType::kF32, model::LlamaArchitecture::kLlama, 3e-2}),
     [](const ::testing::TestParamInfo<EagerCase>& info) { return std::string(info.param.name); });
 
 // The interpreter is not trivially lenient: a wrong token id changes the comparison.
 TEST(EagerReferenceTest, InterpreterDetectsAWrongInput) {
-  ir::testing::LlamaLikeConfig config;
+  testing::TestModelConfig config;
   TestModelState model = TestModelState::create(config, 7);
   ThreadPool pool(2);
   testing::TestArena arena = testing::TestArena::create();
@@ -93,11 +91,10 @@ TEST(EagerReferenceTest, InterpreterDetectsAWrongInput) {
   OwnedStep step = generator.step(0, std::vector<int32_t>{4});
   Result<ir::StepOutput> output = (*executor)->execute(step.view());
   ASSERT_TRUE(output.ok()) << output.status();
-  step.token_ids.back() = (step.token_ids.back() + 1) % static_cast<int32_t>(config.vocab);
-  config.num_tokens = 4;
-  config.num_sequences = 1;
-  config.num_logit_rows = 1;
-  Result<ir::Graph> graph = ir::testing::build_llama_like_test_graph(config);
+  step.token_ids.back() =
+      (step.token_ids.back() + 1) % static_cast<int32_t>(config.model.vocab_size);
+  config.step = ir::StepShape{4, 1, 1, ir::StepPhase::kPrefill};
+  Result<ir::Graph> graph = folio::testing::build_llama_test_graph(config);
   ASSERT_TRUE(graph.ok());
   testing::ReferenceInterpreter reference(*model.weights);
   Result<std::vector<double>> expected = reference.run(*graph, step.view());
@@ -117,10 +114,10 @@ class PrepareErrorTest : public ::testing::Test {
     limits.max_tokens = 16;
     limits.max_sequences = 4;
     limits.max_logit_rows = 4;
-    limits.max_blocks_per_sequence = static_cast<int32_t>(config_.max_blocks_per_sequence);
+    limits.max_blocks_per_sequence = config_.max_blocks_per_sequence;
     limits.num_kv_blocks = config_.num_blocks;
-    limits.block_size = static_cast<int32_t>(config_.block_size);
-    limits.vocab_size = config_.vocab;
+    limits.block_size = config_.block_size;
+    limits.vocab_size = config_.model.vocab_size;
     limits.num_dummy_blocks = 1;
     inputs_ = std::move(PersistentInputs::create(limits)).value();
   }
@@ -130,27 +127,27 @@ class PrepareErrorTest : public ::testing::Test {
   }
   Status prepare(ir::Graph graph) { return prepare(std::move(graph), model_.kv.binding); }
 
-  ir::testing::LlamaLikeConfig config_;
+  testing::TestModelConfig config_;
   TestModelState model_;
   std::unique_ptr<PersistentInputs> inputs_;
 };
 
 TEST_F(PrepareErrorTest, TheTestModelPrepares) {
-  EXPECT_TRUE(prepare(std::move(ir::testing::build_llama_like_test_graph(config_)).value()).ok());
+  EXPECT_TRUE(prepare(std::move(folio::testing::build_llama_test_graph(config_)).value()).ok());
 }
 
 TEST_F(PrepareErrorTest, WeightOfAnotherDtypeIsNamed) {
-  ir::testing::LlamaLikeConfig other = config_;
-  other.weight_dtype = DType::kF16;  // the source holds f32 weights
-  const Status status = prepare(std::move(ir::testing::build_llama_like_test_graph(other)).value());
+  testing::TestModelConfig other = config_;
+  other.model.weight_dtype = DType::kF16;  // the source holds f32 weights
+  const Status status = prepare(std::move(folio::testing::build_llama_test_graph(other)).value());
   EXPECT_EQ(status.code(), StatusCode::kInvalidArgument);
   EXPECT_NE(status.message().find("token_embd.weight"), std::string::npos) << status;
 }
 
 TEST_F(PrepareErrorTest, MissingWeightIsNotFound) {
-  ir::testing::LlamaLikeConfig other = config_;
-  other.qkv_bias = true;  // the source has no biases
-  const Status status = prepare(std::move(ir::testing::build_llama_like_test_graph(other)).value());
+  testing::TestModelConfig other = config_;
+  other.model.architecture = model::LlamaArchitecture::kQwen2;  // the source has no biases
+  const Status status = prepare(std::move(folio::testing::build_llama_test_graph(other)).value());
   EXPECT_EQ(status.code(), StatusCode::kNotFound);
   EXPECT_NE(status.message().find("attn_q.bias"), std::string::npos) << status;
 }
@@ -159,15 +156,15 @@ TEST_F(PrepareErrorTest, KvCacheOfAnotherShapeIsRejected) {
   KvCacheBinding kv = model_.kv.binding;
   kv.num_blocks = config_.num_blocks / 2;
   const Status status =
-      prepare(std::move(ir::testing::build_llama_like_test_graph(config_)).value(), kv);
+      prepare(std::move(folio::testing::build_llama_test_graph(config_)).value(), kv);
   EXPECT_EQ(status.code(), StatusCode::kInvalidArgument);
   EXPECT_NE(status.message().find("k_cache"), std::string::npos) << status;
 }
 
 TEST_F(PrepareErrorTest, InputLargerThanItsPersistentBufferIsRejected) {
-  ir::testing::LlamaLikeConfig other = config_;
-  other.num_tokens = 32;  // the persistent buffers hold 16 tokens
-  const Status status = prepare(std::move(ir::testing::build_llama_like_test_graph(other)).value());
+  testing::TestModelConfig other = config_;
+  other.step.num_tokens = 32;  // the persistent buffers hold 16 tokens
+  const Status status = prepare(std::move(folio::testing::build_llama_test_graph(other)).value());
   EXPECT_EQ(status.code(), StatusCode::kInvalidArgument);
   EXPECT_NE(status.message().find("token_ids"), std::string::npos) << status;
 }
@@ -175,7 +172,7 @@ TEST_F(PrepareErrorTest, InputLargerThanItsPersistentBufferIsRejected) {
 TEST_F(PrepareErrorTest, OpWithoutCpuKernelIsNamed) {
   ir::GraphBuilder builder(ir::Phase::kDecode);
   const ir::TensorId ids = *builder.input("token_ids", DType::kI32, {4});
-  const ir::TensorId table = *builder.weight("token_embd.weight", DType::kF32, {96, 64});
+  const ir::TensorId table = *builder.weight("token_embd.weight", DType::kF32, {config_.model.vocab_size, 64});
   const ir::TensorId hidden = *builder.embedding(ids, table, "embed");
   const ir::TensorId activated = *builder.silu(hidden, "act");
   ASSERT_TRUE(builder.mark_output(activated).ok());
@@ -187,7 +184,7 @@ TEST_F(PrepareErrorTest, OpWithoutCpuKernelIsNamed) {
 TEST_F(PrepareErrorTest, UnknownInputNameIsRejected) {
   ir::GraphBuilder builder(ir::Phase::kDecode);
   const ir::TensorId ids = *builder.input("tokens", DType::kI32, {4});
-  const ir::TensorId table = *builder.weight("token_embd.weight", DType::kF32, {96, 64});
+  const ir::TensorId table = *builder.weight("token_embd.weight", DType::kF32, {config_.model.vocab_size, 64});
   const ir::TensorId hidden = *builder.embedding(ids, table, "embed");
   ASSERT_TRUE(builder.mark_output(hidden).ok());
   const Status status = prepare(std::move(builder.finish()).value());

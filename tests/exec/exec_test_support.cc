@@ -55,13 +55,13 @@ std::vector<float> RandomWeights::values(std::string_view name) const {
   return values;
 }
 
-TestKvCache TestKvCache::create(const ir::testing::LlamaLikeConfig& config) {
+TestKvCache TestKvCache::create(const TestModelConfig& config) {
   TestKvCache cache;
   kernels::PagedKvLayout& layout = cache.binding.layout;
-  layout.block_size = static_cast<int32_t>(config.block_size);
-  layout.num_layers = static_cast<int32_t>(config.num_layers);
-  layout.num_kv_heads = static_cast<int32_t>(config.num_kv_heads);
-  layout.head_dim = static_cast<int32_t>(config.head_dim);
+  layout.block_size = config.block_size;
+  layout.num_layers = static_cast<int32_t>(config.model.num_layers);
+  layout.num_kv_heads = static_cast<int32_t>(config.model.num_kv_heads);
+  layout.head_dim = static_cast<int32_t>(config.model.head_dim());
   layout.dtype = config.kv_dtype;
   layout.block_bytes = kernels::PagedKvLayout::compute_block_bytes(
       layout.num_layers, layout.block_size, layout.num_kv_heads, layout.head_dim, layout.dtype);
@@ -73,14 +73,11 @@ TestKvCache TestKvCache::create(const ir::testing::LlamaLikeConfig& config) {
   return cache;
 }
 
-ir::GraphFactory llama_like_factory(const ir::testing::LlamaLikeConfig& base) {
+ir::GraphFactory test_model_factory(const TestModelConfig& base) {
   return [base](const ir::StepShape& shape) {
-    ir::testing::LlamaLikeConfig config = base;
-    config.phase = shape.ir_phase();
-    config.num_tokens = shape.num_tokens;
-    config.num_sequences = shape.num_sequence_slots;
-    config.num_logit_rows = shape.num_logit_rows;
-    return ir::testing::build_llama_like_test_graph(config);
+    TestModelConfig config = base;
+    config.step = shape;
+    return folio::testing::build_llama_test_graph(config);
   };
 }
 
@@ -90,15 +87,14 @@ ir::StepBatch OwnedStep::view() const {
                        logit_indices, {},        max_blocks_per_sequence};
 }
 
-GeneratorConfig GeneratorConfig::for_model(const ir::testing::LlamaLikeConfig& config,
-                                           int32_t max_sequences) {
+GeneratorConfig GeneratorConfig::for_model(const TestModelConfig& config, int32_t max_sequences) {
   GeneratorConfig generator;
   generator.num_kv_blocks = config.num_blocks;
-  generator.block_size = static_cast<int32_t>(config.block_size);
-  generator.max_blocks_per_sequence = static_cast<int32_t>(config.max_blocks_per_sequence);
+  generator.block_size = config.block_size;
+  generator.max_blocks_per_sequence = config.max_blocks_per_sequence;
   generator.first_dummy_block = 0;
   generator.num_dummy_blocks = 1;
-  generator.vocab = config.vocab;
+  generator.vocab = config.model.vocab_size;
   generator.max_sequences = max_sequences;
   return generator;
 }
@@ -182,11 +178,10 @@ void StepGenerator::finish(int32_t count) {
 
 namespace folio::exec::testing {
 
-TestModelState TestModelState::create(const ir::testing::LlamaLikeConfig& config,
-                                      uint64_t weight_seed) {
+TestModelState TestModelState::create(const TestModelConfig& config, uint64_t weight_seed) {
   TestModelState state;
   state.config = config;
-  Result<ir::Graph> graph = ir::testing::build_llama_like_test_graph(config);
+  Result<ir::Graph> graph = folio::testing::build_llama_test_graph(config);
   FOLIO_CHECK(graph.ok(), "test graph: {}", graph.status().to_string());
   state.weights = RandomWeights::for_graph(*graph, weight_seed);
   state.kv = TestKvCache::create(config);
@@ -206,7 +201,7 @@ Result<std::unique_ptr<Executor>> make_executor(const TestModelState& model, Tes
                                                 ThreadPool& pool, MultiShapeArena& arena,
                                                 ExecutorOptions options) {
   const ExecutorResources resources{pool, arena, *model.weights, kv.binding};
-  return Executor::create(llama_like_factory(model.config), resources, std::move(options));
+  return Executor::create(test_model_factory(model.config), resources, std::move(options));
 }
 
 TestArena TestArena::create(ArenaSharing sharing) {

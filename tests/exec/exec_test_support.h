@@ -1,6 +1,6 @@
 // Test support for exec/: random in-memory weights for any step graph, a host KV cache in the
-// paged layout, the Llama-like test model as a ir::GraphFactory, and a step generator that plays a
-// tiny scheduler (sequences, a free block list, block tables) so tests can drive the executor
+// paged layout, the test model (the model layer's Llama step graph, testing/llama_test_graph.h)
+// as an ir::GraphFactory, and a step generator that plays a tiny scheduler (sequences, a free block list, block tables) so tests can drive the executor
 // with realistic randomized steps without depending on kv/.
 #pragma once
 
@@ -17,9 +17,12 @@
 #include "folio/exec/step_limits.h"
 #include "folio/exec/tensor_binding.h"
 #include "folio/memory/page_pool.h"
-#include "llama_like_test_graph.h"
+#include "testing/llama_test_graph.h"
 
 namespace folio::exec::testing {
+
+// The test model: its shape, a step shape (used where one graph stands for all) and its KV cache.
+using TestModelConfig = folio::testing::LlamaTestGraphConfig;
 
 // Weights with deterministic pseudo-random values (f32 drawn, then stored in each tensor's
 // dtype). Norm weights (rank 1, name containing "norm") are near 1, biases near 0, matrices
@@ -47,12 +50,12 @@ struct TestKvCache {
   HostBuffer memory;
   KvCacheBinding binding;
 
-  static TestKvCache create(const ir::testing::LlamaLikeConfig& config);
+  static TestKvCache create(const TestModelConfig& config);
   std::span<const std::byte> bytes() const { return {memory.data(), memory.size()}; }
 };
 
-// The Llama-like test model: `base` with the step shape filled in per bucket.
-ir::GraphFactory llama_like_factory(const ir::testing::LlamaLikeConfig& base);
+// The test model: `base` with the step shape filled in per bucket.
+ir::GraphFactory test_model_factory(const TestModelConfig& base);
 
 // A step's arrays, owned.
 struct OwnedStep {
@@ -72,8 +75,7 @@ struct GeneratorConfig {
   int64_t vocab = 0;
   int32_t max_sequences = 0;
 
-  static GeneratorConfig for_model(const ir::testing::LlamaLikeConfig& config,
-                                   int32_t max_sequences);
+  static GeneratorConfig for_model(const TestModelConfig& config, int32_t max_sequences);
 };
 
 // Plays the scheduler: live sequences with block tables over a shuffled free list.
@@ -121,12 +123,12 @@ namespace folio::exec::testing {
 
 // One model's test fixture pieces: config, weights and a KV cache of its own.
 struct TestModelState {
-  ir::testing::LlamaLikeConfig config;
+  TestModelConfig config;
   std::unique_ptr<RandomWeights> weights;
   TestKvCache kv;
 
   // Weights from `weight_seed` (the same seed gives the same weights for the same config).
-  static TestModelState create(const ir::testing::LlamaLikeConfig& config, uint64_t weight_seed);
+  static TestModelState create(const TestModelConfig& config, uint64_t weight_seed);
   // A fresh, zeroed KV cache with the same layout (a second executor's).
   TestKvCache fresh_kv() const { return TestKvCache::create(config); }
 };

@@ -24,7 +24,7 @@ class GraphCacheTest : public ::testing::Test {
         .value();
   }
 
-  ir::testing::LlamaLikeConfig config_;
+  testing::TestModelConfig config_;
   TestModelState model_ = TestModelState::create(config_, 1);
   ThreadPool pool_{2};
   testing::TestArena arena_ = testing::TestArena::create();

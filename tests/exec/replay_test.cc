@@ -8,6 +8,7 @@
 #include <map>
 
 #include "exec_test_support.h"
+#include "testing/lengths_captured_by_value.h"
 
 namespace folio::exec {
 namespace {
@@ -32,8 +33,7 @@ class ReplayTest : public ::testing::Test {
     model_ = TestModelState::create(config_, 5);
     eager_kv_ = model_.fresh_kv();
     ExecutorOptions graph_options = testing::test_options(16, ExecutionMode::kGraph);
-    graph_options.capture_lengths_by_value_for_testing =
-        overrides.capture_lengths_by_value_for_testing;
+    graph_options.attention_capture_hook = overrides.attention_capture_hook;
     graph_options.metrics = overrides.metrics;
     graph_options.name = overrides.name;
     graph_ =
@@ -70,8 +70,10 @@ class ReplayTest : public ::testing::Test {
                0;
   }
 
-  ir::testing::LlamaLikeConfig config_;
+  testing::TestModelConfig config_;
   ThreadPool pool_{3};
+  // The fault a test may inject; outlives the executors whose programs read its copies.
+  folio::testing::LengthsCapturedByValue lengths_captured_by_value_;
   testing::TestArena arena_ = testing::TestArena::create();
   TestModelState model_;
   TestKvCache eager_kv_;
@@ -127,13 +129,14 @@ TEST_F(ReplayTest, DecodeReplayEqualsEagerBitForBitOverRandomizedBatches) {
 // The same scenario must then disagree with eager execution.
 TEST_F(ReplayTest, LengthsCapturedByValueBreakReplayAfterLengthsChange) {
   ExecutorOptions faulty;
-  faulty.capture_lengths_by_value_for_testing = true;
+  faulty.attention_capture_hook = &lengths_captured_by_value_;
   configure(faulty);
   StepGenerator generator(testing::GeneratorConfig::for_model(config_, 16), 21);
   const DecodeScenario scenario = run_decode_scenario(
       *graph_, generator,
       [this](const OwnedStep& step, StepPath* path) { return run_both(step, path); });
   EXPECT_GT(scenario.mismatches, 20);
+  EXPECT_GT(lengths_captured_by_value_.num_redirected(), 0);
 }
 
 TEST_F(ReplayTest, DecodeReplayLaunchesNothingEagerly) {
@@ -171,8 +174,8 @@ TEST_F(ReplayTest, PiecewiseEqualsEagerForMixedPrefillAndDecodeSteps) {
   for (const Program* program : graph_->cache().programs()) {
     ASSERT_EQ(program->kind(), ProgramKind::kPiecewise);
     // graph, attention, graph, attention, graph: one runner per layer, pieces around them.
-    EXPECT_EQ(program->num_attention_runners(), config_.num_layers);
-    EXPECT_EQ(program->num_pieces(), config_.num_layers + 1);
+    EXPECT_EQ(program->num_attention_runners(), config_.model.num_layers);
+    EXPECT_EQ(program->num_pieces(), config_.model.num_layers + 1);
     const auto instructions = program->instructions();
     for (size_t i = 0; i < instructions.size(); ++i) {
       EXPECT_EQ(instructions[i].kind, i % 2 == 0 ? Program::InstructionKind::kGraph
@@ -189,7 +192,7 @@ TEST_F(ReplayTest, PiecewiseReplayLaunchesOnlyAttentionEagerly) {
   ASSERT_TRUE(run_both(generator.step(2, std::vector<int32_t>{9}), &path));  // 11 -> 16
   EXPECT_EQ(path, StepPath::kReplayed);
   EXPECT_EQ(graph_->stream().num_eager_launches() - eager_launches,
-            static_cast<size_t>(config_.num_layers));
+            static_cast<size_t>(config_.model.num_layers));
 }
 
 TEST_F(ReplayTest, GarbageInTheArenaBetweenReplaysChangesNoOutput) {
@@ -219,7 +222,7 @@ TEST_F(ReplayTest, MalformedStepIsAnErrorAndChangesNothing) {
   EXPECT_EQ(rejected.status().code(), StatusCode::kInvalidArgument);
   EXPECT_NE(rejected.status().message().find("slot"), std::string::npos) << rejected.status();
   bad = good;
-  bad.token_ids[0] = static_cast<int32_t>(config_.vocab);
+  bad.token_ids[0] = static_cast<int32_t>(config_.model.vocab_size);
   EXPECT_EQ(graph_->execute(bad.view()).status().code(), StatusCode::kInvalidArgument);
   bad = good;
   bad.seq_lens[0] += 1;  // positions no longer end at the context length
@@ -276,7 +279,7 @@ TEST_F(ReplayTest, AddressesBoundAtCaptureStayValidAfterLaterCaptures) {
 }
 
 TEST(ExecutorTest, StepsAboveTheLargestBucketRunEagerly) {
-  ir::testing::LlamaLikeConfig config;
+  testing::TestModelConfig config;
   TestModelState model = TestModelState::create(config, 2);
   TestKvCache eager_kv = model.fresh_kv();
   ThreadPool pool(2);
@@ -306,8 +309,8 @@ TEST(ExecutorTest, StepsAboveTheLargestBucketRunEagerly) {
 // Rows of real tokens do not depend on the padding around them (f16 weights: every kernel's
 // row result is independent of the row count).
 TEST(ExecutorTest, PaddingDoesNotChangeRealLogits) {
-  ir::testing::LlamaLikeConfig config;
-  config.weight_dtype = DType::kF16;
+  testing::TestModelConfig config;
+  config.model.weight_dtype = DType::kF16;
   TestModelState model = TestModelState::create(config, 4);
   TestKvCache exact_kv = model.fresh_kv();
   ThreadPool pool(2);

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include "folio/model/llama_model_file.h"
+#include "testing/llama_shapes.h"
 
 namespace folio::gguf {
 namespace {
@@ -13,13 +14,7 @@ using ::testing::HasSubstr;
 using ::testing::Not;
 
 TEST(GgufInspectTest, SummarizesAGeneratedModel) {
-  model::LlamaShape shape;
-  shape.vocab_size = 300;
-  shape.hidden_size = 32;
-  shape.num_layers = 1;
-  shape.num_heads = 2;
-  shape.num_kv_heads = 1;
-  shape.ffn_size = 64;
+  model::LlamaShape shape = folio::testing::tiny_llama_shape();
   shape.weight_dtype = DType::kQ8_0;
   const GgufFile file = *GgufFile::parse_owned(
       *model::make_random_llama_writer(shape, 1)->write_to_buffer(), "m.gguf");

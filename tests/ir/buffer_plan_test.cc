@@ -10,7 +10,8 @@
 #include "folio/ir/builder.h"
 #include "folio/ir/lifetime.h"
 #include "folio/ir/verify.h"
-#include "llama_like_test_graph.h"
+#include "random_test_graph.h"
+#include "testing/llama_test_graph.h"
 
 namespace folio::ir {
 namespace {
@@ -162,9 +163,9 @@ TEST(BufferPlanTest, RejectsBadRequests) {
 TEST(BufferPlanTest, LlamaArenaDoesNotGrowWithDepth) {
   int64_t peak_of_two_layers = 0;
   for (int64_t layers : {2, 4, 8}) {
-    testing::LlamaLikeConfig config;
-    config.num_layers = layers;
-    const Graph graph = testing::build_llama_like_test_graph(config).value();
+    folio::testing::LlamaTestGraphConfig config;
+    config.model.num_layers = layers;
+    const Graph graph = folio::testing::build_llama_test_graph(config).value();
     const std::vector<TensorLifetime> lifetimes = analyze_lifetimes(graph, program_order(graph));
     const BufferPlan plan = plan_buffers(lifetimes).value();
     expect_valid_plan(lifetimes, plan, 64);
@@ -193,27 +194,27 @@ int64_t live_bytes_lower_bound(std::span<const TensorLifetime> lifetimes, int64_
 }
 
 TEST(BufferPlanTest, LlamaArenaMeetsTheLiveBytesLowerBound) {
-  testing::LlamaLikeConfig llama3_8b;
-  llama3_8b.num_tokens = 512;
-  llama3_8b.num_sequences = llama3_8b.num_logit_rows = 8;
-  llama3_8b.num_layers = 32;
-  llama3_8b.hidden = 4096;
-  llama3_8b.num_heads = 32;
-  llama3_8b.num_kv_heads = 8;
-  llama3_8b.head_dim = 128;
-  llama3_8b.ffn = 14336;
-  llama3_8b.vocab = 128256;
+  folio::testing::LlamaTestGraphConfig llama3_8b;
+  llama3_8b.step.num_tokens = 512;
+  llama3_8b.step.num_sequence_slots = llama3_8b.step.num_logit_rows = 8;
+  llama3_8b.model.num_layers = 32;
+  llama3_8b.model.hidden_size = 4096;
+  llama3_8b.model.num_heads = 32;  // head_dim 128
+  llama3_8b.model.num_kv_heads = 8;
+  llama3_8b.model.ffn_size = 14336;
+  llama3_8b.model.vocab_size = 128256;
   llama3_8b.max_blocks_per_sequence = 512;
-  for (const testing::LlamaLikeConfig& config : {testing::LlamaLikeConfig{}, llama3_8b}) {
-    const Graph graph = testing::build_llama_like_test_graph(config).value();
+  for (const folio::testing::LlamaTestGraphConfig& config :
+       {folio::testing::LlamaTestGraphConfig{}, llama3_8b}) {
+    const Graph graph = folio::testing::build_llama_test_graph(config).value();
     const std::vector<TensorLifetime> lifetimes = analyze_lifetimes(graph, program_order(graph));
     const BufferPlan plan = plan_buffers(lifetimes).value();
     expect_valid_plan(lifetimes, plan, 64);
-    EXPECT_EQ(plan.peak_bytes, live_bytes_lower_bound(lifetimes, 64)) << config.hidden;
+    EXPECT_EQ(plan.peak_bytes, live_bytes_lower_bound(lifetimes, 64)) << config.model.hidden_size;
   }
   // By hand for the 8B shape: during SwiGLU the residual stream (512 x 4096 f32) and gate, up and
   // their product (512 x 14336 f32 each) are live.
-  const Graph graph = testing::build_llama_like_test_graph(llama3_8b).value();
+  const Graph graph = folio::testing::build_llama_test_graph(llama3_8b).value();
   const BufferPlan plan = plan_buffers(analyze_lifetimes(graph, program_order(graph))).value();
   EXPECT_EQ(plan.peak_bytes, 512 * 4096 * 4 + 3 * 512 * 14336 * 4);
 }

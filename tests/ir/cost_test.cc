@@ -4,7 +4,7 @@
 #include <gtest/gtest.h>
 
 #include "folio/ir/builder.h"
-#include "llama_like_test_graph.h"
+#include "testing/llama_test_graph.h"
 
 namespace folio::ir {
 namespace {
@@ -91,17 +91,18 @@ TEST_F(CostTest, GatherReadsOnlyTheGatheredRows) {
 }
 
 TEST(CostTotalsTest, LlamaGraphMatmulFlopsMatchTheModelShape) {
-  testing::LlamaLikeConfig config;
-  const Graph graph = testing::build_llama_like_test_graph(config).value();
+  const folio::testing::LlamaTestGraphConfig config;
+  const model::LlamaShape& model = config.model;
+  const Graph graph = folio::testing::build_llama_test_graph(config).value();
   const CostTotals totals = total_cost(graph);
-  const int64_t t = config.num_tokens, h = config.hidden;
-  const int64_t q = config.num_heads * config.head_dim, kv = config.num_kv_heads * config.head_dim;
+  const int64_t t = config.step.num_tokens, h = model.hidden_size;
+  const int64_t q = model.num_heads * model.head_dim(), kv = model.kv_dim();
   const int64_t per_layer = 2 * t * h * q + 2 * (2 * t * h * kv) + 2 * t * q * h +
-                            2 * (2 * t * h * config.ffn) + 2 * t * config.ffn * h;
-  const int64_t head = 2 * config.num_logit_rows * config.vocab * h;
-  EXPECT_EQ(totals.of(OpKind::kMatMul).flops, config.num_layers * per_layer + head);
-  EXPECT_EQ(totals.num_ops(OpKind::kMatMul), 7 * config.num_layers + 1);
-  EXPECT_EQ(totals.num_ops(OpKind::kPagedAttention), config.num_layers);
+                            2 * (2 * t * h * model.ffn_size) + 2 * t * model.ffn_size * h;
+  const int64_t head = 2 * config.step.num_logit_rows * model.vocab_size * h;
+  EXPECT_EQ(totals.of(OpKind::kMatMul).flops, model.num_layers * per_layer + head);
+  EXPECT_EQ(totals.num_ops(OpKind::kMatMul), 7 * model.num_layers + 1);
+  EXPECT_EQ(totals.num_ops(OpKind::kPagedAttention), model.num_layers);
   CostHints sum;
   for (const Op& op : graph.ops()) sum += op.annotations.cost;
   EXPECT_EQ(totals.total, sum);

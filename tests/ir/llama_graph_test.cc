@@ -1,5 +1,6 @@
-// The Llama-shaped step graph end to end: structure, annotations, variants (Qwen2 bias, NeoX
-// RoPE, quantized weights, decode buckets), and the readable dump.
+// The Llama step graph (the model layer's emitter, as ir/ passes see it) end to end: structure,
+// annotations, variants (Qwen2 bias and NeoX RoPE, quantized weights, decode buckets), and the
+// readable dump.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -9,7 +10,7 @@
 #include "folio/ir/lifetime.h"
 #include "folio/ir/split.h"
 #include "folio/ir/verify.h"
-#include "llama_like_test_graph.h"
+#include "testing/llama_test_graph.h"
 
 namespace folio::ir {
 namespace {
@@ -17,9 +18,9 @@ namespace {
 using ::testing::HasSubstr;
 
 TEST(LlamaGraphTest, HasTheExpectedOpsPerLayer) {
-  testing::LlamaLikeConfig config;
-  config.num_layers = 3;
-  const Graph graph = testing::build_llama_like_test_graph(config).value();
+  folio::testing::LlamaTestGraphConfig config;
+  config.model.num_layers = 3;
+  const Graph graph = folio::testing::build_llama_test_graph(config).value();
   ASSERT_TRUE(verify(graph).ok());
   // embedding; per layer attn_norm, q, k, v, 2 rope, kv write, attention, output, add, ffn_norm,
   // gate, up, swiglu, down, add; final norm, gather, LM head.
@@ -30,7 +31,7 @@ TEST(LlamaGraphTest, HasTheExpectedOpsPerLayer) {
   EXPECT_EQ(totals.num_ops(OpKind::kRmsNorm), 2 * 3 + 1);
   EXPECT_EQ(totals.num_ops(OpKind::kAdd), 2 * 3);
   for (const Op& op : graph.ops()) {
-    EXPECT_EQ(op.annotations.phase, Phase::kPrefill);
+    EXPECT_EQ(op.annotations.phase, Phase::kMixed);  // a prefill bucket
     EXPECT_EQ(op.annotations.modality, Modality::kText);
     const bool in_layer = op.name.starts_with("blk.");
     EXPECT_EQ(op.layer >= 0, in_layer) << op.name;
@@ -40,42 +41,39 @@ TEST(LlamaGraphTest, HasTheExpectedOpsPerLayer) {
   }
   const TensorInfo& logits = graph.tensor(graph.find_tensor("logits").value());
   EXPECT_EQ(logits.residency, Residency::kOutput);
-  EXPECT_EQ(logits.shape, (Shape{config.num_logit_rows, config.vocab}));
+  EXPECT_EQ(logits.shape, (Shape{config.step.num_logit_rows, config.model.vocab_size}));
   EXPECT_EQ(graph.tensor(graph.find_tensor("blk.2.k_cache").value()).residency,
             Residency::kKvCache);
 }
 
 TEST(LlamaGraphTest, VariantsBuildAndVerify) {
-  testing::LlamaLikeConfig qwen;
-  qwen.qkv_bias = true;
-  qwen.rope_style = kernels::RopeStyle::kNeox;
-  qwen.weight_dtype = DType::kQ8_0;
+  folio::testing::LlamaTestGraphConfig qwen;
+  qwen.model.architecture = model::LlamaArchitecture::kQwen2;  // Q/K/V bias, NeoX RoPE
+  qwen.model.weight_dtype = DType::kQ8_0;
   qwen.kv_dtype = DType::kF16;
-  Result<Graph> graph = testing::build_llama_like_test_graph(qwen);
+  Result<Graph> graph = folio::testing::build_llama_test_graph(qwen);
   ASSERT_TRUE(graph.ok()) << graph.status().to_string();
   EXPECT_TRUE(graph->find_tensor("blk.1.attn_v.bias").has_value());
   EXPECT_EQ(std::get<RopeAttributes>(graph->op(OpId(5)).attributes).style,
             kernels::RopeStyle::kNeox);
 
-  testing::LlamaLikeConfig decode;
-  decode.phase = Phase::kDecode;
-  decode.num_tokens = decode.num_sequences = decode.num_logit_rows = 8;
-  ASSERT_TRUE(testing::build_llama_like_test_graph(decode).ok());
+  folio::testing::LlamaTestGraphConfig decode;
+  decode.step = ir::StepShape{8, 8, 8, StepPhase::kDecode};
+  ASSERT_TRUE(folio::testing::build_llama_test_graph(decode).ok());
 
   // A hidden size the quantized block cannot hold is an error, not a crash.
-  testing::LlamaLikeConfig bad = qwen;
-  bad.hidden = 48;
-  bad.head_dim = 12;
-  const Status status = testing::build_llama_like_test_graph(bad).status();
+  folio::testing::LlamaTestGraphConfig bad = qwen;
+  bad.model.hidden_size = 48;  // head_dim 12
+  const Status status = folio::testing::build_llama_test_graph(bad).status();
   EXPECT_EQ(status.code(), StatusCode::kInvalidArgument);
-  EXPECT_THAT(std::string(status.message()), HasSubstr("multiple of 32"));
+  EXPECT_THAT(std::string(status.message()), HasSubstr("multiples of 32"));
 }
 
 TEST(LlamaGraphTest, DumpsReadableText) {
-  const Graph graph = testing::build_llama_like_test_graph().value();
+  const Graph graph = folio::testing::build_llama_test_graph().value();
   const std::string text = dump_graph(graph);
-  EXPECT_THAT(text, HasSubstr("graph phase=prefill"));
-  EXPECT_THAT(text, HasSubstr("token_embd.weight f32 [96, 64] weight"));
+  EXPECT_THAT(text, HasSubstr("graph phase=mixed"));
+  EXPECT_THAT(text, HasSubstr("token_embd.weight f32 [512, 64] weight"));
   EXPECT_THAT(text, HasSubstr("paged_attention 'blk.1.attention' layer=1"));
   EXPECT_THAT(text, HasSubstr("updates (%"));
   EXPECT_THAT(text, HasSubstr("{heads=4 kv_heads=2 head_dim=16 scale=0.25}"));

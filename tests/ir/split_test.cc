@@ -10,7 +10,8 @@
 #include "folio/ir/buffer_plan.h"
 #include "folio/ir/builder.h"
 #include "folio/ir/verify.h"
-#include "llama_like_test_graph.h"
+#include "random_test_graph.h"
+#include "testing/llama_test_graph.h"
 
 namespace folio::ir {
 namespace {
@@ -114,9 +115,9 @@ void expect_crossings_never_reused(const Graph& graph, const PiecewiseSplit& spl
 }
 
 TEST(SplitTest, LlamaGraphSplitsIntoPiecesAroundEachAttention) {
-  testing::LlamaLikeConfig config;
-  config.num_layers = 3;
-  const Graph graph = testing::build_llama_like_test_graph(config).value();
+  folio::testing::LlamaTestGraphConfig config;
+  config.model.num_layers = 3;
+  const Graph graph = folio::testing::build_llama_test_graph(config).value();
   const std::vector<OpId> order = program_order(graph);
   const PiecewiseSplit split = split_at_attention(graph, order);
   expect_well_formed(graph, order, split);
@@ -151,7 +152,7 @@ TEST(SplitTest, RandomGraphsGiveNPlusOnePiecesCoveringEveryOpOnce) {
 }
 
 TEST(SplitTest, ConsecutiveAndLeadingEagerOpsLeaveEmptyPieces) {
-  const Graph graph = testing::build_llama_like_test_graph().value();
+  const Graph graph = folio::testing::build_llama_test_graph().value();
   const std::vector<OpId> order = program_order(graph);
   // Run every op eagerly: each is its own eager segment with an empty piece on both sides.
   const PiecewiseSplit split = split_graph(graph, order, [](const Op&) { return true; });
@@ -199,7 +200,7 @@ TEST(SplitTest, PlainPlanNeverReusesACrossingTensorWhileItIsLive) {
 
 TEST(SplitTest, PinnedCrossingTensorsAreNeverReusedAcrossTheBoundary) {
   std::vector<Graph> graphs;
-  graphs.push_back(testing::build_llama_like_test_graph().value());
+  graphs.push_back(folio::testing::build_llama_test_graph().value());
   for (uint64_t seed = 100; seed < 130; ++seed) {
     graphs.push_back(
         testing::build_random_test_graph(seed, {.num_ops = 60, .attention_percent = 30}).value());

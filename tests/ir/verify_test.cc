@@ -9,7 +9,7 @@
 #include <gtest/gtest.h>
 
 #include "folio/ir/builder.h"
-#include "llama_like_test_graph.h"
+#include "testing/llama_test_graph.h"
 
 namespace folio::ir {
 namespace {
@@ -128,7 +128,7 @@ TEST(VerifyTest, AddOpRejectsUnknownTensorIdsWithoutChangingTheGraph) {
 }
 
 TEST(VerifyTest, OrdersMustKeepKvCacheWritesBeforeTheAttentionThatReadsThem) {
-  const Graph graph = testing::build_llama_like_test_graph().value();
+  const Graph graph = folio::testing::build_llama_test_graph().value();
   std::vector<OpId> order = program_order(graph);
   ASSERT_TRUE(verify_order(graph, order).ok());
   const auto is_kind = [&](OpKind kind) {
@@ -152,7 +152,7 @@ TEST(VerifyTest, OrdersMustBePermutations) {
 }
 
 TEST(VerifyTest, TopologicalOrderOfAValidGraphIsTheProgramOrder) {
-  const Graph graph = testing::build_llama_like_test_graph().value();
+  const Graph graph = folio::testing::build_llama_test_graph().value();
   Result<std::vector<OpId>> order = topological_order(graph);
   ASSERT_TRUE(order.ok()) << order.status().to_string();
   EXPECT_EQ(*order, program_order(graph));
@@ -162,7 +162,7 @@ TEST(VerifyTest, TopologicalOrderOfAValidGraphIsTheProgramOrder) {
 // order, but topological_order recovers one that verify_order accepts and that keeps every
 // KV-cache access in the shuffled program's order.
 TEST(VerifyTest, TopologicalOrderRepairsShuffledOpLists) {
-  const Graph source = testing::build_llama_like_test_graph().value();
+  const Graph source = folio::testing::build_llama_test_graph().value();
   std::mt19937_64 random(42);
   int num_invalid_lists = 0;
   for (int trial = 0; trial < 20; ++trial) {

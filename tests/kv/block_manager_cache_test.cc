@@ -3,67 +3,28 @@
 
 #include <cstring>
 #include <memory>
-#include <numeric>
 
 #include "folio/kv/block_manager.h"
 #include "folio/kv/fixed_page_source.h"
-#include "kv_test_util.h"
+#include "testing/block_manager_fixture.h"
+#include "testing/tokens.h"
 
 namespace folio::kv {
 namespace {
 
-using testing::FaultyPageSource;
 using testing::KvContents;
 using testing::ManagerSnapshot;
 
-constexpr int32_t kBlockSize = 8;
-constexpr int64_t kBlockBytes = kBlockSize * 32;
+using folio::testing::tokens;
 
-class BlockManagerCacheTest : public ::testing::Test {
+constexpr int32_t kBlockSize = testing::kTinyBlockSize;
+constexpr int64_t kBlockBytes = testing::kTinyBlockBytes;
+
+class BlockManagerCacheTest : public testing::BlockManagerFixture {
  protected:
   void make(int32_t num_pages, int32_t blocks_per_page = 4, int32_t swap_blocks = 32) {
-    manager_.reset();
-    source_ = std::make_unique<FixedPageSource>(kBlockBytes * blocks_per_page, num_pages);
-    faulty_ = std::make_unique<FaultyPageSource>(*source_);
-    swap_ = std::make_unique<HostSwapSpace>(kBlockBytes, swap_blocks);
-    BlockManagerOptions options;
-    options.geometry = testing::tiny_geometry(kBlockSize);
-    options.max_context_tokens = 1024;
-    options.watermark = 0.0;
-    auto created = BlockManager::create(options, *faulty_, copier_, swap_.get());
-    ASSERT_TRUE(created.ok()) << created.status().to_string();
-    manager_ = std::move(created).value();
+    make_manager({num_pages, blocks_per_page, 0.0, swap_blocks, 1024});
   }
-
-  static std::vector<int32_t> tokens(int32_t count, int32_t first = 100) {
-    std::vector<int32_t> result(static_cast<size_t>(count));
-    std::iota(result.begin(), result.end(), first);
-    return result;
-  }
-
-  AllocateOutcome prefill(SeqId seq, std::span<const int32_t> prompt,
-                          const CacheNamespace& cache_namespace = {}) {
-    auto outcome = manager_->allocate(seq, prompt, cache_namespace);
-    EXPECT_TRUE(outcome.ok()) << outcome.status().to_string();
-    if (!outcome.ok() || outcome->admission != Admission::kAdmitted) return outcome.value_or({});
-    KvContents::write(*manager_, seq, prompt, cache_namespace, outcome->num_cached_tokens,
-                      static_cast<int32_t>(prompt.size()));
-    EXPECT_TRUE(manager_->mark_computed(seq, static_cast<int32_t>(prompt.size())).ok());
-    return *outcome;
-  }
-
-  std::vector<int32_t> table(SeqId seq) {
-    auto result = manager_->block_table(seq);
-    EXPECT_TRUE(result.ok()) << result.status().to_string();
-    return result.ok() ? std::vector<int32_t>(result->begin(), result->end())
-                       : std::vector<int32_t>{};
-  }
-
-  std::unique_ptr<FixedPageSource> source_;
-  std::unique_ptr<FaultyPageSource> faulty_;
-  std::unique_ptr<HostSwapSpace> swap_;
-  HostKvBlockCopier copier_;
-  std::unique_ptr<BlockManager> manager_;
 };
 
 TEST_F(BlockManagerCacheTest, PrefixHitsHoldTheBytesAFreshPrefillWrites) {

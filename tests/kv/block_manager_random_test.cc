@@ -7,7 +7,7 @@
 
 #include "folio/kv/block_manager.h"
 #include "folio/kv/fixed_page_source.h"
-#include "kv_test_util.h"
+#include "testing/kv_test_util.h"
 #include "random_workload.h"
 
 namespace folio::kv {

@@ -4,10 +4,10 @@
 
 #include <cstring>
 #include <memory>
-#include <numeric>
 
 #include "folio/kv/fixed_page_source.h"
-#include "kv_test_util.h"
+#include "testing/block_manager_fixture.h"
+#include "testing/tokens.h"
 
 namespace folio::kv {
 namespace {
@@ -15,75 +15,17 @@ namespace {
 using testing::KvContents;
 using testing::ManagerSnapshot;
 
-constexpr int32_t kBlockSize = 8;
-constexpr int64_t kBlockBytes = kBlockSize * 32;  // tiny_geometry
+using folio::testing::tokens;
 
-// Counts batches so tests can see that a step's copy-on-write pairs run as one call.
-class CountingCopier final : public KvBlockCopier {
- public:
-  Status copy_blocks(const KvLayoutNumbers& layout, std::span<const BlockCopy> copies) override {
-    ++num_batches;
-    last_batch.assign(copies.begin(), copies.end());
-    return host.copy_blocks(layout, copies);
-  }
-  Status copy_to_host(const KvLayoutNumbers& layout, HostSwapSpace& swap,
-                      std::span<const BlockCopy> copies) override {
-    return host.copy_to_host(layout, swap, copies);
-  }
-  Status copy_to_device(const KvLayoutNumbers& layout, const HostSwapSpace& swap,
-                        std::span<const BlockCopy> copies) override {
-    return host.copy_to_device(layout, swap, copies);
-  }
-  HostKvBlockCopier host;
-  int num_batches = 0;
-  std::vector<BlockCopy> last_batch;
-};
+constexpr int32_t kBlockSize = testing::kTinyBlockSize;
+constexpr int64_t kBlockBytes = testing::kTinyBlockBytes;
 
-class BlockManagerTest : public ::testing::Test {
+class BlockManagerTest : public testing::BlockManagerFixture {
  protected:
   void make(int32_t num_pages, int32_t blocks_per_page = 4, double watermark = 0.0,
             int32_t swap_blocks = 32, int32_t max_context = 256) {
-    manager_.reset();
-    source_ = std::make_unique<FixedPageSource>(kBlockBytes * blocks_per_page, num_pages);
-    swap_ = std::make_unique<HostSwapSpace>(kBlockBytes, swap_blocks);
-    BlockManagerOptions options;
-    options.geometry = testing::tiny_geometry(kBlockSize);
-    options.max_context_tokens = max_context;
-    options.watermark = watermark;
-    auto created = BlockManager::create(options, *source_, copier_, swap_.get());
-    ASSERT_TRUE(created.ok()) << created.status().to_string();
-    manager_ = std::move(created).value();
+    make_manager({num_pages, blocks_per_page, watermark, swap_blocks, max_context});
   }
-
-  static std::vector<int32_t> tokens(int32_t count, int32_t first = 100) {
-    std::vector<int32_t> result(static_cast<size_t>(count));
-    std::iota(result.begin(), result.end(), first);
-    return result;
-  }
-
-  // Allocates, writes the KV of the uncached positions and marks them computed: a prefill.
-  AllocateOutcome prefill(SeqId seq, std::span<const int32_t> prompt,
-                          const CacheNamespace& cache_namespace = {}) {
-    auto outcome = manager_->allocate(seq, prompt, cache_namespace);
-    EXPECT_TRUE(outcome.ok()) << outcome.status().to_string();
-    if (!outcome.ok() || outcome->admission != Admission::kAdmitted) return outcome.value_or({});
-    KvContents::write(*manager_, seq, prompt, cache_namespace, outcome->num_cached_tokens,
-                      static_cast<int32_t>(prompt.size()));
-    EXPECT_TRUE(manager_->mark_computed(seq, static_cast<int32_t>(prompt.size())).ok());
-    return *outcome;
-  }
-
-  std::vector<int32_t> table(SeqId seq) {
-    auto result = manager_->block_table(seq);
-    EXPECT_TRUE(result.ok()) << result.status().to_string();
-    return result.ok() ? std::vector<int32_t>(result->begin(), result->end())
-                       : std::vector<int32_t>{};
-  }
-
-  std::unique_ptr<FixedPageSource> source_;
-  std::unique_ptr<HostSwapSpace> swap_;
-  CountingCopier copier_;
-  std::unique_ptr<BlockManager> manager_;
 };
 
 TEST_F(BlockManagerTest, CreateRejectsBadGeometryAndBlocksLargerThanAPage) {

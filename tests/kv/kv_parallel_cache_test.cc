@@ -3,14 +3,16 @@
 #include <gtest/gtest.h>
 
 #include <memory>
-#include <numeric>
 #include <random>
 
 #include "folio/kv/fixed_page_source.h"
-#include "kv_test_util.h"
+#include "testing/kv_test_util.h"
+#include "testing/tokens.h"
 
 namespace folio::kv {
 namespace {
+
+using folio::testing::tokens;
 
 using testing::ManagerSnapshot;
 
@@ -37,12 +39,6 @@ class KvParallelCacheTest : public ::testing::Test {
     auto cache = KvParallelCache::create(groups, kTokensPerGroup);
     ASSERT_TRUE(cache.ok()) << cache.status().to_string();
     cache_ = std::move(cache).value();
-  }
-
-  static std::vector<int32_t> tokens(int32_t count, int32_t first = 100) {
-    std::vector<int32_t> result(static_cast<size_t>(count));
-    std::iota(result.begin(), result.end(), first);
-    return result;
   }
 
   // Allocates seq in one group alone and computes it: fills that group's prefix cache.

@@ -6,16 +6,18 @@
 #include <gtest/gtest.h>
 
 #include <memory>
-#include <numeric>
 #include <vector>
 
 #include "folio/device/host_virtual_memory.h"
 #include "folio/kv/block_manager.h"
-#include "kv_test_util.h"
+#include "testing/kv_test_util.h"
+#include "testing/tokens.h"
 #include "random_workload.h"
 
 namespace folio::kv {
 namespace {
+
+using folio::testing::tokens;
 
 using testing::KvContents;
 
@@ -54,12 +56,6 @@ class PoolPageSourceTest : public ::testing::Test {
     source_.reset();
     if (pool_ != nullptr) pool_->check_invariants();
     pool_.reset();
-  }
-
-  static std::vector<int32_t> tokens(int32_t count, int32_t first = 100) {
-    std::vector<int32_t> result(static_cast<size_t>(count));
-    std::iota(result.begin(), result.end(), first);
-    return result;
   }
 
   void prefill(SeqId seq, std::span<const int32_t> prompt) {

@@ -15,7 +15,7 @@
 #include <vector>
 
 #include "folio/kv/block_manager.h"
-#include "kv_test_util.h"
+#include "testing/kv_test_util.h"
 
 namespace folio::kv::testing {
 

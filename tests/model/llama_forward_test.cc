@@ -13,6 +13,7 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include "folio/base/random.h"
 #include "folio/device/host_virtual_memory.h"
 #include "folio/exec/arena_memory.h"
 #include "folio/exec/executor.h"
@@ -42,12 +43,6 @@ constexpr ReferenceModel kReferenceModels[] = {
     {"llama_q8_0_gqa", LlamaArchitecture::kLlama, DType::kQ8_0, false, 12, 5e-2},
     {"qwen2_f16_tied", LlamaArchitecture::kQwen2, DType::kF16, true, 13, 1e-4},
 };
-
-uint64_t fnv1a64(const std::vector<uint8_t>& bytes) {
-  uint64_t hash = 0xcbf29ce484222325ull;
-  for (uint8_t byte : bytes) hash = (hash ^ byte) * 0x100000001b3ull;
-  return hash;
-}
 
 struct Golden {
   std::vector<std::vector<int32_t>> prompts;

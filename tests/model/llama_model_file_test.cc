@@ -11,6 +11,7 @@
 #include "folio/gguf/gguf_file.h"
 #include "folio/tensor/quantize.h"
 #include "folio/tokenizer/tokenizer.h"
+#include "testing/llama_shapes.h"
 
 namespace folio::model {
 namespace {
@@ -24,16 +25,7 @@ std::vector<uint8_t> model_bytes(const LlamaShape& shape, uint64_t seed) {
 }
 
 LlamaShape small_shape(DType dtype) {
-  LlamaShape shape;
-  shape.vocab_size = 300;
-  shape.hidden_size = 64;
-  shape.num_layers = 2;
-  shape.num_heads = 4;
-  shape.num_kv_heads = 2;
-  shape.ffn_size = 96;
-  shape.context_length = 128;
-  shape.weight_dtype = dtype;
-  return shape;
+  return folio::testing::small_llama_shape(dtype, 300);
 }
 
 std::vector<float> tensor_as_f32(const gguf::GgufFile& file, std::string_view name) {

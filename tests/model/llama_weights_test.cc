@@ -14,6 +14,7 @@
 #include "folio/model/llama_model_file.h"
 #include "folio/tensor/quantize.h"
 #include "folio/tokenizer/tokenizer.h"
+#include "testing/llama_shapes.h"
 
 namespace folio::model {
 namespace {
@@ -21,16 +22,7 @@ namespace {
 using ::testing::HasSubstr;
 
 LlamaShape test_shape(DType dtype) {
-  LlamaShape shape;
-  shape.vocab_size = 320;
-  shape.hidden_size = 64;
-  shape.num_layers = 2;
-  shape.num_heads = 4;
-  shape.num_kv_heads = 2;
-  shape.ffn_size = 96;
-  shape.context_length = 128;
-  shape.weight_dtype = dtype;
-  return shape;
+  return folio::testing::small_llama_shape(dtype, 320);
 }
 
 gguf::GgufFile parse(const gguf::GgufWriter& writer) {

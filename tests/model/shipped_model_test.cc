@@ -24,6 +24,7 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include "folio/base/random.h"
 #include "folio/engine/model_engine.h"
 #include "folio/engine/perplexity.h"
 #include "folio/gguf/gguf_file.h"
@@ -56,14 +57,13 @@ std::string model_path(const std::string& dtype) {
 
 // FNV-1a 64 over the ids as little-endian int32 (package.py hashes sentencepiece's ids so).
 uint64_t hash_ids(const std::vector<tokenizer::TokenId>& ids) {
-  uint64_t hash = 0xcbf29ce484222325ull;
+  std::vector<uint8_t> bytes;
+  bytes.reserve(ids.size() * 4);
   for (tokenizer::TokenId id : ids) {
     const auto value = static_cast<uint32_t>(id);
-    for (int shift = 0; shift < 32; shift += 8) {
-      hash = (hash ^ ((value >> shift) & 0xFF)) * 0x100000001b3ull;
-    }
+    for (int shift = 0; shift < 32; shift += 8) bytes.push_back(uint8_t((value >> shift) & 0xFF));
   }
-  return hash;
+  return fnv1a64(bytes);
 }
 
 tokenizer::Tokenizer open_tokenizer(const std::string& path) {

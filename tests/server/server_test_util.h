@@ -24,27 +24,16 @@
 #include "folio/model/llama_model.h"
 #include "folio/model/llama_model_file.h"
 #include "folio/server/server.h"
+#include "testing/llama_shapes.h"
 #include "testing/toy_step_runner.h"
 
 namespace folio::server::testing {
 
 using Json = nlohmann::json;
 
-inline model::LlamaShape tiny_shape() {
-  model::LlamaShape shape;
-  shape.vocab_size = 300;
-  shape.hidden_size = 32;
-  shape.num_layers = 1;
-  shape.num_heads = 2;
-  shape.num_kv_heads = 1;
-  shape.ffn_size = 64;
-  shape.context_length = 256;
-  return shape;
-}
-
 // A generated model parsed from memory; `chat_template` goes into tokenizer.chat_template.
 inline std::unique_ptr<model::LlamaModel> make_tiny_model(const std::string& chat_template = {}) {
-  Result<gguf::GgufWriter> writer = model::make_random_llama_writer(tiny_shape(), /*seed=*/11);
+  Result<gguf::GgufWriter> writer = model::make_random_llama_writer(folio::testing::tiny_llama_shape(), /*seed=*/11);
   EXPECT_TRUE(writer.ok()) << writer.status();
   if (!chat_template.empty()) {
     writer->set("tokenizer.chat_template", gguf::GgufValue::of_string(chat_template));

@@ -18,6 +18,7 @@
 
 #include <array>
 #include <cstdint>
+#include <span>
 #include <string_view>
 
 namespace folio {
@@ -78,13 +79,17 @@ class Xoshiro256StarStar {
   State state_{};
 };
 
-// 64-bit FNV-1a of a name, to give each tensor its own stream.
+// 64-bit FNV-1a (offset basis 0xcbf29ce484222325, prime 0x100000001b3): of a name, to give each
+// tensor its own stream; of bytes, to fingerprint a file or a serialized sequence (the reference
+// scripts in tests/data hash the same way).
+constexpr uint64_t fnv1a64(std::span<const uint8_t> bytes) {
+  uint64_t hash = 0xcbf29ce484222325ull;
+  for (uint8_t byte : bytes) hash = (hash ^ byte) * 0x100000001b3ull;
+  return hash;
+}
 constexpr uint64_t fnv1a64(std::string_view text) {
   uint64_t hash = 0xcbf29ce484222325ull;
-  for (char c : text) {
-    hash ^= static_cast<uint8_t>(c);
-    hash *= 0x100000001b3ull;
-  }
+  for (char c : text) hash = (hash ^ static_cast<uint8_t>(c)) * 0x100000001b3ull;
   return hash;
 }
 

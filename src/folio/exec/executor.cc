@@ -156,8 +156,7 @@ Result<const Program*> Executor::capture(const ir::StepShape& shape) {
   CaptureOptions capture_options;
   capture_options.kind =
       shape.phase == ir::StepPhase::kDecode ? ProgramKind::kFullGraph : ProgramKind::kPiecewise;
-  capture_options.capture_lengths_by_value_for_testing =
-      options_.capture_lengths_by_value_for_testing;
+  capture_options.attention_hook = options_.attention_capture_hook;
   FOLIO_ASSIGN_OR_RETURN(
       std::unique_ptr<Program> program,
       capture_program(std::move(prepared), arena_, outputs, stream_, capture_options));

@@ -32,6 +32,7 @@
 #include "folio/base/result.h"
 #include "folio/base/thread_pool.h"
 #include "folio/device/host_stream.h"
+#include "folio/exec/attention_capture_hook.h"
 #include "folio/exec/bucket_policy.h"
 #include "folio/exec/graph_cache.h"
 #include "folio/exec/multi_shape_arena.h"
@@ -61,8 +62,10 @@ struct ExecutorOptions {
   int32_t num_dummy_blocks = 1;
   ExecutionMode mode = ExecutionMode::kGraph;
   metrics::Registry* metrics = nullptr;  // may be null; must outlive the executor
-  // Fault injection for tests (program.h): attention reads the lengths seen at capture.
-  bool capture_lengths_by_value_for_testing = false;
+  // Fault injection for tests (attention_capture_hook.h): called with the arguments of every
+  // paged-attention launch captured, which it may rewrite. Null in the product; not owned, must
+  // outlive the executor.
+  AttentionCaptureHook* attention_capture_hook = nullptr;
 };
 
 enum class StepPath : uint8_t {

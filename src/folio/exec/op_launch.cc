@@ -220,8 +220,7 @@ kernels::cpu::PagedAttentionArguments PreparedGraph::attention_arguments(
 }
 
 void PreparedGraph::launch(size_t index, std::span<std::byte* const> addresses,
-                           std::byte* workspace, device::HostStream& stream,
-                           const int32_t* seq_lens_override) const {
+                           std::byte* workspace, device::HostStream& stream) const {
   FOLIO_DCHECK(stream.pool().num_threads() == num_threads_,
                "graph prepared for {} threads launched on a pool of {}", num_threads_,
                stream.pool().num_threads());
@@ -250,13 +249,9 @@ void PreparedGraph::launch(size_t index, std::span<std::byte* const> addresses,
     case ir::OpKind::kKvCacheWrite:
       launch_kv_write(operands, prepared, kv_cache_.layout, stream);
       return;
-    case ir::OpKind::kPagedAttention: {
-      kernels::cpu::PagedAttentionArguments arguments =
-          attention_arguments(index, addresses, workspace);
-      if (seq_lens_override != nullptr) arguments.seq_lens = seq_lens_override;
-      kernels::cpu::paged_attention(stream, arguments);
+    case ir::OpKind::kPagedAttention:
+      kernels::cpu::paged_attention(stream, attention_arguments(index, addresses, workspace));
       return;
-    }
     case ir::OpKind::kGatherRows:
       launch_gather(operands, prepared, stream);
       return;

@@ -78,11 +78,9 @@ class PreparedGraph {
   // Requires: addresses[t] is the data of every tensor t the op reads or writes (activations
   // and outputs included; f32, row-major, 64-byte aligned); `workspace` holds
   // ops()[index].workspace_bytes bytes, 64-byte aligned; stream.pool().num_threads() ==
-  // num_threads(). seq_lens_override replaces the persistent context lengths an attention
-  // reads (fault injection for tests only: a snapshot taken at capture is a value captured by
-  // value, which replay after the lengths change must expose).
+  // num_threads().
   void launch(size_t index, std::span<std::byte* const> addresses, std::byte* workspace,
-              device::HostStream& stream, const int32_t* seq_lens_override = nullptr) const;
+              device::HostStream& stream) const;
 
   // The arguments of the paged attention op `index` (what launch() would launch).
   // Requires: ops()[index] is a paged attention; the rest as launch().

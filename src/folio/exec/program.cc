@@ -1,7 +1,6 @@
 #include "folio/exec/program.h"
 
 #include <chrono>
-#include <cstring>
 
 #include "folio/ir/buffer_plan.h"
 #include "folio/ir/lifetime.h"
@@ -91,11 +90,18 @@ Result<std::vector<std::byte*>> Program::bind(const ir::BufferPlan& plan,
 }
 
 void Program::record_piece(std::span<const ir::OpId> ops, std::span<std::byte* const> workspaces,
-                           const int32_t* lengths_override, device::HostStream& stream) {
+                           AttentionCaptureHook* attention_hook, device::HostStream& stream) {
   stream.begin_capture();
   for (ir::OpId op : ops) {
     const auto index = static_cast<size_t>(op.value());
-    graph_->launch(index, addresses_, workspaces[index], stream, lengths_override);
+    if (attention_hook != nullptr && graph_->graph().op(op).kind == ir::OpKind::kPagedAttention) {
+      kernels::cpu::PagedAttentionArguments arguments =
+          graph_->attention_arguments(index, addresses_, workspaces[index]);
+      attention_hook->on_capture(arguments);
+      kernels::cpu::paged_attention(stream, arguments);
+      continue;
+    }
+    graph_->launch(index, addresses_, workspaces[index], stream);
   }
   device::HostGraph piece = stream.end_capture();
   if (piece.empty()) return;  // two attention ops in a row leave an empty piece
@@ -103,12 +109,12 @@ void Program::record_piece(std::span<const ir::OpId> ops, std::span<std::byte* c
   pieces_.push_back(std::move(piece));
 }
 
-void Program::record(std::span<std::byte* const> workspaces, const int32_t* lengths_override,
+void Program::record(std::span<std::byte* const> workspaces, AttentionCaptureHook* attention_hook,
                      device::HostStream& stream) {
   const std::vector<ir::OpId> order = program_order(graph_->graph());
   switch (kind_) {
     case ProgramKind::kFullGraph:
-      record_piece(order, workspaces, lengths_override, stream);
+      record_piece(order, workspaces, attention_hook, stream);
       return;
     case ProgramKind::kPiecewise:
       break;
@@ -116,14 +122,14 @@ void Program::record(std::span<std::byte* const> workspaces, const int32_t* leng
   const ir::PiecewiseSplit split = ir::split_at_attention(graph_->graph(), order);
   for (const ir::Segment& segment : split.segments) {
     if (segment.kind == ir::SegmentKind::kPiece) {
-      record_piece(segment.ops, workspaces, lengths_override, stream);
+      record_piece(segment.ops, workspaces, attention_hook, stream);
       continue;
     }
     for (ir::OpId op : segment.ops) {
       const auto index = static_cast<size_t>(op.value());
       kernels::cpu::PagedAttentionArguments arguments =
           graph_->attention_arguments(index, addresses_, workspaces[index]);
-      if (lengths_override != nullptr) arguments.seq_lens = lengths_override;
+      if (attention_hook != nullptr) attention_hook->on_capture(arguments);
       instructions_.push_back({InstructionKind::kAttention, static_cast<int32_t>(runners_.size())});
       runners_.emplace_back(arguments);
     }
@@ -143,15 +149,7 @@ Result<std::unique_ptr<Program>> capture_program(std::unique_ptr<PreparedGraph> 
   program->graph_ = std::move(graph);
   FOLIO_ASSIGN_OR_RETURN(const std::vector<std::byte*> workspaces,
                          program->bind(plan, output_addresses, arena));
-  const int32_t* lengths_override = nullptr;
-  if (options.capture_lengths_by_value_for_testing) {
-    const PersistentInputs& inputs = program->graph_->inputs();
-    const size_t bytes = static_cast<size_t>(inputs.limits().max_sequences) * sizeof(int32_t);
-    program->lengths_snapshot_ = HostBuffer(bytes);
-    std::memcpy(program->lengths_snapshot_.data(), inputs.seq_lens(), bytes);
-    lengths_override = program->lengths_snapshot_.as<int32_t>();
-  }
-  program->record(workspaces, lengths_override, stream);
+  program->record(workspaces, options.attention_hook, stream);
   program->capture_seconds_ =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   return program;

@@ -29,7 +29,7 @@
 
 #include "folio/base/result.h"
 #include "folio/device/host_stream.h"
-#include "folio/exec/host_buffer.h"
+#include "folio/exec/attention_capture_hook.h"
 #include "folio/exec/multi_shape_arena.h"
 #include "folio/exec/prepared_graph.h"
 #include "folio/ir/buffer_plan.h"
@@ -57,9 +57,9 @@ class AttentionRunner {
 
 struct CaptureOptions {
   ProgramKind kind = ProgramKind::kFullGraph;
-  // Fault injection for tests: attention reads a copy of the context lengths taken at capture
-  // (a per-step value captured by value, the bug replay tests must catch).
-  bool capture_lengths_by_value_for_testing = false;
+  // Fault injection for tests (attention_capture_hook.h): sees, and may rewrite, the arguments
+  // of every paged-attention launch captured. Null in the product; must outlive the program.
+  AttentionCaptureHook* attention_hook = nullptr;
 };
 
 class Program {
@@ -100,10 +100,10 @@ class Program {
                                        std::span<std::byte* const> output_addresses,
                                        MultiShapeArena& arena);
   // Records the instruction list of kind_.
-  void record(std::span<std::byte* const> workspaces, const int32_t* lengths_override,
+  void record(std::span<std::byte* const> workspaces, AttentionCaptureHook* attention_hook,
               device::HostStream& stream);
   void record_piece(std::span<const ir::OpId> ops, std::span<std::byte* const> workspaces,
-                    const int32_t* lengths_override, device::HostStream& stream);
+                    AttentionCaptureHook* attention_hook, device::HostStream& stream);
 
   ProgramKind kind_ = ProgramKind::kFullGraph;
   std::unique_ptr<PreparedGraph> graph_;
@@ -115,7 +115,6 @@ class Program {
   std::vector<device::HostGraph> pieces_;
   std::vector<AttentionRunner> runners_;
   std::vector<Instruction> instructions_;
-  HostBuffer lengths_snapshot_;  // only with capture_lengths_by_value_for_testing
 };
 
 // Captures `graph` into a program on a fresh view of `arena` (see the file comment).
