@@ -2,7 +2,7 @@
 // (toy_step_runner.h): these figures are the engine's own overhead per token (scheduling, step
 // layout, sampling over a 32000-token vocabulary, bookkeeping), not model throughput. The real
 // model registers its own RunnerFactory with the same harness.
-#include "engine_bench_harness.h"
+#include "engine_bench_util.h"
 #include "testing/toy_step_runner.h"
 
 namespace {

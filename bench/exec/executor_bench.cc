@@ -16,7 +16,7 @@
 
 #include <chrono>
 
-#include "exec_test_support.h"
+#include "exec_test_util.h"
 
 namespace folio::exec {
 namespace {

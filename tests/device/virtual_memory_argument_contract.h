@@ -10,7 +10,7 @@
 #include <random>
 #include <vector>
 
-#include "virtual_memory_fixture.h"
+#include "virtual_memory_test_util.h"
 
 namespace folio::device::testing {
 

@@ -1,9 +1,9 @@
 // The VirtualMemory contract, behaviour part: a typed GoogleTest suite run over every
-// implementation (see virtual_memory_fixture.h for the Backend it is instantiated with):
+// implementation (see virtual_memory_test_util.h for the Backend it is instantiated with):
 //   INSTANTIATE_TYPED_TEST_SUITE_P(Host, VirtualMemoryContractTest, HostBackend);
 #pragma once
 
-#include "virtual_memory_fixture.h"
+#include "virtual_memory_test_util.h"
 
 namespace folio::device::testing {
 

@@ -7,7 +7,7 @@
 #include <cstdlib>
 #include <new>
 
-#include "exec_test_support.h"
+#include "exec_test_util.h"
 
 namespace {
 

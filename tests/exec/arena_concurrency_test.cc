@@ -7,7 +7,7 @@
 #include <cstring>
 #include <thread>
 
-#include "exec_test_support.h"
+#include "exec_test_util.h"
 
 namespace folio::exec {
 namespace {

@@ -11,7 +11,7 @@
 #include <cstring>
 #include <numeric>
 
-#include "exec_test_support.h"
+#include "exec_test_util.h"
 #include "folio/device/host_virtual_memory.h"
 #include "folio/memory/page_pool.h"
 

@@ -4,7 +4,7 @@
 
 #include <cmath>
 
-#include "exec_test_support.h"
+#include "exec_test_util.h"
 #include "folio/exec/prepared_graph.h"
 #include "folio/ir/builder.h"
 #include "reference_interpreter.h"

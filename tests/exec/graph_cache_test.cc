@@ -3,7 +3,7 @@
 
 #include <gtest/gtest.h>
 
-#include "exec_test_support.h"
+#include "exec_test_util.h"
 #include "folio/device/host_virtual_memory.h"
 #include "folio/memory/page_pool.h"
 

@@ -10,7 +10,7 @@
 #include <utility>
 #include <vector>
 
-#include "exec_test_support.h"
+#include "exec_test_util.h"
 #include "folio/base/result.h"
 #include "folio/ir/graph.h"
 

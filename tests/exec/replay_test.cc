@@ -7,7 +7,7 @@
 #include <cstring>
 #include <map>
 
-#include "exec_test_support.h"
+#include "exec_test_util.h"
 #include "testing/lengths_captured_by_value.h"
 
 namespace folio::exec {

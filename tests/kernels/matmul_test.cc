@@ -13,7 +13,7 @@
 #include "folio/kernels/cpu/matmul_kernels.h"
 #include "folio/kernels/cpu/simd_level.h"
 #include "folio/tensor/quantize.h"
-#include "tests/kernels/matmul_test_support.h"
+#include "tests/kernels/matmul_test_util.h"
 
 namespace folio::kernels::cpu {
 namespace {

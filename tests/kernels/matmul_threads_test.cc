@@ -10,7 +10,7 @@
 #include "folio/base/thread_pool.h"
 #include "folio/kernels/cpu/matmul.h"
 #include "folio/kernels/cpu/simd_level.h"
-#include "tests/kernels/matmul_test_support.h"
+#include "tests/kernels/matmul_test_util.h"
 
 namespace folio::kernels::cpu {
 namespace {

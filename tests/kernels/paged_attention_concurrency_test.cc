@@ -8,7 +8,7 @@
 
 #include <gtest/gtest.h>
 
-#include "attention_test_harness.h"
+#include "attention_test_util.h"
 #include "folio/base/thread_pool.h"
 #include "folio/device/host_stream.h"
 #include "folio/kernels/cpu/paged_attention.h"

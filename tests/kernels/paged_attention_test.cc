@@ -13,7 +13,7 @@
 
 #include <gtest/gtest.h>
 
-#include "attention_test_harness.h"
+#include "attention_test_util.h"
 #include "folio/base/thread_pool.h"
 #include "folio/device/host_stream.h"
 #include "kernel_test_util.h"

@@ -6,7 +6,7 @@
 
 #include "folio/kv/block_manager.h"
 #include "folio/kv/fixed_page_source.h"
-#include "testing/block_manager_fixture.h"
+#include "testing/block_manager_test_util.h"
 #include "testing/tokens.h"
 
 namespace folio::kv {

@@ -1,4 +1,4 @@
-#include "attention_test_harness.h"
+#include "attention_test_util.h"
 
 #include <algorithm>
 #include <cmath>

@@ -1,4 +1,4 @@
-#include "exec_test_support.h"
+#include "exec_test_util.h"
 
 #include <algorithm>
 #include <cmath>
