@@ -1,11 +1,26 @@
 // The invariant that matters most: a request's output does not depend on what it was batched
-// with, on preemption (by recompute or by swap), or on chunked prefill. Greedy requests are
-// checked against the independent reference; seeded sampled requests against their own output
-// when run alone. Every configuration must also end every request exactly once, with no error,
+// with, on preemption (by recompute or by swap), on chunked prefill, or on whether its steps were
+// replayed from captured graphs or run eagerly. One suite, run with two step runners:
+// - the toy runner (tests/testing/toy_step_runner.h) over a real paged KV cache, whose greedy
+//   output has an independent reference, with staggered submission and scarce swap space;
+// - the real model: a small generated Llama (q8_0 weights, so batched kernels quantize
+//   activations row by row, GQA, two layers) through the whole stack: page pool, paged KV cache,
+//   executor (captured graphs or eager), ModelStepRunner, scheduler.
+// Each request's reference is its output when run alone (for the model: eagerly, in a fresh
+// engine with ample memory and no chunking). Seeded sampled requests must be just as
+// reproducible. Every configuration must also end every request exactly once, with no error,
 // and leave every KV block FREE or CACHED.
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
+#include <filesystem>
+#include <string>
+#include <vector>
+
 #include "engine_test_util.h"
+#include "folio/engine/model_engine.h"
+#include "folio/model/llama_model_file.h"
 
 namespace folio::engine {
 namespace {
@@ -21,44 +36,25 @@ constexpr int32_t kNumRequests = 65;  // one request among 64 others
 
 using Spec = testing::RequestSpec;
 
-std::vector<Spec> make_workload() {
-  uint64_t state = 20240611;
-  const std::vector<int32_t> shared_prefix = random_prompt(state, 19, 64);
-  std::vector<Spec> specs;
-  for (int32_t index = 0; index < kNumRequests; ++index) {
-    Spec spec;
-    const auto length = static_cast<int32_t>(4 + (state >> 40) % 37);
-    spec.prompt = random_prompt(state, length, 64);
-    if (index % 3 == 0) {  // a third share a prefix longer than two blocks
-      spec.prompt.insert(spec.prompt.begin(), shared_prefix.begin(), shared_prefix.end());
-      spec.prompt.resize(std::min<size_t>(spec.prompt.size(), 48));
-    }
-    spec.max_tokens = static_cast<int32_t>(4 + (state >> 20) % 37);
-    spec.priority = static_cast<int32_t>((state >> 50) % 3);
-    spec.sampling.temperature = 0.0f;
-    if (index % 4 == 1) {  // seeded sampling with every knob
-      spec.sampling.temperature = 0.8f;
-      spec.sampling.top_k = 20;
-      spec.sampling.top_p = 0.9f;
-      spec.sampling.min_p = 0.02f;
-      spec.sampling.repetition_penalty = 1.2f;
-      spec.sampling.presence_penalty = 0.3f;
-      spec.sampling.frequency_penalty = 0.2f;
-      spec.sampling.seed = 1000 + index;
-    }
-    specs.push_back(std::move(spec));
-  }
-  return specs;
-}
+// What a run varies; each runner says which values it supports.
+struct Configuration {
+  bool use_graphs = false;  // replay captured graphs (model runner)
+  bool chunked = true;
+  bool staggered = false;     // submit one request per step instead of all before the first
+  bool tight_memory = false;  // a KV budget small enough to force preemption
+  PreemptionMode preemption = PreemptionMode::kRecompute;
+  bool scarce_swap = false;  // swap space too small for every victim: falls back to recompute
+};
 
-HarnessOptions base_options() {
-  HarnessOptions options;
-  options.num_pages = 64;  // 512 blocks: nothing is ever preempted
-  options.scheduler.max_num_batched_tokens = 64;
-  options.scheduler.max_num_sequences = 64;
-  options.scheduler.prefill_chunk_size = 16;
-  options.scheduler.max_preemptions = 100000;
-  return options;
+std::string describe(const Configuration& configuration) {
+  std::string text = configuration.use_graphs ? "graphs" : "eager";
+  text += configuration.chunked ? ", chunked" : ", unchunked";
+  if (configuration.staggered) text += ", staggered";
+  if (configuration.tight_memory) {
+    text += configuration.preemption == PreemptionMode::kSwap ? ", swap" : ", recompute";
+    if (configuration.scarce_swap) text += " (scarce)";
+  }
+  return text;
 }
 
 struct RunResult {
@@ -66,125 +62,350 @@ struct RunResult {
   EngineStats stats;
 };
 
-// Submits `specs` (all of them before the first step, or one more per step) and runs to the end,
-// checking the engine's invariants after every step.
-RunResult run(const HarnessOptions& options, std::span<const Spec> specs, bool staggered) {
-  EngineHarness harness(options);
-  Recorder recorder;
+// Submits `specs` (all before the first step, or one more per step), steps to the end checking
+// the engine's invariants after each step, and checks that every request ended exactly once
+// without error. Returns each request's tokens.
+// `recorder` must outlive the engine, which reports unfinished requests when destroyed.
+RunResult drive(Engine& engine, Recorder& recorder, std::span<const Spec> specs, bool staggered) {
+  RunResult result;
   std::vector<RequestId> ids;
   size_t submitted = 0;
   auto submit_one = [&] {
     Request request = to_request(specs[submitted++]);
-    ids.push_back(*harness.engine().submit(recorder.attach(request)));
+    Result<RequestId> id = engine.submit(recorder.attach(request));
+    EXPECT_TRUE(id.ok()) << id.status();
+    if (id.ok()) ids.push_back(*id);
   };
   if (!staggered) {
     while (submitted < specs.size()) submit_one();
   }
-  while (submitted < specs.size() || harness.engine().has_unfinished_requests()) {
+  int64_t steps = 0;
+  while (submitted < specs.size() || engine.has_unfinished_requests()) {
     if (submitted < specs.size()) submit_one();
-    harness.engine().step();
-    harness.engine().check_invariants();
+    engine.step();
+    engine.check_invariants();
+    if (++steps > 20000) {
+      ADD_FAILURE() << "no end after " << steps << " steps (thrashing?)";
+      break;
+    }
   }
   recorder.expect_each_finished_once(ids);
-  RunResult result;
   for (RequestId id : ids) {
     const Completion completion = recorder.completion(id);
     EXPECT_NE(completion.reason, FinishReason::kError) << completion.error;
     result.outputs.push_back(recorder.stream(id).tokens);
   }
-  harness.expect_all_blocks_free_or_cached();
-  result.stats = harness.engine().stats();
+  result.stats = engine.stats();
   return result;
 }
 
+// The toy runner over a paged KV cache of 8-token blocks.
+struct ToyRunner {
+  static std::vector<bool> graph_modes() { return {false}; }  // the toy has no graphs
+  static std::vector<bool> staggered_modes() { return {false, true}; }
+  static std::vector<bool> scarce_swap_modes() { return {false, true}; }
+
+  static void set_up() {}
+  static void tear_down() {}
+
+  static std::vector<Spec> workload() {
+    uint64_t state = 20240611;
+    const std::vector<int32_t> shared_prefix = random_prompt(state, 19, 64);
+    std::vector<Spec> specs;
+    for (int32_t index = 0; index < kNumRequests; ++index) {
+      Spec spec;
+      const auto length = static_cast<int32_t>(4 + (state >> 40) % 37);
+      spec.prompt = random_prompt(state, length, 64);
+      if (index % 3 == 0) {  // a third share a prefix longer than two blocks
+        spec.prompt.insert(spec.prompt.begin(), shared_prefix.begin(), shared_prefix.end());
+        spec.prompt.resize(std::min<size_t>(spec.prompt.size(), 48));
+      }
+      spec.max_tokens = static_cast<int32_t>(4 + (state >> 20) % 37);
+      spec.priority = static_cast<int32_t>((state >> 50) % 3);
+      spec.sampling.temperature = 0.0f;
+      if (index % 4 == 1) {  // seeded sampling with every knob
+        spec.sampling.temperature = 0.8f;
+        spec.sampling.top_k = 20;
+        spec.sampling.top_p = 0.9f;
+        spec.sampling.min_p = 0.02f;
+        spec.sampling.repetition_penalty = 1.2f;
+        spec.sampling.presence_penalty = 0.3f;
+        spec.sampling.frequency_penalty = 0.2f;
+        spec.sampling.seed = 1000 + index;
+      }
+      specs.push_back(std::move(spec));
+    }
+    return specs;
+  }
+
+  static HarnessOptions base_options() {
+    HarnessOptions options;
+    options.num_pages = 64;  // 512 blocks: nothing is ever preempted
+    options.scheduler.max_num_batched_tokens = 64;
+    options.scheduler.max_num_sequences = 64;
+    options.scheduler.prefill_chunk_size = 16;
+    options.scheduler.max_preemptions = 100000;
+    return options;
+  }
+
+  // How a request runs alone for its reference.
+  static Configuration alone() { return Configuration{}; }
+
+  static RunResult run(const Configuration& configuration, std::span<const Spec> specs) {
+    HarnessOptions options = base_options();
+    options.scheduler.chunked_prefill = configuration.chunked;
+    if (configuration.tight_memory) options.num_pages = 6;  // 48 blocks; the largest needs 11
+    if (configuration.preemption == PreemptionMode::kSwap) {
+      options.swap_blocks = configuration.scarce_swap ? 12 : 256;
+      options.scheduler.preemption_mode = PreemptionMode::kSwap;
+    }
+    return run_with(options, specs, configuration.staggered);
+  }
+
+  static RunResult run_with(const HarnessOptions& options, std::span<const Spec> specs,
+                            bool staggered) {
+    Recorder recorder;
+    EngineHarness harness(options);
+    RunResult result = drive(harness.engine(), recorder, specs, staggered);
+    harness.expect_all_blocks_free_or_cached();
+    return result;
+  }
+};
+
+// The real model: LlamaShape's defaults (vocabulary 512, hidden 64, two layers, four heads over
+// two KV heads, FFN 128) with a context of 128 and q8_0 weights, written to a file per process
+// (ctest runs each test in its own process, possibly at once).
+struct ModelRunner {
+  static constexpr int64_t kPageBytes = 16 << 10;  // 8 blocks of 8 tokens (2 KiB each, f16)
+
+  static std::vector<bool> graph_modes() { return {false, true}; }
+  static std::vector<bool> staggered_modes() { return {false}; }
+  static std::vector<bool> scarce_swap_modes() { return {false}; }
+
+  static void set_up() {
+    model_path_ = new std::string((std::filesystem::path(::testing::TempDir()) /
+                                   ("folio_invariance_model_" + std::to_string(getpid()) + ".gguf"))
+                                      .string());
+    model::LlamaShape shape;
+    shape.context_length = 128;
+    shape.weight_dtype = DType::kQ8_0;
+    ASSERT_TRUE(model::write_random_llama_model(*model_path_, shape, 11).ok());
+  }
+  static void tear_down() {
+    std::filesystem::remove(*model_path_);
+    delete model_path_;
+  }
+
+  static std::vector<Spec> workload() {
+    uint64_t state = 20261121;
+    const std::vector<int32_t> shared_prefix = random_prompt(state, 24, 509);
+    std::vector<Spec> specs;
+    for (int32_t index = 0; index < kNumRequests; ++index) {
+      Spec spec;
+      const auto length = static_cast<int32_t>(4 + (state >> 40) % 41);
+      spec.prompt = random_prompt(state, length, 509);
+      for (int32_t& token : spec.prompt) token += 3;  // no BOS / EOS / UNK inside prompts
+      if (index % 3 == 0) {                           // a third share a prefix of three blocks
+        spec.prompt.insert(spec.prompt.begin(), shared_prefix.begin(), shared_prefix.end());
+      }
+      spec.max_tokens = static_cast<int32_t>(4 + (state >> 20) % 29);
+      spec.priority = static_cast<int32_t>((state >> 50) % 3);
+      spec.ignore_eos = true;
+      spec.sampling.temperature = 0.0f;  // greedy
+      if (index % 5 == 2) {              // seeded sampling must be just as reproducible
+        spec.sampling.temperature = 0.9f;
+        spec.sampling.top_k = 40;
+        spec.sampling.top_p = 0.95f;
+        spec.sampling.seed = 500 + index;
+      }
+      specs.push_back(std::move(spec));
+    }
+    return specs;
+  }
+
+  static Configuration alone() {
+    Configuration configuration;
+    configuration.chunked = false;
+    return configuration;
+  }
+
+  static ModelEngineOptions engine_options(const Configuration& configuration) {
+    ModelEngineOptions options;
+    options.num_threads = 1;  // the kernels partition work by rows: results do not depend on it
+    options.memory_budget_bytes = 4 << 20;  // check_invariants scans every pool page
+    options.page_bytes = kPageBytes;
+    // 24 blocks; the longest request needs 13.
+    options.kv_cache_bytes = configuration.tight_memory ? 3 * kPageBytes : 0;
+    options.block_size = 8;
+    options.kv_dtype = DType::kF16;
+    options.use_graphs = configuration.use_graphs;
+    options.precapture_seconds = 0;
+    options.swap_bytes = configuration.preemption == PreemptionMode::kSwap ? 4 << 20 : 0;
+    options.scheduler.max_num_batched_tokens = 96;
+    options.scheduler.max_num_sequences = 64;
+    options.scheduler.chunked_prefill = configuration.chunked;
+    options.scheduler.prefill_chunk_size = 24;
+    options.scheduler.preemption_mode = configuration.preemption;
+    options.scheduler.max_preemptions = 100000;
+    return options;
+  }
+
+  // Also checks that every block and pool page is free or cached afterwards.
+  static RunResult run(const Configuration& configuration, std::span<const Spec> specs) {
+    Recorder recorder;
+    Result<std::unique_ptr<model::LlamaModel>> model = model::LlamaModel::open(*model_path_);
+    EXPECT_TRUE(model.ok()) << model.status();
+    if (!model.ok()) return {};
+    Result<std::unique_ptr<ModelEngine>> bundle =
+        ModelEngine::create(std::move(*model), engine_options(configuration));
+    EXPECT_TRUE(bundle.ok()) << bundle.status();
+    if (!bundle.ok()) return {};
+    RunResult result = drive((*bundle)->engine(), recorder, specs, configuration.staggered);
+    kv::BlockManager& blocks = (*bundle)->block_manager();
+    blocks.check_invariants();
+    EXPECT_EQ(blocks.num_sequences(), 0);
+    EXPECT_EQ(blocks.counts().owned, blocks.num_dummy_blocks())
+        << "only the dummy blocks may stay owned";
+    // Pool pages: KV pages stay allocated (their blocks are free or cached) and graph arena
+    // pages stay with the arena; nothing else may be left in use.
+    const memory::PoolStats pool = (*bundle)->pool().stats();
+    for (memory::ContentType content : memory::kAllContentTypes) {
+      if (content == memory::ContentType::kKvCache || content == memory::ContentType::kGraphArena)
+        continue;
+      EXPECT_EQ(pool.per_content[memory::content_index(content)].pages_in_use, 0)
+          << memory::content_type_name(content);
+    }
+    return result;
+  }
+
+  static inline std::string* model_path_ = nullptr;
+};
+
+template <typename Runner>
 class EngineInvarianceTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
-    specs_ = new std::vector<Spec>(make_workload());
+    Runner::set_up();
+    specs_ = new std::vector<Spec>(Runner::workload());
     alone_ = new std::vector<std::vector<int32_t>>();
     for (const Spec& spec : *specs_) {
-      alone_->push_back(run(base_options(), std::span<const Spec>(&spec, 1), false).outputs[0]);
+      alone_->push_back(
+          Runner::run(Runner::alone(), std::span<const Spec>(&spec, 1)).outputs.at(0));
     }
   }
   static void TearDownTestSuite() {
     delete specs_;
     delete alone_;
+    Runner::tear_down();
   }
 
-  void expect_same_outputs(const RunResult& result, std::string_view configuration) {
-    ASSERT_EQ(result.outputs.size(), specs_->size());
+  void expect_same_outputs(const RunResult& result, const Configuration& configuration) {
+    ASSERT_EQ(result.outputs.size(), specs_->size()) << describe(configuration);
     for (size_t index = 0; index < specs_->size(); ++index) {
       EXPECT_EQ(result.outputs[index], (*alone_)[index])
-          << configuration << ": request " << index << " differs from its run alone";
+          << describe(configuration) << ": request " << index << " differs from its run alone";
     }
   }
 
-  static std::vector<Spec>* specs_;
-  static std::vector<std::vector<int32_t>>* alone_;
+  static inline std::vector<Spec>* specs_ = nullptr;
+  static inline std::vector<std::vector<int32_t>>* alone_ = nullptr;
 };
 
-std::vector<Spec>* EngineInvarianceTest::specs_ = nullptr;
-std::vector<std::vector<int32_t>>* EngineInvarianceTest::alone_ = nullptr;
+struct RunnerNames {
+  template <typename Runner>
+  static std::string GetName(int) {
+    return std::is_same_v<Runner, ToyRunner> ? "Toy" : "Model";
+  }
+};
 
-TEST_F(EngineInvarianceTest, AloneGreedyOutputsMatchTheIndependentReference) {
+using Runners = ::testing::Types<ToyRunner, ModelRunner>;
+TYPED_TEST_SUITE(EngineInvarianceTest, Runners, RunnerNames);
+
+TYPED_TEST(EngineInvarianceTest, BatchedWithAmpleMemory) {
+  for (bool use_graphs : TypeParam::graph_modes()) {
+    for (bool chunked : {true, false}) {
+      Configuration configuration;
+      configuration.use_graphs = use_graphs;
+      configuration.chunked = chunked;
+      const RunResult result = TypeParam::run(configuration, *this->specs_);
+      EXPECT_EQ(result.stats.preemptions_by_recompute + result.stats.preemptions_by_swap, 0);
+      this->expect_same_outputs(result, configuration);
+    }
+  }
+}
+
+TYPED_TEST(EngineInvarianceTest, UnderPreemptionByRecompute) {
+  for (bool use_graphs : TypeParam::graph_modes()) {
+    for (bool chunked : {true, false}) {
+      for (bool staggered : TypeParam::staggered_modes()) {
+        Configuration configuration;
+        configuration.use_graphs = use_graphs;
+        configuration.chunked = chunked;
+        configuration.staggered = staggered;
+        configuration.tight_memory = true;
+        const RunResult result = TypeParam::run(configuration, *this->specs_);
+        EXPECT_GT(result.stats.preemptions_by_recompute, 0)
+            << "the KV budget must force preemption";
+        EXPECT_GT(result.stats.prefix_cache_hit_blocks, 0) << "recompute should hit the cache";
+        this->expect_same_outputs(result, configuration);
+      }
+    }
+  }
+}
+
+TYPED_TEST(EngineInvarianceTest, UnderPreemptionBySwap) {
+  for (bool use_graphs : TypeParam::graph_modes()) {
+    for (bool chunked : {true, false}) {
+      for (bool scarce_swap : TypeParam::scarce_swap_modes()) {
+        Configuration configuration;
+        configuration.use_graphs = use_graphs;
+        configuration.chunked = chunked;
+        configuration.tight_memory = true;
+        configuration.preemption = PreemptionMode::kSwap;
+        configuration.scarce_swap = scarce_swap;
+        const RunResult result = TypeParam::run(configuration, *this->specs_);
+        EXPECT_GT(result.stats.preemptions_by_swap, 0) << "the KV budget must force swapping";
+        if (scarce_swap) {
+          EXPECT_GT(result.stats.preemptions_by_recompute, 0);
+        }
+        this->expect_same_outputs(result, configuration);
+      }
+    }
+  }
+}
+
+// What only one runner can show.
+using ToyEngineInvarianceTest = EngineInvarianceTest<ToyRunner>;
+using ModelEngineInvarianceTest = EngineInvarianceTest<ModelRunner>;
+
+TEST_F(ToyEngineInvarianceTest, AloneGreedyOutputsMatchTheIndependentReference) {
   for (size_t index = 0; index < specs_->size(); ++index) {
     const Spec& spec = (*specs_)[index];
     if (!spec.sampling.is_greedy()) continue;
-    EXPECT_EQ((*alone_)[index], reference_greedy(base_options(), spec.prompt, spec.max_tokens))
+    EXPECT_EQ((*alone_)[index],
+              reference_greedy(ToyRunner::base_options(), spec.prompt, spec.max_tokens))
         << "request " << index;
   }
 }
 
-TEST_F(EngineInvarianceTest, BatchedWithAmpleMemory) {
-  for (bool chunked : {true, false}) {
-    HarnessOptions options = base_options();
-    options.scheduler.chunked_prefill = chunked;
-    const RunResult result = run(options, *specs_, /*staggered=*/false);
-    EXPECT_EQ(result.stats.preemptions_by_recompute + result.stats.preemptions_by_swap, 0);
-    expect_same_outputs(result, chunked ? "ample memory, chunked" : "ample memory, unchunked");
-  }
-}
-
-TEST_F(EngineInvarianceTest, UnderPreemptionByRecompute) {
-  for (bool chunked : {true, false}) {
-    for (bool staggered : {false, true}) {
-      HarnessOptions options = base_options();
-      options.num_pages = 6;  // 48 blocks of 8 tokens; the largest request needs 11
-      options.scheduler.chunked_prefill = chunked;
-      const RunResult result = run(options, *specs_, staggered);
-      EXPECT_GT(result.stats.preemptions_by_recompute, 0) << "the KV budget must force preemption";
-      EXPECT_GT(result.stats.prefix_cache_hit_blocks, 0) << "recompute should hit the cache";
-      expect_same_outputs(result, chunked ? "recompute, chunked" : "recompute, unchunked");
-    }
-  }
-}
-
-TEST_F(EngineInvarianceTest, UnderPreemptionBySwap) {
-  for (bool chunked : {true, false}) {
-    for (int32_t swap_blocks : {256, 12}) {  // ample host memory, and too little (falls back)
-      HarnessOptions options = base_options();
-      options.num_pages = 6;
-      options.swap_blocks = swap_blocks;
-      options.scheduler.chunked_prefill = chunked;
-      options.scheduler.preemption_mode = PreemptionMode::kSwap;
-      const RunResult result = run(options, *specs_, /*staggered=*/false);
-      EXPECT_GT(result.stats.preemptions_by_swap, 0) << "the KV budget must force swapping";
-      if (swap_blocks == 12) {
-        EXPECT_GT(result.stats.preemptions_by_recompute, 0);
-      }
-      expect_same_outputs(result, chunked ? "swap, chunked" : "swap, unchunked");
-    }
-  }
-}
-
-TEST_F(EngineInvarianceTest, WithTinyChunksAndBudget) {
-  HarnessOptions options = base_options();
+TEST_F(ToyEngineInvarianceTest, WithTinyChunksAndBudget) {
+  HarnessOptions options = ToyRunner::base_options();
   options.num_pages = 5;
   options.scheduler.prefill_chunk_size = 3;
   options.scheduler.max_num_batched_tokens = 8;
   options.scheduler.max_num_sequences = 8;
-  const RunResult result = run(options, *specs_, /*staggered=*/true);
-  expect_same_outputs(result, "chunks of 3, budget 8");
+  const RunResult result = ToyRunner::run_with(options, *specs_, /*staggered=*/true);
+  ASSERT_EQ(result.outputs.size(), specs_->size());
+  for (size_t index = 0; index < specs_->size(); ++index) {
+    EXPECT_EQ(result.outputs[index], (*alone_)[index])
+        << "chunks of 3, budget 8: request " << index << " differs from its run alone";
+  }
+}
+
+TEST_F(ModelEngineInvarianceTest, AloneOutputsHaveTheRequestedLengths) {
+  for (size_t index = 0; index < specs_->size(); ++index) {
+    EXPECT_EQ(static_cast<int32_t>((*alone_)[index].size()), (*specs_)[index].max_tokens);
+  }
 }
 
 }  // namespace
