@@ -29,8 +29,13 @@
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #endif
 
+// clang has no `#pragma GCC target`; its own pragma gives every function below the attribute.
+#if defined(__clang__)
+#pragma clang attribute push(__attribute__((target("avx2,fma,f16c"))), apply_to = function)
+#else
 #pragma GCC push_options
 #pragma GCC target("avx2,fma,f16c")
+#endif
 
 namespace folio::kernels::cpu::internal {
 namespace {
@@ -130,7 +135,11 @@ struct Simd {
 }  // namespace
 }  // namespace folio::kernels::cpu::internal
 
+#if defined(__clang__)
+#pragma clang attribute pop
+#else
 #pragma GCC pop_options
+#endif
 
 namespace folio::kernels::cpu::internal {
 

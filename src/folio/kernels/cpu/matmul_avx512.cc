@@ -25,8 +25,13 @@
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #endif
 
+// clang has no `#pragma GCC target`; its own pragma gives every function below the attribute.
+#if defined(__clang__)
+#pragma clang attribute push(__attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,fma,f16c"))), apply_to = function)
+#else
 #pragma GCC push_options
 #pragma GCC target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,fma,f16c")
+#endif
 
 namespace folio::kernels::cpu::internal {
 namespace {
@@ -191,7 +196,11 @@ void quantize_block(const float* input, int8_t* values, int32_t* corrections, fl
 }  // namespace
 }  // namespace folio::kernels::cpu::internal
 
+#if defined(__clang__)
+#pragma clang attribute pop
+#else
 #pragma GCC pop_options
+#endif
 
 namespace folio::kernels::cpu::internal {
 
