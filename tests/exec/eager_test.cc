@@ -73,8 +73,7 @@ INSTANTIATE_TEST_SUITE_P(
         EagerCase{"f32", DType::kF32, DType::kF32, model::LlamaArchitecture::kLlama, 1e-5},
         EagerCase{"f16_neox_bias", DType::kF16, DType::kF32, model::LlamaArchitecture::kQwen2,
                   1e-5},
-        EagerCase{"f32_f16cache", DType::kF32, DType::kF16, model::LlamaArchitecture::kLlama,
-                  1e-3},
+        EagerCase{"f32_f16cache", DType::kF32, DType::kF16, model::LlamaArchitecture::kLlama, 1e-3},
         EagerCase{"q8_0", DType::kQ8_0, DType::kF32, model::LlamaArchitecture::kLlama, 3e-2}),
     [](const ::testing::TestParamInfo<EagerCase>& info) { return std::string(info.param.name); });
 
@@ -172,7 +171,8 @@ TEST_F(PrepareErrorTest, InputLargerThanItsPersistentBufferIsRejected) {
 TEST_F(PrepareErrorTest, OpWithoutCpuKernelIsNamed) {
   ir::GraphBuilder builder(ir::Phase::kDecode);
   const ir::TensorId ids = *builder.input("token_ids", DType::kI32, {4});
-  const ir::TensorId table = *builder.weight("token_embd.weight", DType::kF32, {config_.model.vocab_size, 64});
+  const ir::TensorId table =
+      *builder.weight("token_embd.weight", DType::kF32, {config_.model.vocab_size, 64});
   const ir::TensorId hidden = *builder.embedding(ids, table, "embed");
   const ir::TensorId activated = *builder.silu(hidden, "act");
   ASSERT_TRUE(builder.mark_output(activated).ok());
@@ -184,7 +184,8 @@ TEST_F(PrepareErrorTest, OpWithoutCpuKernelIsNamed) {
 TEST_F(PrepareErrorTest, UnknownInputNameIsRejected) {
   ir::GraphBuilder builder(ir::Phase::kDecode);
   const ir::TensorId ids = *builder.input("tokens", DType::kI32, {4});
-  const ir::TensorId table = *builder.weight("token_embd.weight", DType::kF32, {config_.model.vocab_size, 64});
+  const ir::TensorId table =
+      *builder.weight("token_embd.weight", DType::kF32, {config_.model.vocab_size, 64});
   const ir::TensorId hidden = *builder.embedding(ids, table, "embed");
   ASSERT_TRUE(builder.mark_output(hidden).ok());
   const Status status = prepare(std::move(builder.finish()).value());

@@ -1,7 +1,8 @@
 // Test support for exec/: random in-memory weights for any step graph, a host KV cache in the
 // paged layout, the test model (the model layer's Llama step graph, testing/llama_test_graph.h)
-// as an ir::GraphFactory, and a step generator that plays a tiny scheduler (sequences, a free block list, block tables) so tests can drive the executor
-// with realistic randomized steps without depending on kv/.
+// as an ir::GraphFactory, and a step generator that plays a tiny scheduler (sequences, a free block
+// list, block tables) so tests can drive the executor with realistic randomized steps without
+// depending on kv/.
 #pragma once
 
 #include <cstdint>

@@ -7,8 +7,8 @@
 
 #include "folio/kv/block_manager.h"
 #include "folio/kv/fixed_page_source.h"
-#include "testing/kv_test_util.h"
 #include "random_workload.h"
+#include "testing/kv_test_util.h"
 
 namespace folio::kv {
 namespace {

@@ -10,9 +10,9 @@
 
 #include "folio/device/host_virtual_memory.h"
 #include "folio/kv/block_manager.h"
+#include "random_workload.h"
 #include "testing/kv_test_util.h"
 #include "testing/tokens.h"
-#include "random_workload.h"
 
 namespace folio::kv {
 namespace {

@@ -33,7 +33,8 @@ using Json = nlohmann::json;
 
 // A generated model parsed from memory; `chat_template` goes into tokenizer.chat_template.
 inline std::unique_ptr<model::LlamaModel> make_tiny_model(const std::string& chat_template = {}) {
-  Result<gguf::GgufWriter> writer = model::make_random_llama_writer(folio::testing::tiny_llama_shape(), /*seed=*/11);
+  Result<gguf::GgufWriter> writer =
+      model::make_random_llama_writer(folio::testing::tiny_llama_shape(), /*seed=*/11);
   EXPECT_TRUE(writer.ok()) << writer.status();
   if (!chat_template.empty()) {
     writer->set("tokenizer.chat_template", gguf::GgufValue::of_string(chat_template));

@@ -183,8 +183,8 @@ class PagePool final : private ThreadCacheHome {
   void bump_last_use(uint32_t head);
 
   // page_pool_introspection.cc. Requires: free_mutex_ held. Calls visit(first, pages, word) for
-  // each run (free extent, thread-held page, allocation) from page 0 up, checking that the runs tile
-  // the table.
+  // each run (free extent, thread-held page, allocation) from page 0 up, checking that the runs
+  // tile the table.
   void walk_runs(FunctionRef<void(uint32_t first, uint32_t pages, PageWord word)> visit) const
       FOLIO_REQUIRES(free_mutex_);
   struct RunCensus;
