@@ -80,7 +80,7 @@ Status ToyStepRunner::run_segment(const ir::StepBatch& step, int32_t segment) {
   const int32_t block_size = layout_.block_size;
   const int32_t* table =
       step.block_tables.data() + static_cast<size_t>(segment) * step.max_blocks_per_sequence;
-  uint64_t key = mix(model_seed_, static_cast<uint64_t>(step.adapter_ids[segment]) + 1);
+  uint64_t key = mix(model_seed_, static_cast<uint64_t>(step.adapter_id(segment)) + 1);
   if (first_position > 0) {
     FOLIO_ASSIGN_OR_RETURN(key, read_key(step, segment, first_position - 1));
   }

@@ -49,6 +49,10 @@ struct StepBatch {
   int32_t num_tokens() const { return static_cast<int32_t>(token_ids.size()); }
   int32_t num_sequences() const { return static_cast<int32_t>(seq_lens.size()); }
   int32_t num_logit_rows() const { return static_cast<int32_t>(logit_indices.size()); }
+  // The adapter of segment `sequence` (0, the base model, when adapter_ids is empty).
+  int64_t adapter_id(int32_t sequence) const {
+    return adapter_ids.empty() ? 0 : adapter_ids[static_cast<size_t>(sequence)];
+  }
   // The longest segment (1 for decode-only steps). Requires: query_start well formed.
   int32_t max_query_length() const;
   // Decode when every segment holds exactly one token, prefill otherwise.
