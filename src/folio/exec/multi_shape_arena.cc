@@ -10,7 +10,7 @@
 namespace folio::exec {
 
 MultiShapeArena::MultiShapeArena(std::unique_ptr<ArenaMemorySource> source, ArenaSharing sharing)
-    : sharing_(sharing), source_(std::move(source)) {}
+    : sharing_(sharing), granule_(source->granule()), source_(std::move(source)) {}
 
 std::unique_ptr<MultiShapeArena> MultiShapeArena::create(std::unique_ptr<ArenaMemorySource> source,
                                                          ArenaSharing sharing) {
@@ -74,7 +74,7 @@ Result<ArenaView> MultiShapeArena::create_view(size_t bytes) {
     views_.push_back(ArenaView{nullptr, 0, static_cast<int32_t>(views_.size())});
     return views_.back();
   }
-  const size_t rounded = round_up(bytes, source_->granule());
+  const size_t rounded = round_up(bytes, granule_);
   FOLIO_ASSIGN_OR_RETURN(const std::vector<PhysicalRun> runs, runs_for_view(rounded));
   FOLIO_ASSIGN_OR_RETURN(const ArenaView view, map_view(runs, rounded));
   views_.push_back(view);

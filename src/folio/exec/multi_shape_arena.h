@@ -90,9 +90,8 @@ class MultiShapeArena {
 
   ArenaStats stats() const;
   ArenaSharing sharing() const { return sharing_; }
-  // Not analysed: the source is set once by the constructor and its granule never changes, so
-  // reading it needs no lock; state_mutex_ guards what the source hands out.
-  size_t granule() const FOLIO_NO_THREAD_SAFETY_ANALYSIS { return source_->granule(); }
+  // The source's granule, fixed at construction (so read without the lock).
+  size_t granule() const { return granule_; }
   // The source's own measurement of the physical bytes held (see arena_memory.h).
   Result<size_t> measured_physical_bytes() const;
   std::vector<ArenaView> views() const;
@@ -113,6 +112,7 @@ class MultiShapeArena {
       FOLIO_REQUIRES(state_mutex_);
 
   const ArenaSharing sharing_;
+  const size_t granule_;
   mutable Mutex state_mutex_;
   // Set by the constructor and never reassigned; the source it points to is used under the
   // mutex.
