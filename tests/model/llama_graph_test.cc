@@ -19,10 +19,7 @@ ir::StepShape small_step() {
 
 // 16 blocks of 16 tokens of `shape`'s attention layers, 4 blocks per sequence.
 ir::KvCacheShape small_kv_cache(const LlamaShape& shape) {
-  const ir::KvCacheGeometry geometry{16, static_cast<int32_t>(shape.num_layers),
-                                     static_cast<int32_t>(shape.num_kv_heads),
-                                     static_cast<int32_t>(shape.head_dim()), DType::kF32};
-  return ir::KvCacheShape{geometry, 16, 4};
+  return ir::KvCacheShape{llama_kv_cache_geometry(shape, 16, DType::kF32), 16, 4};
 }
 
 // Every weight the graph reads must exist in a generated model file with the same dtype and

@@ -26,15 +26,8 @@ struct LlamaTestGraphConfig {
   DType kv_dtype = DType::kF32;
 
   ir::KvCacheShape kv_cache() const {
-    ir::KvCacheShape cache;
-    cache.geometry.block_size = block_size;
-    cache.geometry.num_layers = static_cast<int32_t>(model.num_layers);
-    cache.geometry.num_kv_heads = static_cast<int32_t>(model.num_kv_heads);
-    cache.geometry.head_dim = static_cast<int32_t>(model.head_dim());
-    cache.geometry.dtype = kv_dtype;
-    cache.num_blocks = num_blocks;
-    cache.max_blocks_per_sequence = max_blocks_per_sequence;
-    return cache;
+    return ir::KvCacheShape{model::llama_kv_cache_geometry(model, block_size, kv_dtype), num_blocks,
+                            max_blocks_per_sequence};
   }
 };
 

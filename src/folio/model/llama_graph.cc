@@ -188,6 +188,13 @@ Status validate_step_shape(const LlamaShape& model, const ir::StepShape& step,
 
 }  // namespace
 
+ir::KvCacheGeometry llama_kv_cache_geometry(const LlamaShape& model, int32_t block_size,
+                                            DType dtype) {
+  return ir::KvCacheGeometry{block_size, static_cast<int32_t>(model.num_layers),
+                             static_cast<int32_t>(model.num_kv_heads),
+                             static_cast<int32_t>(model.head_dim()), dtype};
+}
+
 std::string llama_key_cache_name(int64_t layer) {
   return fmt::format("blk.{}.k_cache", layer);
 }

@@ -28,6 +28,11 @@ namespace folio::model {
 Result<ir::Graph> build_llama_step_graph(const LlamaShape& model, const ir::StepShape& step,
                                          const ir::KvCacheShape& kv_cache);
 
+// The KV block geometry of `model`'s attention layers, with blocks of `block_size` tokens of
+// `dtype`: what a cache must have for the model's step graphs.
+ir::KvCacheGeometry llama_kv_cache_geometry(const LlamaShape& model, int32_t block_size,
+                                            DType dtype);
+
 // The name of layer `layer`'s key or value cache tensor.
 std::string llama_key_cache_name(int64_t layer);
 std::string llama_value_cache_name(int64_t layer);

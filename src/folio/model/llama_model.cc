@@ -86,9 +86,7 @@ uint64_t LlamaModel::prefault_weights(
 }
 
 ir::KvCacheGeometry LlamaModel::kv_cache_geometry(int32_t block_size, DType dtype) const {
-  return ir::KvCacheGeometry{block_size, static_cast<int32_t>(shape_.num_layers),
-                             static_cast<int32_t>(shape_.num_kv_heads),
-                             static_cast<int32_t>(shape_.head_dim()), dtype};
+  return llama_kv_cache_geometry(shape_, block_size, dtype);
 }
 
 ir::GraphFactory LlamaModel::graph_factory(const ir::KvCacheShape& kv_cache) const {
