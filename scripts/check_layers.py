@@ -67,9 +67,10 @@ def check_includes(order):
 def check_docs(order):
     problems = []
     for layer in order:
-        headers = [p for p in layer_files(layer) if p.suffix in {".h", ".cuh"}]
-        if not layer_files(layer):
+        files = layer_files(layer)
+        if not files:
             continue
+        headers = [p for p in files if p.suffix in {".h", ".cuh"}]
         doc = ROOT / "docs/design" / f"{layer}.md"
         if not doc.exists():
             problems.append(f"docs/design/{layer}.md: missing (layer '{layer}' has sources)")
