@@ -23,10 +23,12 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <string_view>
 
 namespace folio::kernels {
 
 enum class LoraWeightFormat : uint8_t { kF16, kInt8 };
+std::string_view lora_weight_format_name(LoraWeightFormat format);  // "f16", "int8"
 
 // Bytes of one matrix of `rows` rows of `columns` values in `format`.
 constexpr int64_t lora_matrix_bytes(LoraWeightFormat format, int64_t rows, int64_t columns) {
@@ -58,5 +60,16 @@ struct LoraArguments {
   int64_t input_features = 0;
   int64_t output_features = 0;
 };
+
+// Writes `rows` rows of `columns` f32 values as one matrix in `format` (lora_matrix_bytes bytes
+// at `destination`). f16 rounds to nearest even; int8 takes each block of 32 values (the last
+// one zero-padded) to scale = max |value| / 127 and q = round(value / scale), clamped to
+// [-127, 127] (scale 0 for a block of zeros).
+void write_lora_matrix(LoraWeightFormat format, const float* values, int64_t rows,
+                       int64_t columns, std::byte* destination);
+// Value (row, column) of a matrix in `format`, as the kernels read it (for references and
+// tests).
+float read_lora_value(LoraWeightFormat format, const std::byte* matrix, int64_t rows,
+                      int64_t columns, int64_t row, int64_t column);
 
 }  // namespace folio::kernels
