@@ -1,7 +1,10 @@
 #include "apps/folio/engine_options.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
+#include <filesystem>
 
 #include "apps/folio/progress_bar.h"
 
@@ -31,7 +34,75 @@ void add_engine_options(CLI::App& command, EngineCommandOptions& options) {
   command.add_option("--swap-mib", options.swap_mib,
                      "Host swap space for preemption by swap, MiB (0: recompute)");
   command.add_flag("-q,--quiet", options.quiet, "No progress messages");
+  command.add_option("--lora", options.loras,
+                     "LoRA adapter NAME=PATH[:SCALE] (llama.cpp adapter GGUF); repeatable");
+  command.add_option("--lora-dir", options.lora_dir,
+                     "Register every .gguf adapter in this directory, named by file stem");
+  command.add_option("--lora-hot-mib", options.lora_hot_mib,
+                     "Most of the pool hot adapters may hold, MiB (0: no cap)");
+  command.add_option("--lora-warm-mib", options.lora_warm_mib,
+                     "Host memory for warm (int8) adapters, MiB")
+      ->capture_default_str();
 }
+
+Result<AdapterSpec> parse_adapter_spec(const std::string& text) {
+  const size_t equals = text.find('=');
+  if (equals == std::string::npos || equals == 0 || equals + 1 == text.size()) {
+    return invalid_argument("--lora '{}': expected NAME=PATH[:SCALE]", text);
+  }
+  AdapterSpec spec;
+  spec.name = text.substr(0, equals);
+  spec.path = text.substr(equals + 1);
+  const size_t colon = spec.path.rfind(':');
+  if (colon != std::string::npos) {
+    const std::string scale = spec.path.substr(colon + 1);
+    char* end = nullptr;
+    const float value = std::strtof(scale.c_str(), &end);
+    if (!scale.empty() && end == scale.c_str() + scale.size()) {
+      spec.scale = value;
+      spec.path.resize(colon);
+    }
+  }
+  return spec;
+}
+
+namespace {
+
+Status register_adapters(const EngineCommandOptions& options, lora::AdapterManager& adapters) {
+  std::vector<AdapterSpec> specs;
+  for (const std::string& text : options.loras) {
+    FOLIO_ASSIGN_OR_RETURN(AdapterSpec spec, parse_adapter_spec(text));
+    specs.push_back(std::move(spec));
+  }
+  if (!options.lora_dir.empty()) {
+    std::error_code error;
+    std::vector<std::filesystem::path> files;
+    for (const auto& entry : std::filesystem::directory_iterator(options.lora_dir, error)) {
+      if (entry.is_regular_file() && entry.path().extension() == ".gguf") {
+        files.push_back(entry.path());
+      }
+    }
+    if (error) {
+      return invalid_argument("--lora-dir {}: {}", options.lora_dir, error.message());
+    }
+    std::sort(files.begin(), files.end());
+    for (const std::filesystem::path& file : files) {
+      specs.push_back(AdapterSpec{file.stem().string(), file.string(), 1.0f});
+    }
+  }
+  for (const AdapterSpec& spec : specs) {
+    Result<lora::AdapterInfo> info = adapters.register_adapter(spec.name, spec.path, spec.scale);
+    if (!info.ok()) return info.status().with_context(fmt::format("adapter '{}'", spec.name));
+    if (!options.quiet) {
+      std::fprintf(stderr, "adapter %s: %s, rank %lld, %d projections, %.1f KiB hot\n",
+                   spec.name.c_str(), spec.path.c_str(), static_cast<long long>(info->max_rank),
+                   info->num_targets, static_cast<double>(info->hot_bytes) / 1024.0);
+    }
+  }
+  return Status();
+}
+
+}  // namespace
 
 Result<std::unique_ptr<engine::ModelEngine>> start_model_engine(
     const EngineCommandOptions& options,
@@ -67,6 +138,12 @@ Result<std::unique_ptr<engine::ModelEngine>> start_model_engine(
   engine_options.scheduler.prefill_chunk_size = options.chunk_size;
   if (options.swap_mib > 0)
     engine_options.scheduler.preemption_mode = engine::PreemptionMode::kSwap;
+  engine_options.adapters = options.adapters || !options.loras.empty() || !options.lora_dir.empty();
+  if (options.lora_hot_mib < 0 || options.lora_warm_mib < 0) {
+    return invalid_argument("--lora-hot-mib and --lora-warm-mib must not be negative");
+  }
+  engine_options.adapter_options.hot_budget_bytes = options.lora_hot_mib << 20;
+  engine_options.adapter_options.warm_budget_bytes = options.lora_warm_mib << 20;
   if (!options.quiet && !options.no_graphs) {
     std::fprintf(stderr, "capturing decode graphs ...\n");
   }
@@ -74,6 +151,9 @@ Result<std::unique_ptr<engine::ModelEngine>> start_model_engine(
   Result<std::unique_ptr<engine::ModelEngine>> bundle =
       engine::ModelEngine::create(std::move(model), engine_options);
   if (!bundle.ok()) return bundle.status().with_context(options.model_path);
+  if ((*bundle)->adapters() != nullptr) {
+    FOLIO_RETURN_IF_ERROR(register_adapters(options, *(*bundle)->adapters()));
+  }
   if (!options.quiet) {
     const model::LlamaShape& shape = (*bundle)->model().shape();
     const double seconds =
@@ -90,6 +170,20 @@ Result<std::unique_ptr<engine::ModelEngine>> start_model_engine(
         static_cast<long long>(options.memory_mib), seconds);
   }
   return bundle;
+}
+
+Result<int64_t> resolve_adapter(engine::ModelEngine& model_engine, const std::string& name) {
+  lora::AdapterManager* adapters = model_engine.adapters();
+  if (name == "base" || (name.empty() && adapters == nullptr)) return int64_t{0};
+  if (adapters == nullptr) {
+    return invalid_argument("--adapter {} needs adapters: register them with --lora", name);
+  }
+  const std::vector<lora::AdapterInfo> registered = adapters->list();
+  if (name.empty()) return registered.size() == 1 ? registered[0].id : int64_t{0};
+  if (std::optional<lora::AdapterInfo> info = adapters->find(name)) return info->id;
+  std::string names;
+  for (const lora::AdapterInfo& info : registered) names += (names.empty() ? "" : ", ") + info.name;
+  return not_found("no adapter named '{}'; registered: {}", name, names.empty() ? "none" : names);
 }
 
 }  // namespace folio::app

@@ -5,6 +5,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include <CLI/CLI.hpp>
 
@@ -26,7 +27,22 @@ struct EngineCommandOptions {
   bool no_graphs = false;
   int64_t swap_mib = 0;
   bool quiet = false;
+  // LoRA adapters: NAME=PATH[:SCALE] each, and every *.gguf of a directory (named by its file
+  // stem). Any of them, or `adapters` set by a command, starts the engine with adapters.
+  std::vector<std::string> loras;
+  std::string lora_dir;
+  bool adapters = false;
+  int64_t lora_hot_mib = 0;  // 0: as much of the pool as it gives
+  int64_t lora_warm_mib = 256;
 };
+
+struct AdapterSpec {
+  std::string name;
+  std::string path;
+  float scale = 1.0f;
+};
+// Parses NAME=PATH[:SCALE]. kInvalidArgument naming the flag's text when malformed.
+Result<AdapterSpec> parse_adapter_spec(const std::string& text);
 
 // Registers the options on `command`; -m/--model is required.
 void add_engine_options(CLI::App& command, EngineCommandOptions& options);
@@ -37,5 +53,9 @@ void add_engine_options(CLI::App& command, EngineCommandOptions& options);
 Result<std::unique_ptr<engine::ModelEngine>> start_model_engine(
     const EngineCommandOptions& options,
     const std::function<void(engine::ModelEngineOptions&)>& customize = nullptr);
+
+// The adapter a command runs with: `name` ("base" for none); empty: the only registered
+// adapter when exactly one is, else the base model. kNotFound naming the registered ones.
+Result<int64_t> resolve_adapter(engine::ModelEngine& model_engine, const std::string& name);
 
 }  // namespace folio::app

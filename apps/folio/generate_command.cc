@@ -23,6 +23,7 @@ struct GenerateOptions {
   uint64_t seed = 0;
   bool seed_given = false;
   std::vector<std::string> stop;
+  std::string adapter;
 };
 
 void run_generate(const GenerateOptions& options) {
@@ -41,6 +42,9 @@ void run_generate(const GenerateOptions& options) {
   request.sampling.repetition_penalty = options.repetition_penalty;
   if (options.seed_given) request.sampling.seed = options.seed;
   request.stop_strings = options.stop;
+  Result<int64_t> adapter = resolve_adapter(model_engine, options.adapter);
+  check_command(adapter.status());
+  request.adapter_id = *adapter;
 
   std::mutex mutex;
   std::condition_variable finished_signal;
@@ -95,6 +99,9 @@ void add_generate_command(CLI::App& app) {
   command->add_option("--seed", options->seed, "Sampling seed")
       ->each([options](const std::string&) { options->seed_given = true; });
   command->add_option("--stop", options->stop, "Stop string (repeatable)");
+  command->add_option("--adapter", options->adapter,
+                      "Adapter to generate with (a --lora name, or base; default: the only "
+                      "--lora given)");
   command->callback([options] { run_generate(*options); });
 }
 

@@ -24,6 +24,7 @@ struct PerplexityCommandOptions {
   int32_t context = 0;
   int32_t stride = 0;
   std::string json_path;
+  std::string adapter;
 };
 
 void write_json(const PerplexityCommandOptions& options, const engine::PerplexityResult& result,
@@ -31,6 +32,7 @@ void write_json(const PerplexityCommandOptions& options, const engine::Perplexit
   const nlohmann::json report = {
       {"model", options.engine.model_path},
       {"text_file", options.text_path},
+      {"adapter", options.adapter},
       {"tokens", result.num_tokens},
       {"context", result.context},
       {"stride", result.stride},
@@ -71,6 +73,9 @@ void run_perplexity(const PerplexityCommandOptions& options) {
   perplexity_options.context = options.context;
   perplexity_options.stride = options.stride;
   perplexity_options.chunk_tokens = options.engine.chunk_size;
+  Result<int64_t> adapter = resolve_adapter(model_engine, options.adapter);
+  check_command(adapter.status());
+  perplexity_options.adapter_id = *adapter;
   std::optional<ProgressBar> bar;  // the window count is known at the first window
   perplexity_options.on_window = [&](const engine::PerplexityProgress& progress) {
     if (!bar)
@@ -111,6 +116,9 @@ void add_perplexity_command(CLI::App& app) {
   command->add_option("--stride", options->stride,
                       "Tokens between window starts (0: half the context)");
   command->add_option("--json", options->json_path, "Also write the result as JSON here");
+  command->add_option("--adapter", options->adapter,
+                      "Adapter to evaluate (a --lora name, or base; default: the only --lora "
+                      "given)");
   command->callback([options] { run_perplexity(*options); });
 }
 

@@ -39,7 +39,8 @@ Result<std::unique_ptr<Engine>> Engine::create(const EngineOptions& options,
   }
   FOLIO_ASSIGN_OR_RETURN(
       std::unique_ptr<Scheduler> scheduler,
-      Scheduler::create(options.scheduler, *parts.block_manager, parts.has_swap_space));
+      Scheduler::create(options.scheduler, *parts.block_manager, parts.has_swap_space,
+                        parts.adapters));
   std::unique_ptr<Clock> owned_clock;
   if (parts.clock == nullptr) owned_clock = std::make_unique<SteadyClock>();
   std::unique_ptr<metrics::Registry> owned_registry;
@@ -58,6 +59,7 @@ Engine::Engine(const EngineOptions& options, const EngineParts& parts, EngineMet
     : options_(options),
       block_manager_(*parts.block_manager),
       runner_(*parts.runner),
+      adapters_(parts.adapters),
       owned_clock_(std::move(owned_clock)),
       clock_(parts.clock != nullptr ? *parts.clock : *owned_clock_),
       owned_registry_(std::move(owned_registry)),
@@ -105,7 +107,12 @@ Status Engine::validate(const Request& request) const {
   if (!request.stop_strings.empty() && !text_decoder_factory_) {
     return invalid_argument("stop strings need a text decoder, and this engine has none");
   }
-  if (!runner_.supports_adapter(request.adapter_id)) {
+  if (adapters_ != nullptr && request.adapter_id != 0) {
+    if (!adapters_->get(request.adapter_id)) {
+      return not_found("adapter {} is not registered (it may have been unloaded)",
+                       request.adapter_id);
+    }
+  } else if (!runner_.supports_adapter(request.adapter_id)) {
     return invalid_argument("adapter {} is not served by this model", request.adapter_id);
   }
   return Status();
@@ -124,7 +131,15 @@ Result<RequestId> Engine::submit(Request request) {
                        stop_token_ids.end());
   Sequence& sequence = state->sequence;
   sequence.priority = request.priority;
+  sequence.adapter_id = request.adapter_id;
+  // KV computed under an adapter is keyed by what the adapter computes (its content), never by
+  // its name or id, so different weights under one name can never share a prefix.
   sequence.cache_namespace.adapter_id = request.adapter_id;
+  if (adapters_ != nullptr && request.adapter_id != 0) {
+    std::optional<lora::AdapterInfo> adapter = adapters_->get(request.adapter_id);
+    if (!adapter) return not_found("adapter {} is not registered", request.adapter_id);
+    sequence.cache_namespace.adapter_id = adapter->kv_namespace();
+  }
   sequence.tokens = std::move(request.prompt);
   sequence.num_prompt_tokens = num_prompt_tokens;
   sequence.arrival = clock_.now();

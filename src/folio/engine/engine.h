@@ -60,6 +60,8 @@ struct EngineParts {
   const Clock* clock = nullptr;               // null: a SteadyClock owned by the engine
   metrics::Registry* registry = nullptr;      // null: a registry owned by the engine
   TextDecoderFactory text_decoder_factory;    // empty: no text, no stop strings
+  // Adapters requests may name (their ids); null: the runner's supports_adapter() decides.
+  lora::AdapterManager* adapters = nullptr;
 };
 
 class Engine {
@@ -127,6 +129,7 @@ class Engine {
   const EngineOptions options_;
   kv::BlockManager& block_manager_;
   StepRunner& runner_;
+  lora::AdapterManager* const adapters_;
   std::unique_ptr<Clock> owned_clock_;
   const Clock& clock_;
   std::unique_ptr<metrics::Registry> owned_registry_;

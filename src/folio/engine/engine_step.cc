@@ -19,6 +19,8 @@ void Engine::run_until_idle() {
 
 bool Engine::step_once() {
   drain_inbox();
+  // Finished adapter loads become visible to this step's admissions.
+  if (adapters_ != nullptr) adapters_->maintain();
   if (!scheduler_->has_unfinished()) {
     report_state();
     return false;

@@ -22,6 +22,8 @@ ModelEngine::~ModelEngine() {
   runner_.reset();
   executor_.reset();
   block_manager_.reset();
+  // Hot adapters hold pool pages.
+  adapters_.reset();
 }
 
 Status ModelEngine::build_memory(const ModelEngineOptions& options) {
@@ -89,14 +91,25 @@ Status ModelEngine::build_executor(const ModelEngineOptions& options) {
   executor_options.metrics = &registry_;
   exec::ExecutorResources resources{*thread_pool_, *arena_, model_->weights(),
                                     exec::KvCacheBinding{numbers, num_blocks}};
-  FOLIO_ASSIGN_OR_RETURN(executor_, exec::Executor::create(model_->graph_factory(kv_cache),
-                                                           resources, executor_options));
+  model::LlamaGraphOptions graph_options;
+  if (options.adapters) {
+    lora::AdapterManagerOptions adapter_options = options.adapter_options;
+    adapter_options.max_sequences = options.scheduler.max_num_sequences;
+    adapter_options.metrics = &registry_;
+    FOLIO_ASSIGN_OR_RETURN(adapters_,
+                           lora::AdapterManager::create(model_->shape(), *pool_, adapter_options));
+    resources.adapters = adapters_->table_binding();
+    graph_options.adapters = true;
+  }
+  FOLIO_ASSIGN_OR_RETURN(
+      executor_, exec::Executor::create(model_->graph_factory(kv_cache, graph_options), resources,
+                                        executor_options));
   if (options.use_graphs && options.precapture_seconds > 0) {
     const ir::StepPhase decode = ir::StepPhase::kDecode;
     FOLIO_RETURN_IF_ERROR(
         executor_->precapture(std::span(&decode, 1), options.precapture_seconds).status());
   }
-  runner_ = std::make_unique<ModelStepRunner>(*executor_);
+  runner_ = std::make_unique<ModelStepRunner>(*executor_, adapters_.get(), pool_.get());
   return Status();
 }
 
@@ -122,6 +135,7 @@ Result<std::unique_ptr<ModelEngine>> ModelEngine::create(std::unique_ptr<model::
   parts.runner = bundle->runner_.get();
   parts.has_swap_space = bundle->swap_space_ != nullptr;
   parts.registry = &bundle->registry_;
+  parts.adapters = bundle->adapters_.get();
   const tokenizer::Tokenizer* tokenizer = &bundle->model_->tokenizer();
   parts.text_decoder_factory =
       make_span_text_decoder_factory([tokenizer](std::span<const int32_t> ids) {

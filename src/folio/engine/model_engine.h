@@ -19,6 +19,7 @@
 #include "folio/kv/block_manager.h"
 #include "folio/kv/host_swap_space.h"
 #include "folio/kv/pool_page_source.h"
+#include "folio/lora/adapter_manager.h"
 #include "folio/memory/page_pool.h"
 #include "folio/model/llama_model.h"
 
@@ -44,6 +45,10 @@ struct ModelEngineOptions {
   int64_t swap_bytes = 0;  // host swap space for preemption by swap; 0: none
   SchedulerOptions scheduler;
   uint64_t seed = 0;
+  // Serve LoRA adapters: the step graphs get lora ops and an adapter manager holds the tiers
+  // (its max_sequences is the scheduler's). Off, the graphs are the base model's alone.
+  bool adapters = false;
+  lora::AdapterManagerOptions adapter_options;
 };
 
 class ModelEngine {
@@ -57,6 +62,8 @@ class ModelEngine {
   memory::PagePool& pool() { return *pool_; }
   exec::Executor& executor() { return *executor_; }
   kv::BlockManager& block_manager() { return *block_manager_; }
+  // Null unless started with adapters.
+  lora::AdapterManager* adapters() { return adapters_.get(); }
   metrics::Registry& registry() { return registry_; }
   ThreadPool& thread_pool() { return *thread_pool_; }
 
@@ -72,6 +79,7 @@ class ModelEngine {
   std::unique_ptr<device::VirtualMemory> virtual_memory_;
   std::unique_ptr<memory::PagePool> pool_;
   std::unique_ptr<exec::MultiShapeArena> arena_;
+  std::unique_ptr<lora::AdapterManager> adapters_;
   std::unique_ptr<kv::PoolPageSource> page_source_;
   kv::HostKvBlockCopier copier_;
   std::unique_ptr<kv::HostSwapSpace> swap_space_;

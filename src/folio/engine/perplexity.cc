@@ -64,10 +64,11 @@ class WindowSequence {
 // Runs windows through the executor, reusing the step arrays from chunk to chunk.
 class WindowEvaluator {
  public:
-  WindowEvaluator(ModelEngine& model_engine, int32_t chunk_tokens)
+  WindowEvaluator(ModelEngine& model_engine, int32_t chunk_tokens, int32_t adapter_slot)
       : block_manager_(model_engine.block_manager()),
         executor_(model_engine.executor()),
         chunk_tokens_(chunk_tokens),
+        adapter_slot_(adapter_slot),
         block_tables_(static_cast<size_t>(executor_.limits().max_blocks_per_sequence)) {}
 
   // Adds the NLL of the window's scored tokens to `nll_sum`; returns the tokens it ran.
@@ -114,7 +115,8 @@ class WindowEvaluator {
         block_tables_,
         logit_indices_,
         {},
-        executor_.limits().max_blocks_per_sequence};
+        executor_.limits().max_blocks_per_sequence,
+        adapter_slot_ == 0 ? std::span<const int32_t>() : std::span(&adapter_slot_, 1)};
     FOLIO_ASSIGN_OR_RETURN(ir::StepOutput output, executor_.execute(step));
     FOLIO_CHECK(output.num_rows == static_cast<int32_t>(logit_indices_.size()),
                 "executor returned {} logit rows for {} asked", output.num_rows,
@@ -132,6 +134,7 @@ class WindowEvaluator {
   kv::BlockManager& block_manager_;
   exec::Executor& executor_;
   const int32_t chunk_tokens_;
+  const int32_t adapter_slot_;
   std::vector<int32_t> block_tables_;  // i32 [1, max_blocks_per_sequence]
   std::vector<int32_t> positions_;     // i32 [count]
   std::vector<int32_t> slots_;         // i32 [count]
@@ -237,7 +240,30 @@ Result<PerplexityResult> compute_perplexity(ModelEngine& model_engine,
   result.num_windows = static_cast<int32_t>(windows.size());
   result.context = resolved.context;
   result.stride = resolved.stride;
-  WindowEvaluator evaluator(model_engine, resolved.chunk_tokens);
+  // The adapter, held for the whole run and bound to a table slot once (this is the only
+  // sequence, so the binding cannot change).
+  lora::AdapterManager* adapters = model_engine.adapters();
+  int32_t adapter_slot = 0;
+  if (options.adapter_id != 0) {
+    if (adapters == nullptr) {
+      return invalid_argument("perplexity with an adapter needs an engine started with adapters");
+    }
+    for (;;) {
+      FOLIO_ASSIGN_OR_RETURN(const lora::AdapterReadiness readiness,
+                             adapters->acquire(options.adapter_id));
+      if (readiness == lora::AdapterReadiness::kReady) break;
+      adapters->wait_for_loads();
+    }
+    adapter_slot = adapters->bind_step(std::span(&options.adapter_id, 1))[0];
+  }
+  struct AdapterHold {
+    lora::AdapterManager* adapters;
+    int64_t id;
+    ~AdapterHold() {
+      if (id != 0) adapters->release(id);
+    }
+  } hold{adapters, options.adapter_id};
+  WindowEvaluator evaluator(model_engine, resolved.chunk_tokens, adapter_slot);
   double nll_sum = 0;
   const auto start = std::chrono::steady_clock::now();
   PerplexityProgress progress;

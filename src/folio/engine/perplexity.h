@@ -58,6 +58,8 @@ struct PerplexityOptions {
   int32_t context = 0;       // C; 0: the engine's context limit (the model's context length)
   int32_t stride = 0;        // S; 0: C / 2
   int32_t chunk_tokens = 0;  // most tokens per executor step; 0: the executor's logit rows
+  // The adapter the model runs with (0: the base model); needs an engine with adapters.
+  int64_t adapter_id = 0;
   // Called after every window (on the calling thread); may be empty.
   std::function<void(const PerplexityProgress&)> on_window;
 };

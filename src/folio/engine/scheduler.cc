@@ -76,18 +76,51 @@ Status SchedulerOptions::validate() const {
 
 Result<std::unique_ptr<Scheduler>> Scheduler::create(const SchedulerOptions& options,
                                                      kv::BlockManager& block_manager,
-                                                     bool has_swap_space) {
+                                                     bool has_swap_space,
+                                                     lora::AdapterManager* adapters) {
   FOLIO_RETURN_IF_ERROR(options.validate());
   if (options.preemption_mode == PreemptionMode::kSwap && !has_swap_space) {
     return invalid_argument(
         "preemption by swap needs a host swap space; give the block manager one or preempt by "
         "recompute");
   }
-  return std::unique_ptr<Scheduler>(new Scheduler(options, block_manager));
+  return std::unique_ptr<Scheduler>(new Scheduler(options, block_manager, adapters));
 }
 
-Scheduler::Scheduler(const SchedulerOptions& options, kv::BlockManager& block_manager)
-    : options_(options), block_manager_(block_manager) {}
+Scheduler::Scheduler(const SchedulerOptions& options, kv::BlockManager& block_manager,
+                     lora::AdapterManager* adapters)
+    : options_(options), block_manager_(block_manager), adapters_(adapters) {}
+
+bool Scheduler::hold_adapter(Sequence* sequence, StepPlan& plan) {
+  if (sequence->adapter_id == 0 || sequence->holds_adapter) return true;
+  FOLIO_CHECK(adapters_ != nullptr, "request {} names adapter {} without an adapter manager",
+              sequence->request, sequence->adapter_id);
+  Result<lora::AdapterReadiness> readiness = adapters_->acquire(sequence->adapter_id);
+  if (!readiness.ok()) {
+    fail(sequence, readiness.status(), plan);
+    return false;
+  }
+  if (*readiness == lora::AdapterReadiness::kLoading) return false;
+  sequence->holds_adapter = true;
+  return true;
+}
+
+void Scheduler::drop_adapter(Sequence* sequence) {
+  if (!sequence->holds_adapter) return;
+  adapters_->release(sequence->adapter_id);
+  sequence->holds_adapter = false;
+}
+
+void Scheduler::prefetch_adapters() {
+  if (adapters_ == nullptr) return;
+  int32_t looked = 0;
+  for (Sequence* sequence : waiting_) {
+    if (looked++ >= adapters_->prefetch_lookahead()) break;
+    if (sequence->adapter_id != 0 && !sequence->holds_adapter) {
+      adapters_->prefetch(sequence->adapter_id);
+    }
+  }
+}
 
 void Scheduler::add(Sequence* sequence) {
   FOLIO_DCHECK(sequence->status == SequenceStatus::kWaiting && sequence->num_allocated == 0);
@@ -114,6 +147,7 @@ void Scheduler::finish(Sequence* sequence) {
 }
 
 void Scheduler::release_kv(Sequence* sequence) {
+  drop_adapter(sequence);
   if (sequence->status == SequenceStatus::kRunning ||
       sequence->status == SequenceStatus::kSwapped) {
     const Status status = block_manager_.free(sequence->seq);
@@ -201,6 +235,7 @@ bool Scheduler::add_prefill_chunk(Sequence* sequence, StepPlan& plan, int32_t& b
 }
 
 void Scheduler::admit(StepPlan& plan, int32_t& budget, TimePoint now) {
+  prefetch_adapters();
   candidates_.clear();
   candidates_.insert(candidates_.end(), swapped_.begin(), swapped_.end());
   candidates_.insert(candidates_.end(), waiting_.begin(), waiting_.end());
@@ -238,13 +273,17 @@ bool Scheduler::try_resume_swapped(Sequence* sequence, StepPlan& plan) {
          plan);
     return false;
   }
+  if (!hold_adapter(sequence, plan)) return false;
   const kv::SeqId seqs[] = {sequence->seq};
   Result<kv::SwapOutcome> outcome = block_manager_.swap_in(seqs);
   if (!outcome.ok()) {
     fail(sequence, outcome.status().with_context("swapping the request's KV back in"), plan);
     return false;
   }
-  if (outcome->status == kv::SwapStatus::kNoCapacityNow) return false;
+  if (outcome->status == kv::SwapStatus::kNoCapacityNow) {
+    drop_adapter(sequence);
+    return false;
+  }
   remove_from(swapped_, sequence);
   sequence->status = SequenceStatus::kRunning;
   running_.push_back(sequence);
@@ -256,6 +295,8 @@ bool Scheduler::try_resume_swapped(Sequence* sequence, StepPlan& plan) {
 bool Scheduler::try_admit_waiting(Sequence* sequence, StepPlan& plan, int32_t& budget) {
   const auto num_tokens = static_cast<int32_t>(sequence->tokens.size());
   if (!options_.chunked_prefill && num_tokens > budget && !plan.segments.empty()) return false;
+  // Held before the KV allocation, which could otherwise evict the adapter's pages.
+  if (!hold_adapter(sequence, plan)) return false;
   Result<kv::AllocateOutcome> outcome =
       block_manager_.allocate(sequence->seq, sequence->tokens, sequence->cache_namespace);
   if (!outcome.ok()) {
@@ -266,6 +307,7 @@ bool Scheduler::try_admit_waiting(Sequence* sequence, StepPlan& plan, int32_t& b
     case kv::Admission::kAdmitted:
       break;
     case kv::Admission::kNoCapacityNow:
+      drop_adapter(sequence);
       return false;
     case kv::Admission::kNeverFits:
       fail(sequence,
@@ -325,6 +367,7 @@ void Scheduler::preempt(Sequence* victim, StepPlan& plan) {
     const kv::SeqId seqs[] = {victim->seq};
     Result<kv::SwapOutcome> outcome = block_manager_.swap_out(seqs);
     if (outcome.ok() && outcome->status == kv::SwapStatus::kSwapped) {
+      drop_adapter(victim);
       remove_from(running_, victim);
       victim->status = SequenceStatus::kSwapped;
       swapped_.push_back(victim);

@@ -24,6 +24,11 @@
 // re-queues it as WAITING; by swap (decoding sequences, when configured and the host swap space
 // has room) copies its blocks to host memory. A partial prefill is always recomputed. A
 // sequence preempted more than max_preemptions times fails.
+// Adapters (lora/adapter_manager.h): a sequence runs only with its adapter resident and held;
+// one whose adapter is loading is skipped like one that does not fit (it keeps its place in
+// the order, so a rare adapter is not starved by popular ones: admission order is priority and
+// arrival, never the adapter's queue depth). Each step the first prefetch_lookahead waiting
+// sequences' adapters start loading. Preemption and finishing release the adapter.
 //
 // Invariants: every sequence handed to add() is in exactly one queue matching its status until
 // finish() or a failure reported in a StepPlan; the block manager holds a sequence iff it is
@@ -41,6 +46,7 @@
 #include "folio/engine/clock.h"
 #include "folio/engine/sequence.h"
 #include "folio/kv/block_manager.h"
+#include "folio/lora/adapter_manager.h"
 
 namespace folio::engine {
 
@@ -86,9 +92,11 @@ struct StepPlan {
 class Scheduler {
  public:
   // Errors: invalid options, or a swap mode without a host swap space.
+  // `adapters` (may be null: base model only) must outlive the scheduler.
   static Result<std::unique_ptr<Scheduler>> create(const SchedulerOptions& options,
                                                    kv::BlockManager& block_manager,
-                                                   bool has_swap_space);
+                                                   bool has_swap_space,
+                                                   lora::AdapterManager* adapters = nullptr);
   Scheduler(const Scheduler&) = delete;
   Scheduler& operator=(const Scheduler&) = delete;
 
@@ -113,7 +121,14 @@ class Scheduler {
   void check_invariants() const;
 
  private:
-  Scheduler(const SchedulerOptions& options, kv::BlockManager& block_manager);
+  Scheduler(const SchedulerOptions& options, kv::BlockManager& block_manager,
+            lora::AdapterManager* adapters);
+  // Holds the sequence's adapter resident before it runs: true when held (or none is needed);
+  // false while it loads (the sequence waits, those behind it are tried); a load error fails
+  // the sequence.
+  bool hold_adapter(Sequence* sequence, StepPlan& plan);
+  void drop_adapter(Sequence* sequence);
+  void prefetch_adapters();
 
   void schedule_decodes(StepPlan& plan, int32_t& budget);
   void schedule_prefill_chunks(StepPlan& plan, int32_t& budget);
@@ -132,6 +147,7 @@ class Scheduler {
 
   SchedulerOptions options_;
   kv::BlockManager& block_manager_;
+  lora::AdapterManager* const adapters_;
   int64_t step_index_ = 0;  // schedule() calls so far
   std::vector<Sequence*> waiting_;
   std::vector<Sequence*> running_;

@@ -41,6 +41,8 @@ struct Sequence {
   TimePoint arrival;
   int64_t arrival_order = 0;  // submission order: ties in arrival time break by it
   kv::CacheNamespace cache_namespace;
+  int64_t adapter_id = 0;      // the request's adapter (0: the base model)
+  bool holds_adapter = false;  // it holds its adapter resident (running with it)
 
   std::vector<int32_t> tokens;  // prompt then generated
   int32_t num_prompt_tokens = 0;

@@ -23,7 +23,7 @@ Result<ir::StepBatch> StepBatchBuilder::build(const StepPlan& plan,
     const int32_t seq_len = segment.first_position + segment.num_tokens;
     seq_lens_.push_back(seq_len);
     if (segment.wants_logits) logit_indices_.push_back(query_start_.back() - 1);
-    adapter_ids_.push_back(sequence.cache_namespace.adapter_id);
+    adapter_ids_.push_back(sequence.adapter_id);
     seqs_.push_back(sequence.seq);
     kv_segments_.push_back(
         kv::StepSegment{sequence.seq, segment.first_position, segment.num_tokens});

@@ -50,6 +50,7 @@ Executor::Executor(ir::GraphFactory factory, const ExecutorResources& resources,
       arena_(resources.arena),
       weights_(resources.weights),
       kv_cache_(resources.kv_cache),
+      adapters_(resources.adapters),
       options_(std::move(options)),
       policy_(std::move(policy)),
       stream_(resources.pool) {}
@@ -76,6 +77,7 @@ Status Executor::initialize() {
   limits_.block_size = kv_cache_.layout.block_size;
   limits_.first_dummy_block = options_.first_dummy_block;
   limits_.num_dummy_blocks = options_.num_dummy_blocks;
+  limits_.num_adapter_slots = adapters_.num_slots;
 
   // The largest bucket's graph sizes what must be known before the first capture.
   const ir::StepShape largest = shape_for(policy_.largest(), ir::StepPhase::kDecode);
@@ -94,7 +96,7 @@ Status Executor::initialize() {
   if (!logits || graph->tensor(*logits).residency != ir::Residency::kOutput) {
     return invalid_argument("the step graph has no output named '{}'", ir::kOutputLogits);
   }
-  const PrepareContext context{weights_, kv_cache_, *inputs_, pool_.num_threads()};
+  const PrepareContext context{weights_, kv_cache_, *inputs_, adapters_, pool_.num_threads()};
   FOLIO_ASSIGN_OR_RETURN(std::unique_ptr<PreparedGraph> prepared,
                          PreparedGraph::prepare(std::move(graph).value(), context));
   FOLIO_RETURN_IF_ERROR(output_addresses(prepared->graph(), persistent_outputs_, true).status());
@@ -124,7 +126,7 @@ Result<std::unique_ptr<PreparedGraph>> Executor::prepare(const ir::StepShape& sh
                                                    shape.num_tokens,
                                                    ir::step_phase_name(shape.phase)));
   }
-  const PrepareContext context{weights_, kv_cache_, *inputs_, pool_.num_threads()};
+  const PrepareContext context{weights_, kv_cache_, *inputs_, adapters_, pool_.num_threads()};
   return PreparedGraph::prepare(std::move(graph).value(), context);
 }
 

@@ -80,6 +80,9 @@ struct ExecutorResources {
   MultiShapeArena& arena;
   const ir::WeightSource& weights;
   KvCacheBinding kv_cache;
+  // The adapter table, for models whose graphs update projections with adapters; empty
+  // otherwise. Must outlive the executor.
+  AdapterTableBinding adapters = {};
 };
 
 class Executor {
@@ -131,6 +134,7 @@ class Executor {
   MultiShapeArena& arena_;
   const ir::WeightSource& weights_;
   const KvCacheBinding kv_cache_;
+  const AdapterTableBinding adapters_;
   const ExecutorOptions options_;
   const BucketPolicy policy_;
   StepLimits limits_;

@@ -7,6 +7,7 @@
 #include "folio/kernels/cpu/embedding.h"
 #include "folio/kernels/cpu/gather_rows.h"
 #include "folio/kernels/cpu/kv_write.h"
+#include "folio/kernels/cpu/lora.h"
 #include "folio/kernels/cpu/matmul.h"
 #include "folio/kernels/cpu/rms_norm.h"
 #include "folio/kernels/cpu/rope.h"
@@ -188,6 +189,26 @@ void launch_gather(const OpOperands& operands, const PreparedOp& prepared,
   kernels::cpu::gather_rows(stream, arguments);
 }
 
+void launch_lora(const OpOperands& operands, const PreparedOp& prepared,
+                 const AdapterTableBinding& adapters, std::byte* workspace,
+                 device::HostStream& stream) {
+  const ir::TensorInfo& x = operands.input(ir::lora_input::kX);
+  kernels::LoraArguments arguments;
+  arguments.input = operands.input_data<const float>(ir::lora_input::kX);
+  arguments.base = operands.input_data<const float>(ir::lora_input::kBase);
+  arguments.output = operands.output_data();
+  arguments.token_slots = operands.input_data<const int32_t>(ir::lora_input::kTokenAdapterSlots);
+  arguments.slots = prepared.lora_slots;
+  arguments.num_slots = adapters.num_slots;
+  arguments.max_rank = adapters.max_rank;
+  arguments.workspace = workspace;
+  arguments.workspace_bytes = prepared.workspace_bytes;
+  arguments.num_rows = x.shape[0];
+  arguments.input_features = x.shape[1];
+  arguments.output_features = operands.output().shape[1];
+  kernels::cpu::lora(stream, arguments);
+}
+
 }  // namespace
 
 kernels::cpu::PagedAttentionArguments PreparedGraph::attention_arguments(
@@ -254,6 +275,9 @@ void PreparedGraph::launch(size_t index, std::span<std::byte* const> addresses,
       return;
     case ir::OpKind::kGatherRows:
       launch_gather(operands, prepared, stream);
+      return;
+    case ir::OpKind::kLora:
+      launch_lora(operands, prepared, adapters_, workspace, stream);
       return;
     case ir::OpKind::kMul:
     case ir::OpKind::kSilu:

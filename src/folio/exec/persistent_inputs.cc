@@ -25,6 +25,8 @@ PersistentInputs::PersistentInputs(const StepLimits& limits)
       query_start_(i32_bytes(int64_t{limits.max_sequences} + 1)),
       block_tables_(i32_bytes(int64_t{limits.max_sequences} * limits.max_blocks_per_sequence)),
       logit_indices_(i32_bytes(limits.max_logit_rows)),
+      token_adapter_slots_(i32_bytes(limits.max_tokens)),
+      logit_adapter_slots_(i32_bytes(limits.max_logit_rows)),
       num_sequences_(sizeof(int32_t)),
       num_logit_rows_(sizeof(int32_t)) {}
 
@@ -88,6 +90,22 @@ void PersistentInputs::write(const ir::StepBatch& step, const ir::StepShape& sha
   }
   std::fill(logit_indices_.as<int32_t>() + rows,
             logit_indices_.as<int32_t>() + shape.num_logit_rows, 0);
+
+  // Each token gets its sequence's adapter slot; padding tokens (and every token of a step
+  // without slots) slot 0, no adapter.
+  int32_t* token_slots = token_adapter_slots_.as<int32_t>();
+  if (step.adapter_slots.empty()) {
+    std::fill(token_slots, token_slots + shape.num_tokens, 0);
+  } else {
+    for (int32_t s = 0; s < sequences; ++s) {
+      std::fill(token_slots + step.query_start[s], token_slots + step.query_start[s + 1],
+                step.adapter_slots[s]);
+    }
+    std::fill(token_slots + tokens, token_slots + shape.num_tokens, 0);
+  }
+  int32_t* logit_slots = logit_adapter_slots_.as<int32_t>();
+  for (int32_t j = 0; j < rows; ++j) logit_slots[j] = token_slots[step.logit_indices[j]];
+  std::fill(logit_slots + rows, logit_slots + shape.num_logit_rows, 0);
 }
 
 Result<std::byte*> PersistentInputs::bind(const ir::TensorInfo& tensor) const {
@@ -110,6 +128,8 @@ Result<std::byte*> PersistentInputs::bind(const ir::TensorInfo& tensor) const {
       {ir::kInputBlockTables, &block_tables_, limits_.max_sequences,
        limits_.max_blocks_per_sequence},
       {ir::kInputLogitIndices, &logit_indices_, limits_.max_logit_rows, 0},
+      {ir::kInputTokenAdapterSlots, &token_adapter_slots_, limits_.max_tokens, 0},
+      {ir::kInputLogitAdapterSlots, &logit_adapter_slots_, limits_.max_logit_rows, 0},
   };
   for (const Candidate& candidate : candidates) {
     if (tensor.name != candidate.name) continue;
@@ -127,7 +147,8 @@ Result<std::byte*> PersistentInputs::bind(const ir::TensorInfo& tensor) const {
   }
   return invalid_argument(
       "input '{}' is not a persistent input; expected one of token_ids, positions, slot_mapping, "
-      "seq_lens, query_start, block_tables, logit_indices",
+      "seq_lens, query_start, block_tables, logit_indices, token_adapter_slots, "
+      "logit_adapter_slots",
       tensor.name);
 }
 

@@ -13,7 +13,8 @@
 //   token ids and positions of tokens [n, T) are 0; their slots are distinct slots of the
 //   reserved dummy blocks (so their KV writes land somewhere harmless and never race);
 //   sequences [k, S) have context length 0, query_start = n and block tables full of the first
-//   dummy block; logit indices [r, R) are 0 and the kernels zero those rows (num_logit_rows = r).
+//   dummy block; padding tokens have adapter slot 0 (none); logit indices [r, R) are 0 and the
+//   kernels zero those rows (num_logit_rows = r).
 //
 // Thread-safety: none; the executor writes the buffers before each step, on its thread.
 // Invariant: buffer addresses never change after create().
@@ -57,15 +58,17 @@ class PersistentInputs {
   explicit PersistentInputs(const StepLimits& limits);
 
   StepLimits limits_;
-  HostBuffer token_ids_;       // i32 [max_tokens]
-  HostBuffer positions_;       // i32 [max_tokens]
-  HostBuffer slot_mapping_;    // i32 [max_tokens]
-  HostBuffer seq_lens_;        // i32 [max_sequences]
-  HostBuffer query_start_;     // i32 [max_sequences + 1]
-  HostBuffer block_tables_;    // i32 [max_sequences, max_blocks_per_sequence]
-  HostBuffer logit_indices_;   // i32 [max_logit_rows]
-  HostBuffer num_sequences_;   // i32 scalar
-  HostBuffer num_logit_rows_;  // i32 scalar
+  HostBuffer token_ids_;            // i32 [max_tokens]
+  HostBuffer positions_;            // i32 [max_tokens]
+  HostBuffer slot_mapping_;         // i32 [max_tokens]
+  HostBuffer seq_lens_;             // i32 [max_sequences]
+  HostBuffer query_start_;          // i32 [max_sequences + 1]
+  HostBuffer block_tables_;         // i32 [max_sequences, max_blocks_per_sequence]
+  HostBuffer logit_indices_;        // i32 [max_logit_rows]
+  HostBuffer token_adapter_slots_;  // i32 [max_tokens]
+  HostBuffer logit_adapter_slots_;  // i32 [max_logit_rows]
+  HostBuffer num_sequences_;        // i32 scalar
+  HostBuffer num_logit_rows_;       // i32 scalar
 };
 
 }  // namespace folio::exec

@@ -2,6 +2,7 @@
 
 #include <cmath>
 
+#include "folio/kernels/cpu/lora.h"
 #include "folio/kernels/cpu/matmul.h"
 #include "folio/kernels/cpu/rope.h"
 #include "folio/tensor/quantize.h"
@@ -29,6 +30,7 @@ std::vector<ir::OpId> program_order(const ir::Graph& graph) {
 PreparedGraph::PreparedGraph(ir::Graph graph, const PrepareContext& context)
     : graph_(std::move(graph)),
       kv_cache_(context.kv_cache),
+      adapters_(context.adapters),
       inputs_(context.inputs),
       num_threads_(context.num_threads) {}
 
@@ -116,6 +118,8 @@ Status PreparedGraph::prepare_op(size_t index) {
       return Status();
     case ir::OpKind::kGatherRows:
       return prepare_gather(prepared);
+    case ir::OpKind::kLora:
+      return prepare_lora(prepared);
   }
   return unsupported(op, "unknown op kind");
 }
@@ -187,6 +191,28 @@ Status PreparedGraph::prepare_gather(PreparedOp& prepared) {
   HostBuffer& count = constants_.emplace_back(sizeof(int32_t));
   *count.as<int32_t>() = static_cast<int32_t>(indices.shape[0]);
   prepared.gather_row_count = count.as<int32_t>();
+  return Status();
+}
+
+Status PreparedGraph::prepare_lora(PreparedOp& prepared) {
+  const ir::Op& op = *prepared.op;
+  const int32_t target = std::get<ir::LoraAttributes>(op.attributes).target;
+  if (adapters_.slots == nullptr) {
+    return unsupported(op,
+                       "the graph updates projections with adapters but the executor was "
+                       "given no adapter table");
+  }
+  if (target >= adapters_.num_targets) {
+    return unsupported(op, fmt::format("adapter target {} is outside the adapter table's {} rows",
+                                       target, adapters_.num_targets));
+  }
+  if (adapters_.num_slots != inputs_.limits().num_adapter_slots) {
+    return unsupported(op, fmt::format("the adapter table has {} slots; the step limits say {}",
+                                       adapters_.num_slots, inputs_.limits().num_adapter_slots));
+  }
+  prepared.lora_slots = adapters_.slots + int64_t{target} * adapters_.num_slots;
+  prepared.workspace_bytes =
+      aligned_workspace(kernels::cpu::lora_workspace_bytes(adapters_.max_rank, num_threads_));
   return Status();
 }
 

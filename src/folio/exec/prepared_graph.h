@@ -15,6 +15,7 @@
 //   add -> add                        swiglu -> silu_gate         gather_rows -> gather_rows
 //   rope -> row copy into the output, then the rope body rotating it in place (query heads only)
 //   kv_cache_write -> kv_write        paged_attention -> paged_attention
+//   lora -> lora (its row of the adapter table, read at run time)
 //   mul, silu: no CPU kernel yet; preparing a graph with them fails (kInvalidArgument naming
 //   the op).
 // Activations must be f32 (the CPU kernels' type); KV caches f32 or f16.
@@ -44,13 +45,16 @@ struct PreparedOp {
   int32_t kv_layer = -1;        // kv_cache_write, paged_attention
   const float* rope_frequency_factors = nullptr;  // f32 [rotary_dim / 2], or null
   float rope_position_scale = 1.0f;
-  const int32_t* gather_row_count = nullptr;  // i32 scalar the gather reads at run time
+  const int32_t* gather_row_count = nullptr;             // i32 scalar the gather reads at run time
+  const kernels::LoraSlotWeights* lora_slots = nullptr;  // lora: its row of the adapter table
 };
 
 struct PrepareContext {
   const ir::WeightSource& weights;
   const KvCacheBinding& kv_cache;
   const PersistentInputs& inputs;
+  // The adapter table; required (non-null slots) when the graph has lora ops.
+  AdapterTableBinding adapters;
   int num_threads = 1;  // of the pool the graph will run on (sizes per-thread workspaces)
 };
 
@@ -95,9 +99,11 @@ class PreparedGraph {
   Status prepare_matmul(PreparedOp& prepared);
   Status prepare_rope(PreparedOp& prepared);
   Status prepare_gather(PreparedOp& prepared);
+  Status prepare_lora(PreparedOp& prepared);
 
   ir::Graph graph_;
   const KvCacheBinding kv_cache_;
+  const AdapterTableBinding adapters_;
   const PersistentInputs& inputs_;
   const int num_threads_;
   std::vector<PreparedOp> ops_;

@@ -34,6 +34,18 @@ Status check_sizes(const ir::StepBatch& step, const StepLimits& limits) {
     return invalid_argument("step has {} adapter ids for {} sequences", step.adapter_ids.size(),
                             sequences);
   }
+  if (!step.adapter_slots.empty() && static_cast<int64_t>(step.adapter_slots.size()) != sequences) {
+    return invalid_argument("step has {} adapter slots for {} sequences", step.adapter_slots.size(),
+                            sequences);
+  }
+  for (const int32_t slot : step.adapter_slots) {
+    if (slot != 0 && (slot < 0 || slot >= limits.num_adapter_slots)) {
+      return invalid_argument(
+          "adapter slot {} is outside the adapter table's {} slots (the model was built {})", slot,
+          limits.num_adapter_slots,
+          limits.num_adapter_slots == 0 ? "without adapters" : "with fewer slots");
+    }
+  }
   if (static_cast<int64_t>(step.block_tables.size()) !=
       sequences * limits.max_blocks_per_sequence) {
     return invalid_argument(

@@ -23,10 +23,14 @@ struct StepLimits {
   // tokens; no real sequence may use them.
   int64_t first_dummy_block = 0;
   int32_t num_dummy_blocks = 0;
+  // Rows of the adapter table the graphs' lora ops read (slot 0 included); 0 when the graphs
+  // have no lora ops, and then every adapter slot of a step must be 0.
+  int32_t num_adapter_slots = 0;
 };
 
 // OK when `step` is well formed for `limits`: consistent array sizes (block table rows of
-// exactly max_blocks_per_sequence columns, adapter ids empty or one per sequence), 1 <= tokens <=
+// exactly max_blocks_per_sequence columns, adapter ids and adapter slots each empty or one per
+// sequence, slots below num_adapter_slots or 0), 1 <= tokens <=
 // max, query_start increasing from 0 to num_tokens (every sequence has at least one query token),
 // context lengths covering the query tokens and fitting the block table, positions equal to
 // context_length - query_length + i, slots matching the block tables, used blocks in range and

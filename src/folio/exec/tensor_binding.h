@@ -8,6 +8,7 @@
 //   (kernels/paged_kv_layout.h). A cache tensor maps to (layer, key or value) by the op that
 //   uses it: its `layer` and the operand position (kv_cache_write updates and paged_attention
 //   inputs list the key cache before the value cache). Every use must agree.
+// - lora ops read row LoraAttributes::target of the adapter table (AdapterTableBinding).
 // - Persistent inputs are bound by name to PersistentInputs (persistent_inputs.h).
 // - Activations and outputs are bound per execution: by the eager runner as it goes, or to
 //   arena offsets and persistent output buffers at capture.
@@ -20,6 +21,7 @@
 #include "folio/base/result.h"
 #include "folio/ir/graph.h"
 #include "folio/ir/step_graph.h"
+#include "folio/kernels/lora.h"
 #include "folio/kernels/paged_kv_layout.h"
 #include "folio/tensor/tensor_view.h"
 
@@ -29,6 +31,17 @@ namespace folio::exec {
 struct KvCacheBinding {
   kernels::PagedKvLayout layout;
   int64_t num_blocks = 0;  // blocks allocated behind layout.base
+};
+
+// The adapter table the graphs' lora ops read (kernels/lora.h): num_targets rows (one per
+// projection an adapter may update, indexed by the op's LoraAttributes::target) of num_slots
+// entries, row-major. Whoever owns it rewrites the entries between steps (never during one);
+// the pointer stays fixed, so captured programs see new adapters without recapture.
+struct AdapterTableBinding {
+  const kernels::LoraSlotWeights* slots = nullptr;  // null: no table (graphs without lora ops)
+  int32_t num_targets = 0;
+  int32_t num_slots = 0;
+  int32_t max_rank = 0;  // of any adapter the table will hold (sizes the kernels' workspace)
 };
 
 // Where one IR KV-cache tensor lives in the paged layout.

@@ -135,6 +135,12 @@ Result<TensorId> GraphBuilder::gather_rows(TensorId x, TensorId indices, std::st
   return emit_one(OpKind::kGatherRows, std::move(name), {x, indices});
 }
 
+Result<TensorId> GraphBuilder::lora(TensorId x, TensorId base, TensorId token_adapter_slots,
+                                    int32_t target, std::string name) {
+  return emit_one(OpKind::kLora, std::move(name), {x, base, token_adapter_slots},
+                  LoraAttributes{target});
+}
+
 Status GraphBuilder::mark_output(TensorId tensor) {
   if (!graph_.contains(tensor)) {
     return invalid_argument("mark_output: {} is not a tensor of this graph", tensor.value());

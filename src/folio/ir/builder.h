@@ -72,6 +72,10 @@ class GraphBuilder {
                                    const AttentionAttributes& attributes, std::string name);
   // [R, H] <- rows `indices` (i32 [R]) of x [T, H].
   Result<TensorId> gather_rows(TensorId x, TensorId indices, std::string name);
+  // [T, N] <- base [T, N] plus the adapter update of each token (slots i32 [T]) for the
+  // projection `target` of x [T, K] (op.h "lora").
+  Result<TensorId> lora(TensorId x, TensorId base, TensorId token_adapter_slots, int32_t target,
+                        std::string name);
 
   // Makes an activation the step's result: it moves from the arena to a persistent output
   // buffer the caller reads after the step. Fails unless `tensor` is an activation.

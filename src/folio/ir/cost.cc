@@ -128,6 +128,11 @@ CostHints estimate_cost(const Graph& graph, const Op& op) {
     case OpKind::kGatherRows:
       cost = gather_rows_cost(graph, op);
       break;
+    case OpKind::kLora:
+      // The adapters' ranks are known only at run time; this counts the add of the update to
+      // the base, which every token pays (the rank-r work is 2r(K + N) per adapted token).
+      cost = elementwise_cost(graph, op, 1);
+      break;
   }
   cost.bytes_written = sum_bytes(graph, op.outputs);
   return cost;

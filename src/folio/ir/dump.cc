@@ -59,6 +59,8 @@ std::string attributes_text(const OpAttributes& attributes) {
               value.num_heads, value.head_dim, value.rotary_dim, value.theta,
               rope_style_name(value.style), rope_scaling_name(value.scaling.kind),
               value.scaling.factor);
+        } else if constexpr (std::is_same_v<T, LoraAttributes>) {
+          return fmt::format(" {{target={}}}", value.target);
         } else {
           static_assert(std::is_same_v<T, AttentionAttributes>);
           return fmt::format(" {{heads={} kv_heads={} head_dim={} scale={:g}}}", value.num_heads,

@@ -26,6 +26,8 @@ std::string_view op_kind_name(OpKind kind) {
       return "paged_attention";
     case OpKind::kGatherRows:
       return "gather_rows";
+    case OpKind::kLora:
+      return "lora";
   }
   return "invalid";
 }

@@ -29,6 +29,11 @@
 //                   head_dim]; causal: query row i of a sequence sees its KV tokens
 //                   0 .. seq_len - rows_of_sequence + i.
 //   gather_rows     x float [T, H], indices i32 [R]                      -> x.dtype [R, H]
+//   lora            x float [T, K], base float [T, N] (the projection of x), token_adapter_slots
+//                   i32 [T]                                              -> base.dtype [T, N]
+//                   base plus each token's adapter update scale * B (A x), read from row
+//                   `target` of the adapter table the executor binds (kernels/lora.h); tokens
+//                   of slot 0 get base unchanged.
 #pragma once
 
 #include <cstdint>
@@ -63,8 +68,9 @@ enum class OpKind : uint8_t {
   kKvCacheWrite,
   kPagedAttention,
   kGatherRows,
+  kLora,
 };
-inline constexpr int kNumOpKinds = static_cast<int>(OpKind::kGatherRows) + 1;
+inline constexpr int kNumOpKinds = static_cast<int>(OpKind::kLora) + 1;
 
 std::string_view op_kind_name(OpKind kind);
 
@@ -93,6 +99,9 @@ inline constexpr int kQuery = 0, kKeyCache = 1, kValueCache = 2, kSeqLens = 3, k
 }
 namespace gather_rows_input {
 inline constexpr int kX = 0, kIndices = 1;
+}
+namespace lora_input {
+inline constexpr int kX = 0, kBase = 1, kTokenAdapterSlots = 2;
 }
 
 struct NoAttributes {
@@ -142,8 +151,15 @@ struct AttentionAttributes {
   friend bool operator==(const AttentionAttributes&, const AttentionAttributes&) = default;
 };
 
+// The adapter-table row a lora op reads: the model's index of the projection it updates
+// (model/llama_adapter_targets.h for Llama).
+struct LoraAttributes {
+  int32_t target = 0;  // >= 0
+  friend bool operator==(const LoraAttributes&, const LoraAttributes&) = default;
+};
+
 using OpAttributes = std::variant<NoAttributes, EmbeddingAttributes, RmsNormAttributes,
-                                  RopeAttributes, AttentionAttributes>;
+                                  RopeAttributes, AttentionAttributes, LoraAttributes>;
 
 struct OpAnnotations {
   Phase phase = Phase::kPrefill;

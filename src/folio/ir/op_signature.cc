@@ -301,6 +301,25 @@ Result<Specs> infer_gather_rows(const SignatureChecker& check) {
   return Specs{{x.dtype, Shape{indices.shape[0], x.shape[1]}}};
 }
 
+Result<Specs> infer_lora(const SignatureChecker& check) {
+  FOLIO_RETURN_IF_ERROR(check.counts(3, 3, 0));
+  FOLIO_ASSIGN_OR_RETURN(const auto attributes, check.attributes<LoraAttributes>());
+  if (attributes.target < 0)
+    return check.error("adapter target {} is negative", attributes.target);
+  const TensorInfo& x = check.input(lora_input::kX);
+  const TensorInfo& base = check.input(lora_input::kBase);
+  const TensorInfo& slots = check.input(lora_input::kTokenAdapterSlots);
+  FOLIO_RETURN_IF_ERROR(check.is_float_tensor(x, "input"));
+  FOLIO_RETURN_IF_ERROR(check.has_rank(x, 2, "input"));
+  FOLIO_RETURN_IF_ERROR(check.is_float_tensor(base, "base"));
+  FOLIO_RETURN_IF_ERROR(check.has_rank(base, 2, "base"));
+  FOLIO_RETURN_IF_ERROR(check.has_dim(base, 0, x.shape[0], "base", "input rows"));
+  FOLIO_RETURN_IF_ERROR(check.has_dtype(slots, DType::kI32, "token_adapter_slots"));
+  FOLIO_RETURN_IF_ERROR(check.has_rank(slots, 1, "token_adapter_slots"));
+  FOLIO_RETURN_IF_ERROR(check.has_dim(slots, 0, x.shape[0], "token_adapter_slots", "input rows"));
+  return Specs{{base.dtype, base.shape}};
+}
+
 }  // namespace
 
 Result<std::vector<OutputSpec>> infer_outputs(const Graph& graph, const Op& op) {
@@ -327,6 +346,8 @@ Result<std::vector<OutputSpec>> infer_outputs(const Graph& graph, const Op& op) 
       return infer_paged_attention(check);
     case OpKind::kGatherRows:
       return infer_gather_rows(check);
+    case OpKind::kLora:
+      return infer_lora(check);
   }
   return check.error("unknown op kind {}", static_cast<int>(op.kind));
 }

@@ -40,11 +40,17 @@ struct StepBatch {
   // i32 [num_logit_rows]: step tokens whose logits are wanted (the last token of each segment
   // that completes a prefill or decodes), ascending; logits row j is token logit_indices[j].
   std::span<const int32_t> logit_indices;
-  // i64 [num_sequences], or empty for "all the base model"; 0 is the base model.
+  // i64 [num_sequences], or empty for "all the base model"; 0 is the base model. The engine's
+  // adapter ids (lora/adapter_registry.h); what the graphs read is adapter_slots.
   std::span<const int64_t> adapter_ids;
   // Width of a block table row: fixed for an engine (ceil(max context / block_size)), so
   // captured graphs see one shape.
   int32_t max_blocks_per_sequence = 0;
+  // i32 [num_sequences], or empty for "no adapter in this step": the row of the adapter table
+  // (kernels/lora.h) holding each sequence's adapter for this step, 0 for none. The runner that
+  // binds the step's adapters to the table fills it (engine/model_step_runner.h); the executor
+  // gives every token its sequence's slot (the graph input token_adapter_slots).
+  std::span<const int32_t> adapter_slots;
 
   int32_t num_tokens() const { return static_cast<int32_t>(token_ids.size()); }
   int32_t num_sequences() const { return static_cast<int32_t>(seq_lens.size()); }

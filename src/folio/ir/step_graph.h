@@ -34,7 +34,12 @@ inline constexpr std::string_view kInputSeqLens = "seq_lens";            // i32 
 inline constexpr std::string_view kInputQueryStart = "query_start";      // i32 [S + 1]
 inline constexpr std::string_view kInputBlockTables = "block_tables";    // i32 [S, B]
 inline constexpr std::string_view kInputLogitIndices = "logit_indices";  // i32 [R]
-inline constexpr std::string_view kOutputLogits = "logits";              // f32 [R, vocab]
+// Each token's adapter-table slot: StepBatch::adapter_slots of the token's sequence; 0 for
+// padding tokens and when the step has no adapter slots. Only graphs with lora ops have it.
+inline constexpr std::string_view kInputTokenAdapterSlots = "token_adapter_slots";  // i32 [T]
+// The slot of the token of each logit row (the LM head's adapter update); 0 for padding rows.
+inline constexpr std::string_view kInputLogitAdapterSlots = "logit_adapter_slots";  // i32 [R]
+inline constexpr std::string_view kOutputLogits = "logits";  // f32 [R, vocab]
 
 // The shape one step graph is emitted for. Every field is fixed per bucket: T is the padded
 // token count, S = min(T, max sequences) and R = min(T, max logit rows).

@@ -21,8 +21,8 @@ std::string_view lora_weight_format_name(LoraWeightFormat format) {
   return format == LoraWeightFormat::kF16 ? "f16" : "int8";
 }
 
-void write_lora_matrix(LoraWeightFormat format, const float* values, int64_t rows,
-                       int64_t columns, std::byte* destination) {
+void write_lora_matrix(LoraWeightFormat format, const float* values, int64_t rows, int64_t columns,
+                       std::byte* destination) {
   if (format == LoraWeightFormat::kF16) {
     auto* output = reinterpret_cast<uint16_t*>(destination);
     for (int64_t i = 0; i < rows * columns; ++i) output[i] = f32_to_f16(values[i]);
@@ -64,10 +64,10 @@ float read_lora_value(LoraWeightFormat format, const std::byte* matrix, int64_t 
   const int64_t padded = padded_columns(columns);
   const auto* quantized = reinterpret_cast<const int8_t*>(matrix);
   float scale = 0.0f;
-  std::memcpy(&scale,
-              matrix + rows * padded +
-                  (row * (padded / kInt8BlockValues) + column / kInt8BlockValues) * 4,
-              sizeof(float));
+  std::memcpy(
+      &scale,
+      matrix + rows * padded + (row * (padded / kInt8BlockValues) + column / kInt8BlockValues) * 4,
+      sizeof(float));
   return scale * static_cast<float>(quantized[row * padded + column]);
 }
 

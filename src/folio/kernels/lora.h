@@ -47,13 +47,13 @@ struct LoraSlotWeights {
 };
 
 struct LoraArguments {
-  const float* input = nullptr;         // x: f32 [num_rows, input_features]
-  const float* base = nullptr;          // f32 [num_rows, output_features]
-  float* output = nullptr;              // f32 [num_rows, output_features]; may alias base
-  const int32_t* token_slots = nullptr;  // i32 [num_rows]: each in [0, num_slots)
+  const float* input = nullptr;            // x: f32 [num_rows, input_features]
+  const float* base = nullptr;             // f32 [num_rows, output_features]
+  float* output = nullptr;                 // f32 [num_rows, output_features]; may alias base
+  const int32_t* token_slots = nullptr;    // i32 [num_rows]: each in [0, num_slots)
   const LoraSlotWeights* slots = nullptr;  // [num_slots]
   int32_t num_slots = 0;
-  int32_t max_rank = 0;  // every slot's rank is <= it (sizes the workspace)
+  int32_t max_rank = 0;            // every slot's rank is <= it (sizes the workspace)
   std::byte* workspace = nullptr;  // cpu::lora_workspace_bytes(max_rank, threads) bytes
   int64_t workspace_bytes = 0;
   int64_t num_rows = 0;
@@ -65,8 +65,8 @@ struct LoraArguments {
 // at `destination`). f16 rounds to nearest even; int8 takes each block of 32 values (the last
 // one zero-padded) to scale = max |value| / 127 and q = round(value / scale), clamped to
 // [-127, 127] (scale 0 for a block of zeros).
-void write_lora_matrix(LoraWeightFormat format, const float* values, int64_t rows,
-                       int64_t columns, std::byte* destination);
+void write_lora_matrix(LoraWeightFormat format, const float* values, int64_t rows, int64_t columns,
+                       std::byte* destination);
 // Value (row, column) of a matrix in `format`, as the kernels read it (for references and
 // tests).
 float read_lora_value(LoraWeightFormat format, const std::byte* matrix, int64_t rows,

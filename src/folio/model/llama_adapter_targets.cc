@@ -25,8 +25,7 @@ std::string_view llama_projection_name(LlamaProjection projection) {
 }
 
 int32_t llama_adapter_target_index(int64_t layer, LlamaProjection projection) {
-  return static_cast<int32_t>(layer) * kLlamaProjectionsPerLayer +
-         static_cast<int32_t>(projection);
+  return static_cast<int32_t>(layer) * kLlamaProjectionsPerLayer + static_cast<int32_t>(projection);
 }
 
 std::optional<int32_t> llama_output_adapter_target_index(const LlamaShape& shape) {
@@ -42,10 +41,10 @@ std::vector<AdapterTarget> llama_adapter_targets(const LlamaShape& shape) {
   std::vector<AdapterTarget> targets;
   for (int64_t layer = 0; layer < shape.num_layers; ++layer) {
     auto add = [&](LlamaProjection projection, int64_t input, int64_t output) {
-      targets.push_back(AdapterTarget{
-          llama_adapter_target_index(layer, projection),
-          fmt::format("blk.{}.{}.weight", layer, llama_projection_name(projection)), input,
-          output});
+      targets.push_back(
+          AdapterTarget{llama_adapter_target_index(layer, projection),
+                        fmt::format("blk.{}.{}.weight", layer, llama_projection_name(projection)),
+                        input, output});
     };
     add(LlamaProjection::kQuery, hidden, q_width);
     add(LlamaProjection::kKey, hidden, kv_width);

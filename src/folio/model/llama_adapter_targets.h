@@ -24,7 +24,7 @@ std::string_view llama_projection_name(LlamaProjection projection);
 
 struct AdapterTarget {
   int32_t index = 0;
-  std::string weight_name;  // the base weight's GGUF name, e.g. "blk.3.attn_q.weight"
+  std::string weight_name;      // the base weight's GGUF name, e.g. "blk.3.attn_q.weight"
   int64_t input_features = 0;   // K: the base matrix's row length
   int64_t output_features = 0;  // N: the base matrix's rows
 };

@@ -1,11 +1,13 @@
 #include "folio/model/llama_graph.h"
 
 #include <cmath>
+#include <optional>
 #include <string>
 
 #include <fmt/format.h>
 
 #include "folio/ir/builder.h"
+#include "folio/model/llama_adapter_targets.h"
 
 namespace folio::model {
 namespace {
@@ -15,11 +17,13 @@ using ir::TensorId;
 
 struct StepInputs {
   TensorId token_ids, positions, slot_mapping, logit_indices;
+  std::optional<TensorId> token_adapter_slots;  // graphs with adapters only
+  std::optional<TensorId> logit_adapter_slots;  // graphs with adapters only
   ir::AttentionMetadata attention;
 };
 
 Result<StepInputs> declare_inputs(GraphBuilder& builder, const ir::StepShape& step,
-                                  const ir::KvCacheShape& kv_cache) {
+                                  const ir::KvCacheShape& kv_cache, bool adapters) {
   StepInputs inputs;
   const int64_t tokens = step.num_tokens;
   const int64_t sequences = step.num_sequence_slots;
@@ -37,16 +41,27 @@ Result<StepInputs> declare_inputs(GraphBuilder& builder, const ir::StepShape& st
       input(ir::kInputBlockTables, {sequences, kv_cache.max_blocks_per_sequence}));
   FOLIO_ASSIGN_OR_RETURN(inputs.logit_indices,
                          input(ir::kInputLogitIndices, {step.num_logit_rows}));
+  if (adapters) {
+    FOLIO_ASSIGN_OR_RETURN(inputs.token_adapter_slots,
+                           input(ir::kInputTokenAdapterSlots, {tokens}));
+    FOLIO_ASSIGN_OR_RETURN(inputs.logit_adapter_slots,
+                           input(ir::kInputLogitAdapterSlots, {step.num_logit_rows}));
+  }
   return inputs;
 }
 
 class LlamaEmitter {
  public:
-  LlamaEmitter(const LlamaShape& model, const ir::StepShape& step, const ir::KvCacheShape& kv_cache)
-      : model_(model), step_(step), kv_cache_(kv_cache), builder_(step.ir_phase()) {}
+  LlamaEmitter(const LlamaShape& model, const ir::StepShape& step, const ir::KvCacheShape& kv_cache,
+               const LlamaGraphOptions& options)
+      : model_(model),
+        step_(step),
+        kv_cache_(kv_cache),
+        options_(options),
+        builder_(step.ir_phase()) {}
 
   Result<ir::Graph> emit() {
-    FOLIO_ASSIGN_OR_RETURN(inputs_, declare_inputs(builder_, step_, kv_cache_));
+    FOLIO_ASSIGN_OR_RETURN(inputs_, declare_inputs(builder_, step_, kv_cache_, options_.adapters));
     FOLIO_ASSIGN_OR_RETURN(TensorId table,
                            builder_.weight("token_embd.weight", model_.weight_dtype,
                                            {model_.vocab_size, model_.hidden_size}));
@@ -65,8 +80,15 @@ class LlamaEmitter {
       FOLIO_ASSIGN_OR_RETURN(head, builder_.weight("output.weight", model_.weight_dtype,
                                                    {model_.vocab_size, model_.hidden_size}));
     }
-    FOLIO_ASSIGN_OR_RETURN(TensorId logits,
-                           builder_.matmul(rows, head, std::string(ir::kOutputLogits)));
+    const std::optional<int32_t> head_target = llama_output_adapter_target_index(model_);
+    const bool adapted_head = inputs_.token_adapter_slots.has_value() && head_target.has_value();
+    FOLIO_ASSIGN_OR_RETURN(
+        TensorId logits,
+        builder_.matmul(rows, head, adapted_head ? "output" : std::string(ir::kOutputLogits)));
+    if (adapted_head) {
+      FOLIO_ASSIGN_OR_RETURN(logits, builder_.lora(rows, logits, *inputs_.logit_adapter_slots,
+                                                   *head_target, std::string(ir::kOutputLogits)));
+    }
     FOLIO_RETURN_IF_ERROR(builder_.mark_output(logits));
     return builder_.finish();
   }
@@ -79,18 +101,24 @@ class LlamaEmitter {
     return builder_.rms_norm(x, weight, model_.rms_norm_epsilon, name);
   }
 
-  // x [T, in] * "<prefix>.<which>.weight" [out, in]^T, plus the f32 bias when `bias`.
-  Result<TensorId> projection(TensorId x, const std::string& prefix, const char* which,
+  // x [T, in] * "blk.<layer>.<projection>.weight" [out, in]^T, plus the f32 bias when `bias`,
+  // plus each token's adapter update when the graph has adapters.
+  Result<TensorId> projection(TensorId x, int64_t layer, LlamaProjection projection,
                               int64_t out_features, int64_t in_features, bool bias) {
-    FOLIO_ASSIGN_OR_RETURN(TensorId weight,
-                           builder_.weight(fmt::format("{}.{}.weight", prefix, which),
-                                           model_.weight_dtype, {out_features, in_features}));
-    const std::string name = fmt::format("{}.{}", prefix, which);
-    if (!bias) return builder_.matmul(x, weight, name);
-    FOLIO_ASSIGN_OR_RETURN(
-        TensorId bias_tensor,
-        builder_.weight(fmt::format("{}.{}.bias", prefix, which), DType::kF32, {out_features}));
-    return builder_.matmul(x, weight, bias_tensor, name);
+    const std::string name = fmt::format("blk.{}.{}", layer, llama_projection_name(projection));
+    FOLIO_ASSIGN_OR_RETURN(TensorId weight, builder_.weight(name + ".weight", model_.weight_dtype,
+                                                            {out_features, in_features}));
+    TensorId projected;
+    if (bias) {
+      FOLIO_ASSIGN_OR_RETURN(TensorId bias_tensor,
+                             builder_.weight(name + ".bias", DType::kF32, {out_features}));
+      FOLIO_ASSIGN_OR_RETURN(projected, builder_.matmul(x, weight, bias_tensor, name));
+    } else {
+      FOLIO_ASSIGN_OR_RETURN(projected, builder_.matmul(x, weight, name));
+    }
+    if (!inputs_.token_adapter_slots) return projected;
+    return builder_.lora(x, projected, *inputs_.token_adapter_slots,
+                         llama_adapter_target_index(layer, projection), name + ".lora");
   }
 
   Result<TensorId> attention_block(int64_t layer, TensorId hidden) {
@@ -101,12 +129,12 @@ class LlamaEmitter {
     const bool bias = model_.architecture == LlamaArchitecture::kQwen2;
     FOLIO_ASSIGN_OR_RETURN(TensorId normed, norm(hidden, prefix + ".attn_norm"));
     const int64_t hidden_size = model_.hidden_size;
-    FOLIO_ASSIGN_OR_RETURN(TensorId q,
-                           projection(normed, prefix, "attn_q", q_width, hidden_size, bias));
-    FOLIO_ASSIGN_OR_RETURN(TensorId k,
-                           projection(normed, prefix, "attn_k", kv_width, hidden_size, bias));
-    FOLIO_ASSIGN_OR_RETURN(TensorId v,
-                           projection(normed, prefix, "attn_v", kv_width, hidden_size, bias));
+    FOLIO_ASSIGN_OR_RETURN(
+        TensorId q, projection(normed, layer, LlamaProjection::kQuery, q_width, hidden_size, bias));
+    FOLIO_ASSIGN_OR_RETURN(
+        TensorId k, projection(normed, layer, LlamaProjection::kKey, kv_width, hidden_size, bias));
+    FOLIO_ASSIGN_OR_RETURN(TensorId v, projection(normed, layer, LlamaProjection::kValue, kv_width,
+                                                  hidden_size, bias));
     ir::RopeAttributes rope;
     rope.num_heads = model_.num_heads;
     rope.head_dim = head_dim;
@@ -134,8 +162,9 @@ class LlamaEmitter {
     FOLIO_ASSIGN_OR_RETURN(TensorId attended,
                            builder_.paged_attention(q_rope, k_cache, v_cache, inputs_.attention,
                                                     attention, prefix + ".attention"));
-    FOLIO_ASSIGN_OR_RETURN(TensorId projected, projection(attended, prefix, "attn_output",
-                                                          hidden_size, q_width, false));
+    FOLIO_ASSIGN_OR_RETURN(TensorId projected,
+                           projection(attended, layer, LlamaProjection::kAttentionOutput,
+                                      hidden_size, q_width, false));
     return builder_.add(hidden, projected, prefix + ".attn_residual");
   }
 
@@ -144,19 +173,20 @@ class LlamaEmitter {
     const int64_t hidden_size = model_.hidden_size;
     const int64_t ffn = model_.ffn_size;
     FOLIO_ASSIGN_OR_RETURN(TensorId normed, norm(hidden, prefix + ".ffn_norm"));
-    FOLIO_ASSIGN_OR_RETURN(TensorId gate,
-                           projection(normed, prefix, "ffn_gate", ffn, hidden_size, false));
-    FOLIO_ASSIGN_OR_RETURN(TensorId up,
-                           projection(normed, prefix, "ffn_up", ffn, hidden_size, false));
+    FOLIO_ASSIGN_OR_RETURN(
+        TensorId gate, projection(normed, layer, LlamaProjection::kGate, ffn, hidden_size, false));
+    FOLIO_ASSIGN_OR_RETURN(
+        TensorId up, projection(normed, layer, LlamaProjection::kUp, ffn, hidden_size, false));
     FOLIO_ASSIGN_OR_RETURN(TensorId activated, builder_.swiglu(gate, up, prefix + ".ffn_swiglu"));
-    FOLIO_ASSIGN_OR_RETURN(TensorId down,
-                           projection(activated, prefix, "ffn_down", hidden_size, ffn, false));
+    FOLIO_ASSIGN_OR_RETURN(TensorId down, projection(activated, layer, LlamaProjection::kDown,
+                                                     hidden_size, ffn, false));
     return builder_.add(hidden, down, prefix + ".ffn_residual");
   }
 
   const LlamaShape& model_;
   const ir::StepShape& step_;
   const ir::KvCacheShape& kv_cache_;
+  const LlamaGraphOptions options_;
   GraphBuilder builder_;
   StepInputs inputs_;
 };
@@ -203,10 +233,11 @@ std::string llama_value_cache_name(int64_t layer) {
 }
 
 Result<ir::Graph> build_llama_step_graph(const LlamaShape& model, const ir::StepShape& step,
-                                         const ir::KvCacheShape& kv_cache) {
+                                         const ir::KvCacheShape& kv_cache,
+                                         const LlamaGraphOptions& options) {
   FOLIO_RETURN_IF_ERROR(validate_llama_shape(model));
   FOLIO_RETURN_IF_ERROR(validate_step_shape(model, step, kv_cache));
-  return LlamaEmitter(model, step, kv_cache).emit();
+  return LlamaEmitter(model, step, kv_cache, options).emit();
 }
 
 }  // namespace folio::model

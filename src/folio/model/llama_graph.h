@@ -5,7 +5,8 @@
 // NeoX halves for Qwen 2), KV-cache write, paged attention (grouped-query), output projection,
 // residual add, RMSNorm, gate and up projections, SwiGLU, down projection, residual add; then
 // the final RMSNorm, a gather of the R rows whose logits are wanted, and the LM head (the
-// output matrix, or the token embedding when they are tied).
+// output matrix, or the token embedding when they are tied). With adapters on, each adapter
+// target's projection is followed by a lora op (ir/op.h) adding each token's adapter update.
 //
 // It follows the step-graph contract (ir/step_graph.h): inputs named ir::kInput*, the output
 // ir::kOutputLogits, f32 [R, vocab], weights by their GGUF names, and KV caches named
@@ -22,11 +23,19 @@
 
 namespace folio::model {
 
+struct LlamaGraphOptions {
+  // Follow every adapter target's projection (llama_adapter_targets.h) with a lora op reading
+  // the input token_adapter_slots, so one graph serves any mix of adapters and the base model.
+  // Off, the graph is the base model's alone and pays nothing for adapters.
+  bool adapters = false;
+};
+
 // The step graph of `step`'s bucket over a paged cache of `kv_cache`. Errors
 // (kInvalidArgument): an invalid model shape (validate_llama_shape) or step shape, or a KV cache
 // whose geometry is not the model's (layers, KV heads, head dimension).
 Result<ir::Graph> build_llama_step_graph(const LlamaShape& model, const ir::StepShape& step,
-                                         const ir::KvCacheShape& kv_cache);
+                                         const ir::KvCacheShape& kv_cache,
+                                         const LlamaGraphOptions& options = {});
 
 // The KV block geometry of `model`'s attention layers, with blocks of `block_size` tokens of
 // `dtype`: what a cache must have for the model's step graphs.

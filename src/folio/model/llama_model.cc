@@ -89,9 +89,10 @@ ir::KvCacheGeometry LlamaModel::kv_cache_geometry(int32_t block_size, DType dtyp
   return llama_kv_cache_geometry(shape_, block_size, dtype);
 }
 
-ir::GraphFactory LlamaModel::graph_factory(const ir::KvCacheShape& kv_cache) const {
-  return [shape = shape_, kv_cache](const ir::StepShape& step) -> Result<ir::Graph> {
-    return build_llama_step_graph(shape, step, kv_cache);
+ir::GraphFactory LlamaModel::graph_factory(const ir::KvCacheShape& kv_cache,
+                                           const LlamaGraphOptions& options) const {
+  return [shape = shape_, kv_cache, options](const ir::StepShape& step) -> Result<ir::Graph> {
+    return build_llama_step_graph(shape, step, kv_cache, options);
   };
 }
 

@@ -43,7 +43,8 @@ class LlamaModel {
   // of `dtype`.
   ir::KvCacheGeometry kv_cache_geometry(int32_t block_size, DType dtype) const;
   // Emits the step graph of an executor bucket for a cache of `kv_cache`.
-  ir::GraphFactory graph_factory(const ir::KvCacheShape& kv_cache) const;
+  ir::GraphFactory graph_factory(const ir::KvCacheShape& kv_cache,
+                                 const LlamaGraphOptions& options = {}) const;
 
  private:
   LlamaModel(gguf::GgufFile file, LlamaShape shape, tokenizer::Tokenizer tokenizer);
