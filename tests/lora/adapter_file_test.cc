@@ -157,6 +157,26 @@ TEST(AdapterFileTest, RandomAdapterIsDeterministicPerSeed) {
   EXPECT_NE(first, to_bytes(*make_random_adapter_writer(small_base(), options)));
 }
 
+// The adapters of tests/data/reference/regenerate.sh are these bytes: `folio make-adapter` and
+// a test building the adapter in memory agree, and the goldens' "adapter_fnv1a64" pins them.
+TEST(AdapterFileTest, RandomAdapterMatchesTheReferenceGoldensAdapters) {
+  RandomAdapterOptions f16;  // lora_llama_f32_gqa_f16: --rank 16 --dtype f16 --targets
+  f16.rank = 16;             // q,k,v,o,gate,up,down,output --seed 21
+  f16.output = true;
+  f16.seed = 21;
+  EXPECT_EQ(fnv1a64(to_bytes(*make_random_adapter_writer(small_base(), f16))),
+            0x8810d8bdca6d176cull);
+  model::LlamaShape qwen2 = small_base();  // make-model --arch qwen2 --tie-embeddings
+  qwen2.architecture = model::LlamaArchitecture::kQwen2;
+  qwen2.tie_embeddings = true;
+  qwen2.weight_dtype = DType::kF16;
+  RandomAdapterOptions q8;  // lora_qwen2_f16_tied_q8_0: --rank 32 --dtype q8_0 --seed 24
+  q8.rank = 32;
+  q8.dtype = DType::kQ8_0;
+  q8.seed = 24;
+  EXPECT_EQ(fnv1a64(to_bytes(*make_random_adapter_writer(qwen2, q8))), 0x840e3940ac8f68b5ull);
+}
+
 TEST(AdapterFileTest, RandomAdapterValuesHaveTheDocumentedSpread) {
   RandomAdapterOptions options;
   options.rank = 16;

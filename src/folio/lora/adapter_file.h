@@ -16,7 +16,8 @@
 //             <base weight name>.lora_b   dtype [rank, output_features]
 //             dtype: f32, f16, bf16, q8_0 or q4_0, each tensor its own.
 // Norm vectors (`*_norm.weight`, which mergekit adds and llama.cpp skips) and pairs of norm
-// tensors (`*_norm.weight.lora_a/b`) are skipped; anything else is an error.
+// tensors (`*_norm.weight.lora_a/b`, which llama.cpp would refuse for their shape) are skipped;
+// any other tensor is an error.
 //
 // Validation at open (each failure is kInvalidArgument naming the file and the key or tensor,
 // or the GGUF reader's own error for a malformed file): the three metadata strings; alpha a
@@ -24,8 +25,8 @@
 // names are refused); both halves present; two dimensions each; A's row length the target's
 // input features and B's rows its output features; ranks equal, positive and at most the base's
 // hidden size; a dtype this file format allows; at least one pair. Duplicate tensor names are
-// the reader's error. Values are not read at open: a non-finite value is write_adapter_weights'
-// error.
+// the reader's error. Values are hashed at open but not decoded: a non-finite value is
+// write_adapter_weights' error.
 //
 // The weights (write_adapter_weights): for every pair, A as rank rows of input_features values
 // and B^T (B transposed) as rank rows of output_features values, each matrix in a

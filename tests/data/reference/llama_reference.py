@@ -8,8 +8,16 @@ tests/model/ compares against the engine's logits, and, when PROMPTS.json asks, 
 of a token sequence under sliding windows (tests/engine/perplexity_test.cc; the definition is in
 src/folio/engine/perplexity.h and docs/notes/perplexity.md).
 
+With --lora, the model is the base with a LoRA adapter in llama.cpp's format merged in: each
+adapted projection W (n_out x n_in) becomes W + scale * B @ A, with A = <W>.lora_a ([r, n_in]
+outermost first), B = <W>.lora_b ([n_out, r]), scale = SCALE * alpha / r, or SCALE when the
+adapter's adapter.lora.alpha is 0 or absent (llama.cpp's rule; docs/design/lora.md). The merge
+is done in float64 on the dequantized weights, which is the same function as the engine's
+separate update x W^T + scale * (x A^T) B^T.
+
 Usage:
-  llama_reference.py MODEL.gguf PROMPTS.json OUT.json
+  llama_reference.py MODEL.gguf PROMPTS.json OUT.json [--lora ADAPTER.gguf[:SCALE]]
+SCALE defaults to 1.
 PROMPTS.json: {"prompts": [[token ids...], ...],
                "perplexity": {"tokens": [token ids...], "windows": [[context, stride], ...]}}
 """
@@ -214,6 +222,39 @@ def perplexity(metadata, tensors, tokens, context, stride):
             "perplexity": float(np.exp(mean_nll))}
 
 
+def merge_lora(metadata, tensors, adapter_path, user_scale):
+    """Adds scale * B @ A to every projection the adapter targets, in place."""
+    adapter_metadata, adapter_tensors = read_gguf(adapter_path)
+    for key, expected in (("general.type", "adapter"), ("adapter.type", "lora"),
+                          ("general.architecture", metadata["general.architecture"])):
+        if adapter_metadata.get(key) != expected:
+            raise ValueError(f"{adapter_path}: {key} is {adapter_metadata.get(key)!r}, "
+                             f"expected {expected!r}")
+    alpha = adapter_metadata.get("adapter.lora.alpha", 0.0)
+    pairs = {}
+    for name, values in adapter_tensors.items():
+        if name.endswith("_norm.weight"):
+            continue  # norm vectors: skipped, as llama.cpp does
+        if not name.endswith((".lora_a", ".lora_b")):
+            raise ValueError(f"{adapter_path}: tensor {name} is not a LoRA tensor")
+        base_name, half = name[:-len(".lora_a")], name[-1]
+        if base_name.endswith("_norm.weight"):
+            continue
+        pairs.setdefault(base_name, {})[half] = values
+    for base_name, pair in sorted(pairs.items()):
+        if base_name not in tensors or base_name == "token_embd.weight":
+            raise ValueError(f"{adapter_path}: {base_name} is not a projection of the base")
+        a, b = pair["a"], pair["b"]  # [r, n_in], [n_out, r]
+        rank = b.shape[1]
+        weight = tensors[base_name]
+        if a.shape != (rank, weight.shape[1]) or b.shape != (weight.shape[0], rank):
+            raise ValueError(f"{adapter_path}: {base_name}: A {a.shape} and B {b.shape} do not "
+                             f"fit the base's {weight.shape}")
+        scale = user_scale if alpha == 0 else user_scale * alpha / rank
+        tensors[base_name] = weight + scale * (b @ a)
+    return len(pairs)
+
+
 def fnv1a64(data):
     """FNV-1a 64-bit hash of the model file, so a test can tell a stale golden file."""
     value = 0xcbf29ce484222325
@@ -222,11 +263,24 @@ def fnv1a64(data):
     return value
 
 
+def file_hash(path):
+    with open(path, "rb") as handle:
+        return f"{fnv1a64(handle.read()):016x}"
+
+
 def main():
-    if len(sys.argv) != 4:
+    arguments = sys.argv[1:]
+    adapter = None
+    if len(arguments) == 5 and arguments[3] == "--lora":
+        path, _, scale = arguments[4].partition(":")
+        adapter = (path, float(scale) if scale else 1.0)
+        arguments = arguments[:3]
+    if len(arguments) != 3:
         sys.exit(__doc__)
-    model_path, prompts_path, out_path = sys.argv[1:]
+    model_path, prompts_path, out_path = arguments
     metadata, tensors = read_gguf(model_path)
+    if adapter is not None:
+        merge_lora(metadata, tensors, *adapter)
     with open(prompts_path) as handle:
         requests = json.load(handle)
     results = []
@@ -241,10 +295,11 @@ def main():
             for context, stride in requests["perplexity"]["windows"]:
                 perplexities.append(perplexity(metadata, tensors, tokens, context, stride))
     with open(out_path, "w") as handle:
-        with open(model_path, "rb") as model_file:
-            model_hash = fnv1a64(model_file.read())
-        output = {"model": model_path.split("/")[-1], "model_fnv1a64": f"{model_hash:016x}",
-                  "results": results}
+        output = {"model": model_path.split("/")[-1], "model_fnv1a64": file_hash(model_path)}
+        if adapter is not None:
+            output.update({"adapter": adapter[0].split("/")[-1],
+                           "adapter_fnv1a64": file_hash(adapter[0]), "adapter_scale": adapter[1]})
+        output["results"] = results
         if "perplexity" in requests:
             output["perplexity"] = {"tokens": requests["perplexity"]["tokens"],
                                     "windows": perplexities}

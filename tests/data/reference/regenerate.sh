@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Regenerates the golden logits the end-to-end model tests compare against: makes each test
 # model with `folio make-model` (deterministic: the tests make the same bytes in memory) and runs
-# the independent PyTorch reference (llama_reference.py) over the prompts in prompts.json.
+# the independent PyTorch reference (llama_reference.py) over the prompts in prompts.json; then
+# the same for those models with LoRA adapters made by `folio make-adapter` (the `adapters`
+# table below).
 # Needs Debian's python3-torch (apt-get install python3-torch) and a release build.
 #   tests/data/reference/regenerate.sh [build/release]
 set -euo pipefail
@@ -24,5 +26,33 @@ for entry in "${models[@]}"; do
   "$folio" make-model -o "$work/$name.gguf" $arguments
   /usr/bin/python3 "$here/llama_reference.py" "$work/$name.gguf" "$here/prompts.json" \
     "$here/$name.json"
+  echo "wrote $here/$name.json"
+done
+
+# LoRA goldens, lora_<base>_<adapter>.json: a base model of the table above with an adapter made
+# by `folio make-adapter -m <base>.gguf` (deterministic: lora::make_random_adapter_writer with
+# the same options makes the same bytes in memory) and applied at a user scale. Each JSON has the
+# base goldens' layout plus "adapter", "adapter_fnv1a64" and "adapter_scale". The C++ test that
+# runs the engine with these adapters mirrors this table.
+#   golden name | base (a name above) | make-adapter arguments | user scale
+# Scales (user scale * alpha / rank, alpha defaulting to the rank): 1, 0.5, 0.5, 1, 1 (alpha 0:
+# the user scale), 0.5. q8_0 adapters have rank 32 so that lora_b's rows (rank values) are whole
+# q8_0 blocks too; two adapters include the LM head (output), one only some projections. Each
+# adapted projection moves by about a quarter of its size (adapter_writer.h); the logits move by
+# 0.4 to 0.75 of their RMS, far beyond every tolerance of the base goldens' tests.
+adapters=(
+  "lora_llama_f32_gqa_f16|llama_f32_gqa|--rank 16 --dtype f16 --targets q,k,v,o,gate,up,down,output --seed 21|1.0"
+  "lora_llama_f32_gqa_q8_0|llama_f32_gqa|--rank 32 --dtype q8_0 --alpha 16 --seed 22|1.0"
+  "lora_qwen2_f16_tied_f16|qwen2_f16_tied|--rank 8 --dtype f16 --seed 23|0.5"
+  "lora_qwen2_f16_tied_q8_0|qwen2_f16_tied|--rank 32 --dtype q8_0 --seed 24|1.0"
+  "lora_llama_q8_0_gqa_f16|llama_q8_0_gqa|--rank 8 --dtype f16 --targets q,v,down --alpha 0 --seed 25|1.0"
+  "lora_llama_q8_0_gqa_q8_0|llama_q8_0_gqa|--rank 32 --dtype q8_0 --targets q,k,v,o,gate,up,down,output --seed 26|0.5"
+)
+for entry in "${adapters[@]}"; do
+  IFS='|' read -r name base arguments scale <<<"$entry"
+  # shellcheck disable=SC2086
+  "$folio" make-adapter -m "$work/$base.gguf" -o "$work/$name.gguf" $arguments
+  /usr/bin/python3 "$here/llama_reference.py" "$work/$base.gguf" "$here/prompts.json" \
+    "$here/$name.json" --lora "$work/$name.gguf:$scale"
   echo "wrote $here/$name.json"
 done
