@@ -4,7 +4,9 @@
 // test generates in memory (same shape, same seed, same bytes: checked by hash).
 //
 // Each prompt runs (a) as one prefill step asking for the logits of every position and (b) one
-// token per step (decode), eagerly and through captured/replayed programs.
+// token per step (decode), eagerly and through captured/replayed programs. The LoRA goldens run
+// the same way with a graph that has adapter updates and the adapter in slot 1 of the adapter
+// table, in both of the table's formats (f16: the hot tier, int8: the warm tier).
 #include <cmath>
 #include <fstream>
 #include <string>
@@ -20,6 +22,8 @@
 #include "folio/exec/host_buffer.h"
 #include "folio/exec/multi_shape_arena.h"
 #include "folio/gguf/gguf_writer.h"
+#include "folio/lora/adapter_file.h"
+#include "folio/lora/adapter_writer.h"
 #include "folio/model/llama_model.h"
 
 namespace folio::model {
@@ -43,6 +47,50 @@ constexpr ReferenceModel kReferenceModels[] = {
     {"llama_q8_0_gqa", LlamaArchitecture::kLlama, DType::kQ8_0, false, 12, 5e-2},
     {"qwen2_f16_tied", LlamaArchitecture::kQwen2, DType::kF16, true, 13, 1e-4},
 };
+
+// Keep in sync with the adapters table of tests/data/reference/regenerate.sh.
+struct ReferenceAdapter {
+  const char* name;
+  const ReferenceModel* base;
+  int64_t rank;
+  DType dtype;
+  std::vector<LlamaProjection> projections;
+  bool output;
+  std::optional<float> alpha;
+  uint64_t seed;
+  float user_scale;
+};
+
+const std::vector<LlamaProjection> kAllProjections = {
+    LlamaProjection::kQuery, LlamaProjection::kKey,
+    LlamaProjection::kValue, LlamaProjection::kAttentionOutput,
+    LlamaProjection::kGate,  LlamaProjection::kUp,
+    LlamaProjection::kDown};
+
+const std::vector<ReferenceAdapter>& reference_adapters() {
+  static const std::vector<ReferenceAdapter> adapters = {
+      {"lora_llama_f32_gqa_f16", &kReferenceModels[0], 16, DType::kF16, kAllProjections, true,
+       std::nullopt, 21, 1.0f},
+      {"lora_llama_f32_gqa_q8_0", &kReferenceModels[0], 32, DType::kQ8_0, kAllProjections, false,
+       16.0f, 22, 1.0f},
+      {"lora_qwen2_f16_tied_f16", &kReferenceModels[2], 8, DType::kF16, kAllProjections, false,
+       std::nullopt, 23, 0.5f},
+      {"lora_qwen2_f16_tied_q8_0", &kReferenceModels[2], 32, DType::kQ8_0, kAllProjections, false,
+       std::nullopt, 24, 1.0f},
+      {"lora_llama_q8_0_gqa_f16",
+       &kReferenceModels[1],
+       8,
+       DType::kF16,
+       {LlamaProjection::kQuery, LlamaProjection::kValue, LlamaProjection::kDown},
+       false,
+       0.0f,
+       25,
+       1.0f},
+      {"lora_llama_q8_0_gqa_q8_0", &kReferenceModels[1], 32, DType::kQ8_0, kAllProjections, true,
+       std::nullopt, 26, 0.5f},
+  };
+  return adapters;
+}
 
 struct Golden {
   std::vector<std::vector<int32_t>> prompts;
@@ -70,7 +118,11 @@ class ForwardHarness {
   static constexpr int64_t kMaxBlocksPerSequence = 4;
   static constexpr int64_t kNumBlocks = kMaxBlocksPerSequence + 2;  // + dummy blocks
 
-  Status init(const ReferenceModel& reference, exec::ExecutionMode mode) {
+  // With `adapter`, the graphs have adapter updates and every step runs the adapter from slot 1
+  // of an adapter table holding its weights in `format`.
+  Status init(const ReferenceModel& reference, exec::ExecutionMode mode,
+              const ReferenceAdapter* adapter = nullptr,
+              kernels::LoraWeightFormat format = kernels::LoraWeightFormat::kF16) {
     LlamaShape shape;
     shape.architecture = reference.architecture;
     shape.weight_dtype = reference.dtype;
@@ -108,10 +160,18 @@ class ForwardHarness {
     options.bucket_ladder = {1, 2, 4, 8, 16, 32};
     exec::ExecutorResources resources{pool_, *arena_, model_->weights(),
                                       exec::KvCacheBinding{layout, kNumBlocks}};
+    LlamaGraphOptions graph_options;
+    if (adapter != nullptr) {
+      FOLIO_RETURN_IF_ERROR(bind_adapter(shape, *adapter, format, resources));
+      graph_options.adapters = true;
+    }
     FOLIO_ASSIGN_OR_RETURN(
-        executor_, exec::Executor::create(model_->graph_factory(kv_cache), resources, options));
+        executor_,
+        exec::Executor::create(model_->graph_factory(kv_cache, graph_options), resources, options));
     return Status();
   }
+
+  const std::string& adapter_hash() const { return adapter_hash_; }
 
   const std::string& model_hash() const { return model_hash_; }
 
@@ -130,8 +190,18 @@ class ForwardHarness {
     std::vector<int32_t> seq_lens = {first + count};
     std::vector<int32_t> block_tables(kMaxBlocksPerSequence);
     for (int32_t b = 0; b < kMaxBlocksPerSequence; ++b) block_tables[b] = b;
-    const ir::StepBatch step{tokens,       positions,  slots, query_start,          seq_lens,
-                             block_tables, logit_rows, {},    kMaxBlocksPerSequence};
+    const int32_t adapter_slot = 1;
+    const ir::StepBatch step{
+        tokens,
+        positions,
+        slots,
+        query_start,
+        seq_lens,
+        block_tables,
+        logit_rows,
+        {},
+        kMaxBlocksPerSequence,
+        adapter_table_.empty() ? std::span<const int32_t>() : std::span(&adapter_slot, 1)};
     FOLIO_ASSIGN_OR_RETURN(ir::StepOutput output, executor_->execute(step));
     std::vector<std::vector<float>> rows;
     for (int32_t r = 0; r < output.num_rows; ++r) {
@@ -143,7 +213,45 @@ class ForwardHarness {
   }
 
  private:
+  static constexpr int32_t kAdapterSlots = 2;  // 0: none, 1: the adapter
+
+  Status bind_adapter(const LlamaShape& shape, const ReferenceAdapter& adapter,
+                      kernels::LoraWeightFormat format, exec::ExecutorResources& resources) {
+    lora::RandomAdapterOptions options;
+    options.rank = adapter.rank;
+    options.projections = adapter.projections;
+    options.output = adapter.output;
+    options.dtype = adapter.dtype;
+    options.alpha = adapter.alpha;
+    options.seed = adapter.seed;
+    FOLIO_ASSIGN_OR_RETURN(gguf::GgufWriter writer,
+                           lora::make_random_adapter_writer(shape, options));
+    FOLIO_ASSIGN_OR_RETURN(std::vector<uint8_t> bytes, writer.write_to_buffer());
+    adapter_hash_ = fmt::format("{:016x}", fnv1a64(bytes));
+    FOLIO_ASSIGN_OR_RETURN(adapter_file_,
+                           lora::AdapterFile::parse(std::move(bytes), adapter.name, shape));
+    adapter_weights_ =
+        exec::HostBuffer(static_cast<size_t>(lora::adapter_weights_bytes(*adapter_file_, format)));
+    FOLIO_ASSIGN_OR_RETURN(
+        std::vector<kernels::LoraSlotWeights> weights,
+        lora::write_adapter_weights(*adapter_file_, format, adapter.user_scale,
+                                    std::span(adapter_weights_.data(), adapter_weights_.size())));
+    const auto num_targets = static_cast<int32_t>(weights.size());
+    adapter_table_.assign(static_cast<size_t>(num_targets) * kAdapterSlots, {});
+    for (int32_t target = 0; target < num_targets; ++target) {
+      adapter_table_[static_cast<size_t>(target) * kAdapterSlots + 1] =
+          weights[static_cast<size_t>(target)];
+    }
+    resources.adapters = exec::AdapterTableBinding{
+        adapter_table_.data(), num_targets, kAdapterSlots, static_cast<int32_t>(shape.hidden_size)};
+    return Status();
+  }
+
   ThreadPool pool_{2};
+  std::unique_ptr<lora::AdapterFile> adapter_file_;
+  exec::HostBuffer adapter_weights_;
+  std::vector<kernels::LoraSlotWeights> adapter_table_;
+  std::string adapter_hash_;
   std::unique_ptr<LlamaModel> model_;
   exec::HostBuffer kv_memory_;
   std::unique_ptr<device::VirtualMemory> vm_;
@@ -202,6 +310,70 @@ INSTANTIATE_TEST_SUITE_P(
     [](const auto& info) {
       return std::string(std::get<0>(info.param).name) +
              (std::get<1>(info.param) == exec::ExecutionMode::kEager ? "_eager" : "_graph");
+    });
+
+// Tolerances: an f16 table holds f16 adapter values exactly (q8_0 ones to f16 rounding, 2^-11
+// relative), so f32 and f16 bases keep their 1e-4 plus that; the int8 table rounds every value
+// to 1/254 of its block's largest (measured: at most 1.2e-2 of the logits' scale on f32 and f16
+// bases), and q8_0 bases keep their 5e-2.
+double adapter_tolerance(const ReferenceAdapter& adapter, kernels::LoraWeightFormat format) {
+  if (format == kernels::LoraWeightFormat::kInt8) {
+    return adapter.base->dtype == DType::kQ8_0 ? 5e-2 : 2e-2;
+  }
+  if (adapter.base->dtype == DType::kQ8_0) return adapter.base->tolerance;
+  return adapter.dtype == DType::kQ8_0 ? 2e-3 : adapter.base->tolerance;
+}
+
+class LlamaAdapterForwardTest
+    : public ::testing::TestWithParam<
+          std::tuple<ReferenceAdapter, exec::ExecutionMode, kernels::LoraWeightFormat>> {};
+
+TEST_P(LlamaAdapterForwardTest, LogitsMatchIndependentReference) {
+  const auto& [adapter, mode, format] = GetParam();
+  Golden golden = read_golden(adapter.name);
+  ForwardHarness harness;
+  const Status initialized = harness.init(*adapter.base, mode, &adapter, format);
+  ASSERT_TRUE(initialized.ok()) << initialized;
+  ASSERT_EQ(harness.model_hash(), golden.model_hash)
+      << "the generated model changed; run tests/data/reference/regenerate.sh";
+  std::ifstream in(std::string(FOLIO_SOURCE_DIR) + "/tests/data/reference/" + adapter.name +
+                   ".json");
+  const nlohmann::json json = nlohmann::json::parse(in);
+  ASSERT_EQ(harness.adapter_hash(), json["adapter_fnv1a64"].get<std::string>())
+      << "the generated adapter changed; run tests/data/reference/regenerate.sh";
+  const double tolerance = adapter_tolerance(adapter, format);
+  double worst_prefill = 0, worst_decode = 0;
+  for (size_t p = 0; p < golden.prompts.size(); ++p) {
+    const std::vector<int32_t>& prompt = golden.prompts[p];
+    const auto length = static_cast<int32_t>(prompt.size());
+    Result<std::vector<std::vector<float>>> prefill = harness.run(prompt, 0, length);
+    ASSERT_TRUE(prefill.ok()) << prefill.status();
+    for (int32_t i = 0; i < length; ++i) {
+      worst_prefill = std::max(worst_prefill, relative_error((*prefill)[i], golden.logits[p][i]));
+    }
+    for (int32_t i = 0; i < length; ++i) {
+      Result<std::vector<std::vector<float>>> decode = harness.run(prompt, i, 1);
+      ASSERT_TRUE(decode.ok()) << decode.status();
+      worst_decode = std::max(worst_decode, relative_error((*decode)[0], golden.logits[p][i]));
+    }
+  }
+  EXPECT_LE(worst_prefill, tolerance);
+  EXPECT_LE(worst_decode, tolerance);
+  std::printf("%s (%s table): worst relative error prefill %.3g, decode %.3g (tolerance %.1g)\n",
+              adapter.name, std::string(kernels::lora_weight_format_name(format)).c_str(),
+              worst_prefill, worst_decode, tolerance);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    GeneratedAdapters, LlamaAdapterForwardTest,
+    ::testing::Combine(::testing::ValuesIn(reference_adapters()),
+                       ::testing::Values(exec::ExecutionMode::kEager, exec::ExecutionMode::kGraph),
+                       ::testing::Values(kernels::LoraWeightFormat::kF16,
+                                         kernels::LoraWeightFormat::kInt8)),
+    [](const auto& info) {
+      return std::string(std::get<0>(info.param).name) +
+             (std::get<1>(info.param) == exec::ExecutionMode::kEager ? "_eager" : "_graph") + "_" +
+             std::string(kernels::lora_weight_format_name(std::get<2>(info.param)));
     });
 
 }  // namespace
