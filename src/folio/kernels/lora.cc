@@ -24,8 +24,11 @@ std::string_view lora_weight_format_name(LoraWeightFormat format) {
 void write_lora_matrix(LoraWeightFormat format, const float* values, int64_t rows, int64_t columns,
                        std::byte* destination) {
   if (format == LoraWeightFormat::kF16) {
-    auto* output = reinterpret_cast<uint16_t*>(destination);
-    for (int64_t i = 0; i < rows * columns; ++i) output[i] = f32_to_f16(values[i]);
+    // memcpy: a matrix may start at any byte address (read_lora_value reads it the same way).
+    for (int64_t i = 0; i < rows * columns; ++i) {
+      const uint16_t bits = f32_to_f16(values[i]);
+      std::memcpy(destination + i * 2, &bits, sizeof(bits));
+    }
     return;
   }
   const int64_t padded = padded_columns(columns);
