@@ -10,6 +10,10 @@
 // engine with ample memory and no chunking). Seeded sampled requests must be just as
 // reproducible. Every configuration must also end every request exactly once, with no error,
 // and leave every KV block FREE or CACHED.
+// A third runner is the real model with 20 LoRA adapters: every 21st request runs on the base
+// and the others on adapters 1..20, all mixed in one batch (the step graphs carry the adapter
+// updates, and each step binds its adapters to the table); alone, each runs in a fresh engine
+// with the same adapters registered.
 #include <gtest/gtest.h>
 
 #include <unistd.h>
@@ -20,6 +24,7 @@
 
 #include "engine_test_util.h"
 #include "folio/engine/model_engine.h"
+#include "folio/lora/adapter_writer.h"
 #include "folio/model/llama_model_file.h"
 
 namespace folio::engine {
@@ -174,8 +179,12 @@ struct ToyRunner {
 
 // The real model: LlamaShape's defaults (vocabulary 512, hidden 64, two layers, four heads over
 // two KV heads, FFN 128) with a context of 128 and q8_0 weights, written to a file per process
-// (ctest runs each test in its own process, possibly at once).
-struct ModelRunner {
+// (ctest runs each test in its own process, possibly at once). With kAdapters, also 20 random
+// adapters of ranks 1 to 16 (f16 and q8_0 files, some adapting the LM head) registered as ids
+// 1..20 in every engine.
+template <bool kAdapters>
+struct ModelRunnerOf {
+  static constexpr int32_t kNumAdapters = 20;
   static constexpr int64_t kPageBytes = 16 << 10;  // 8 blocks of 8 tokens (2 KiB each, f16)
 
   static std::vector<bool> graph_modes() { return {false, true}; }
@@ -190,10 +199,27 @@ struct ModelRunner {
     shape.context_length = 128;
     shape.weight_dtype = DType::kQ8_0;
     ASSERT_TRUE(model::write_random_llama_model(*model_path_, shape, 11).ok());
+    adapter_paths_ = new std::vector<std::string>();
+    if (!kAdapters) return;
+    for (int32_t index = 0; index < kNumAdapters; ++index) {
+      lora::RandomAdapterOptions options;
+      options.rank = 1 + index % 16;
+      // q8_0 where rows are whole blocks (lora_a), f16 elsewhere, as make-adapter writes.
+      options.dtype = index % 3 == 2 ? DType::kQ8_0 : DType::kF16;
+      options.output = index % 4 == 1;
+      options.alpha = static_cast<float>(options.rank) * (index % 2 == 0 ? 1.0f : 0.5f);
+      options.seed = 100 + static_cast<uint64_t>(index);
+      Result<gguf::GgufWriter> writer = lora::make_random_adapter_writer(shape, options);
+      ASSERT_TRUE(writer.ok()) << writer.status();
+      adapter_paths_->push_back(*model_path_ + fmt::format(".adapter{}.gguf", index));
+      ASSERT_TRUE(writer->write_file(adapter_paths_->back()).ok());
+    }
   }
   static void tear_down() {
     std::filesystem::remove(*model_path_);
+    for (const std::string& path : *adapter_paths_) std::filesystem::remove(path);
     delete model_path_;
+    delete adapter_paths_;
   }
 
   static std::vector<Spec> workload() {
@@ -218,6 +244,7 @@ struct ModelRunner {
         spec.sampling.top_p = 0.95f;
         spec.sampling.seed = 500 + index;
       }
+      if (kAdapters) spec.adapter_id = index % (kNumAdapters + 1);  // 0: the base model
       specs.push_back(std::move(spec));
     }
     return specs;
@@ -247,6 +274,7 @@ struct ModelRunner {
     options.scheduler.prefill_chunk_size = 24;
     options.scheduler.preemption_mode = configuration.preemption;
     options.scheduler.max_preemptions = 100000;
+    options.adapters = kAdapters;
     return options;
   }
 
@@ -260,6 +288,12 @@ struct ModelRunner {
         ModelEngine::create(std::move(*model), engine_options(configuration));
     EXPECT_TRUE(bundle.ok()) << bundle.status();
     if (!bundle.ok()) return {};
+    for (size_t index = 0; index < adapter_paths_->size(); ++index) {
+      Result<lora::AdapterInfo> info = (*bundle)->adapters()->register_adapter(
+          fmt::format("adapter{}", index), (*adapter_paths_)[index]);
+      EXPECT_TRUE(info.ok()) << info.status();
+      EXPECT_EQ(info->id, static_cast<int64_t>(index) + 1);
+    }
     RunResult result = drive((*bundle)->engine(), recorder, specs, configuration.staggered);
     kv::BlockManager& blocks = (*bundle)->block_manager();
     blocks.check_invariants();
@@ -270,16 +304,25 @@ struct ModelRunner {
     // pages stay with the arena; nothing else may be left in use.
     const memory::PoolStats pool = (*bundle)->pool().stats();
     for (memory::ContentType content : memory::kAllContentTypes) {
-      if (content == memory::ContentType::kKvCache || content == memory::ContentType::kGraphArena)
+      // Hot adapters stay in their tier after their requests end.
+      if (content == memory::ContentType::kKvCache || content == memory::ContentType::kGraphArena ||
+          content == memory::ContentType::kAdapterWeights)
         continue;
       EXPECT_EQ(pool.per_content[memory::content_index(content)].pages_in_use, 0)
           << memory::content_type_name(content);
+    }
+    if (kAdapters) {
+      (*bundle)->adapters()->check_invariants();
+      EXPECT_EQ((*bundle)->adapters()->stats().held, 0);
     }
     return result;
   }
 
   static inline std::string* model_path_ = nullptr;
+  static inline std::vector<std::string>* adapter_paths_ = nullptr;
 };
+using ModelRunner = ModelRunnerOf<false>;
+using AdapterModelRunner = ModelRunnerOf<true>;
 
 template <typename Runner>
 class EngineInvarianceTest : public ::testing::Test {
@@ -314,11 +357,12 @@ class EngineInvarianceTest : public ::testing::Test {
 struct RunnerNames {
   template <typename Runner>
   static std::string GetName(int) {
-    return std::is_same_v<Runner, ToyRunner> ? "Toy" : "Model";
+    if (std::is_same_v<Runner, ToyRunner>) return "Toy";
+    return std::is_same_v<Runner, ModelRunner> ? "Model" : "AdapterModel";
   }
 };
 
-using Runners = ::testing::Types<ToyRunner, ModelRunner>;
+using Runners = ::testing::Types<ToyRunner, ModelRunner, AdapterModelRunner>;
 TYPED_TEST_SUITE(EngineInvarianceTest, Runners, RunnerNames);
 
 TYPED_TEST(EngineInvarianceTest, BatchedWithAmpleMemory) {
@@ -406,6 +450,23 @@ TEST_F(ModelEngineInvarianceTest, AloneOutputsHaveTheRequestedLengths) {
   for (size_t index = 0; index < specs_->size(); ++index) {
     EXPECT_EQ(static_cast<int32_t>((*alone_)[index].size()), (*specs_)[index].max_tokens);
   }
+}
+
+using AdapterEngineInvarianceTest = EngineInvarianceTest<AdapterModelRunner>;
+
+// The adapters matter: most adapter requests' outputs differ from the same request on the base.
+TEST_F(AdapterEngineInvarianceTest, AdaptersChangeTheOutput) {
+  int32_t compared = 0, differing = 0;
+  for (size_t index = 0; index < specs_->size() && compared < 12; ++index) {
+    Spec spec = (*specs_)[index];
+    if (spec.adapter_id == 0 || !spec.sampling.is_greedy()) continue;
+    spec.adapter_id = 0;
+    const RunResult base =
+        AdapterModelRunner::run(AdapterModelRunner::alone(), std::span<const Spec>(&spec, 1));
+    ++compared;
+    if (base.outputs.at(0) != (*alone_)[index]) ++differing;
+  }
+  EXPECT_GE(differing, compared * 3 / 4) << differing << " of " << compared << " differ";
 }
 
 }  // namespace

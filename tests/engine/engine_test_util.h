@@ -246,6 +246,7 @@ struct RequestSpec {
   int32_t priority = 0;
   SamplingParams sampling;
   bool ignore_eos = false;
+  int64_t adapter_id = 0;
 };
 
 inline Request to_request(const RequestSpec& spec) {
@@ -255,6 +256,7 @@ inline Request to_request(const RequestSpec& spec) {
   request.priority = spec.priority;
   request.sampling = spec.sampling;
   request.ignore_eos = spec.ignore_eos;
+  request.adapter_id = spec.adapter_id;
   return request;
 }
 

@@ -120,7 +120,17 @@ AdapterManager::~AdapterManager() {
     background_jobs_.clear();
   }
   queue_changed_.notify_all();
-  loader_.join();
+  if (loader_.joinable()) loader_.join();
+  // The gauge functions read this manager; they go with it.
+  if (metrics_ != nullptr) {
+    for (const AdapterTier tier : {AdapterTier::kHot, AdapterTier::kWarm, AdapterTier::kCold}) {
+      const metrics::Labels labels{{"tier", std::string(adapter_tier_name(tier))}};
+      (void)options_.metrics->remove_gauge_function("folio_lora_adapters", labels);
+      if (tier != AdapterTier::kCold) {
+        (void)options_.metrics->remove_gauge_function("folio_lora_bytes", labels);
+      }
+    }
+  }
   for (const auto& [id, adapter] : adapters_) {
     FOLIO_CHECK(adapter->holders == 0, "adapter {} is still held by {} sequences", id,
                 adapter->holders);
@@ -164,6 +174,8 @@ Status AdapterManager::register_metrics() {
                          registry.counter("folio_lora_load_failures_total",
                                           "Adapter loads that failed (the request that asked "
                                           "failed with the error)."));
+  // Set before the gauge functions, so the destructor removes whichever were registered.
+  metrics_ = std::move(metrics);
   for (const AdapterTier tier : {AdapterTier::kHot, AdapterTier::kWarm, AdapterTier::kCold}) {
     const metrics::Labels labels{{"tier", std::string(adapter_tier_name(tier))}};
     FOLIO_RETURN_IF_ERROR(registry.gauge_function(
@@ -180,7 +192,6 @@ Status AdapterManager::register_metrics() {
           return static_cast<double>(tier == AdapterTier::kHot ? now.hot.bytes : now.warm.bytes);
         }));
   }
-  metrics_ = std::move(metrics);
   return Status();
 }
 
