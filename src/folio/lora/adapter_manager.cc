@@ -432,7 +432,9 @@ void AdapterManager::publish_loads() {
       if (metrics_) metrics_->load_failures->increment();
       log::warn("loading adapter '{}' failed: {}", entry.info.name,
                      result->status.to_string());
-      if (result->demand) entry.load_error = result->status;
+      // Reported to the next acquire, also for a prefetch: the request it was for fails with
+      // it (instead of prefetching again forever).
+      entry.load_error = result->status;
       continue;
     }
     const AdapterTier tier = result->resident->tier;
