@@ -94,6 +94,9 @@ Status PoolPageSource::pin(const KvPage& page) {
 void PoolPageSource::unpin(const KvPage& page) {
   const memory::AllocationRef ref = current_ref(page);
   FOLIO_CHECK(ref.is_valid(), "unpin of KV page {} that is not held", page.page_index);
+  // A page is unpinned when its last running block is released: it was used up to this step,
+  // which is what the pool's recency term ranks evictable pages by.
+  (void)pool_.touch(ref);
   const Status status = pool_.unpin(ref);
   FOLIO_CHECK(status.ok(), "unpin of pinned KV page {} failed: {}", page.page_index, status);
 }
