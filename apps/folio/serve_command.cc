@@ -1,5 +1,6 @@
-// folio serve: the OpenAI-compatible HTTP server over one model, until SIGINT or SIGTERM, which
-// shut it down gracefully (new requests get 503, requests in flight finish).
+// folio serve: the OpenAI-compatible HTTP server over one model (and its LoRA adapters), until
+// SIGINT or SIGTERM, which shut it down gracefully (new requests get 503, requests in flight
+// finish).
 #include <pthread.h>
 #include <csignal>
 #include <cstdio>
@@ -29,6 +30,7 @@ struct ServeOptions {
   int32_t write_timeout_seconds = 30;
   int32_t http_threads = 64;
   int32_t shutdown_grace_seconds = 30;
+  bool allow_lora_loading = false;
 };
 
 Result<server::ServerOptions> server_options(const ServeOptions& options) {
@@ -45,6 +47,7 @@ Result<server::ServerOptions> server_options(const ServeOptions& options) {
   result.read_timeout = std::chrono::seconds(options.read_timeout_seconds);
   result.write_timeout = std::chrono::seconds(options.write_timeout_seconds);
   result.num_http_threads = options.http_threads;
+  result.allow_lora_loading = options.allow_lora_loading;
   FOLIO_ASSIGN_OR_RETURN(result.default_chat_template,
                          server::chat_template_from_name(options.default_chat_template));
   if (!options.chat_template.empty()) {
@@ -67,7 +70,10 @@ void run_serve(const ServeOptions& options) {
 
   Result<server::ServerOptions> server_settings = server_options(options);
   check_command(server_settings.status());
-  Result<std::unique_ptr<engine::ModelEngine>> bundle = start_model_engine(options.engine);
+  EngineCommandOptions engine_options = options.engine;
+  // Adapters loaded later need the adapter-aware graphs and the manager from the start.
+  engine_options.adapters = engine_options.adapters || options.allow_lora_loading;
+  Result<std::unique_ptr<engine::ModelEngine>> bundle = start_model_engine(engine_options);
   check_command(bundle.status());
   engine::ModelEngine& model_engine = **bundle;
   const std::string name = options.model_name.empty()
@@ -83,6 +89,14 @@ void run_serve(const ServeOptions& options) {
                name.c_str(),
                std::string(server::chat_template_name((*server)->chat_template())).c_str(),
                options.host.c_str(), *port);
+  if (lora::AdapterManager* adapters = model_engine.adapters()) {
+    std::fprintf(
+        stderr,
+        "folio serve: LoRA adapters: %zu registered (requests name one in 'model'), "
+        "loading at run time %s\n",
+        adapters->list().size(),
+        options.allow_lora_loading ? "on (/v1/load_lora_adapter)" : "off (--allow-lora-loading)");
+  }
   std::fflush(stderr);
   int received = 0;
   sigwait(&signals, &received);
@@ -135,6 +149,9 @@ void add_serve_command(CLI::App& app) {
       ->add_option("--shutdown-grace", options->shutdown_grace_seconds,
                    "Seconds requests in flight get to finish on SIGINT/SIGTERM")
       ->capture_default_str();
+  command->add_flag("--allow-lora-loading", options->allow_lora_loading,
+                    "Turn on POST /v1/load_lora_adapter and /v1/unload_lora_adapter (any client "
+                    "may then make the server open a file: use --api-key)");
   command->callback([options] { run_serve(*options); });
 }
 

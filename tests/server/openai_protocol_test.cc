@@ -230,9 +230,53 @@ TEST(OpenAiProtocolTest, ErrorBodiesAndInvalidBytesNeverThrow) {
   EXPECT_EQ(error["error"]["type"], "invalid_request_error");
   EXPECT_EQ(error["error"]["message"], "bad \xEF\xBF\xBD input");
   EXPECT_TRUE(error["error"]["code"].is_null());
-  const Json models = Json::parse(format_model_list("m", 1));
-  EXPECT_EQ(models["data"][0]["id"], "m");
+}
+
+TEST(OpenAiProtocolTest, ModelListShowsAdaptersWithTheirParent) {
+  const Json models = Json::parse(format_model_list(
+      {ModelEntry{"base", "base", std::nullopt}, ModelEntry{"sql", "base", "base"}}, 7));
   EXPECT_EQ(models["object"], "list");
+  ASSERT_EQ(models["data"].size(), 2u);
+  EXPECT_EQ(models["data"][0]["id"], "base");
+  EXPECT_EQ(models["data"][0]["object"], "model");
+  EXPECT_EQ(models["data"][0]["created"], 7);
+  EXPECT_TRUE(models["data"][0]["parent"].is_null());
+  EXPECT_EQ(models["data"][1]["id"], "sql");
+  EXPECT_EQ(models["data"][1]["parent"], "base");
+  EXPECT_EQ(models["data"][1]["root"], "base");
+  const Json deleted = Json::parse(format_deleted_model("sql"));
+  EXPECT_EQ(deleted, (Json{{"id", "sql"}, {"object", "model"}, {"deleted", true}}));
+}
+
+TEST(OpenAiProtocolTest, AdapterRouteBodiesAreValidated) {
+  Result<LoadAdapterRequest> load =
+      parse_load_adapter_request(R"({"lora_name": "sql", "lora_path": "/a/sql.gguf"})");
+  ASSERT_TRUE(load.ok()) << load.status();
+  EXPECT_EQ(load->name, "sql");
+  EXPECT_EQ(load->path, "/a/sql.gguf");
+  EXPECT_EQ(load->scale, 1.0f);
+  load = parse_load_adapter_request(R"({"lora_name": "s", "lora_path": "p", "scale": 0.5})");
+  ASSERT_TRUE(load.ok()) << load.status();
+  EXPECT_EQ(load->scale, 0.5f);
+  for (const char* body :
+       {"{", "[]", R"({"lora_path": "p"})", R"({"lora_name": "s"})",
+        R"({"lora_name": "", "lora_path": "p"})", R"({"lora_name": 3, "lora_path": "p"})",
+        R"({"lora_name": "s", "lora_path": "p", "scale": "big"})",
+        R"({"lora_name": "s", "lora_path": "p", "scale": 1e300})",
+        R"({"lora_name": "s", "lora_path": "p", "inplace": true})"}) {
+    SCOPED_TRACE(body);
+    EXPECT_EQ(parse_load_adapter_request(body).status().code(), StatusCode::kInvalidArgument);
+  }
+  Result<std::string> unload = parse_unload_adapter_request(R"({"lora_name": "sql"})");
+  ASSERT_TRUE(unload.ok()) << unload.status();
+  EXPECT_EQ(*unload, "sql");
+  // vLLM's clients may send the integer id they know the adapter by.
+  EXPECT_EQ(parse_unload_adapter_request(R"({"lora_name": "sql", "lora_int_id": 4})").value(),
+            "sql");
+  for (const char* body : {"{}", R"({"lora_name": 1})", R"({"lora_name": "s", "x": 1})"}) {
+    SCOPED_TRACE(body);
+    EXPECT_EQ(parse_unload_adapter_request(body).status().code(), StatusCode::kInvalidArgument);
+  }
 }
 
 TEST(ChatTemplateTest, DetectsTheCommonFamilies) {

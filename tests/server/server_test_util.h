@@ -1,7 +1,8 @@
 // Test support for server/: a tiny generated Llama model (its tokenizer has byte tokens), the
-// model served by a real ModelEngine, or the same tokenizer over a toy engine whose runner can
-// be paused or scripted, a Server on a free loopback port, and HTTP helpers that talk to it over
-// real sockets (cpp-httplib's client) and read server-sent events.
+// model served by a real ModelEngine (optionally with LoRA adapters), or the same tokenizer over
+// a toy engine whose runner can be paused or scripted, a Server on a free loopback port, HTTP
+// helpers that talk to it over real sockets (cpp-httplib's client) and read server-sent events,
+// and the text the engine itself gives a request, for comparison.
 #pragma once
 
 #include <gtest/gtest.h>
@@ -156,14 +157,52 @@ class ToyServedEngine {
   std::chrono::milliseconds step_delay_{0};  // guarded by gate_mutex_
 };
 
-// A real ModelEngine over the tiny model, started.
+// A real ModelEngine over the tiny model, started; with `adapters`, able to serve LoRA adapters
+// (none registered yet).
 inline std::unique_ptr<engine::ModelEngine> start_tiny_model_engine(
-    const std::string& chat_template = {}) {
+    const std::string& chat_template = {}, bool adapters = false) {
+  engine::ModelEngineOptions options = tiny_engine_options();
+  options.adapters = adapters;
   Result<std::unique_ptr<engine::ModelEngine>> created =
-      engine::ModelEngine::create(make_tiny_model(chat_template), tiny_engine_options());
+      engine::ModelEngine::create(make_tiny_model(chat_template), options);
   EXPECT_TRUE(created.ok()) << created.status();
   (*created)->engine().start();
   return std::move(*created);
+}
+
+// The text the engine produces for `request` (its callbacks are replaced), without the server.
+inline std::string engine_text(engine::Engine& engine, engine::Request request) {
+  std::mutex mutex;
+  std::condition_variable done;
+  std::string text;
+  bool finished = false;
+  request.on_token = [&](const engine::TokenEvent& event) {
+    std::lock_guard lock(mutex);
+    text += event.text;
+  };
+  request.on_finish = [&](const engine::Completion& completion) {
+    EXPECT_NE(completion.reason, engine::FinishReason::kError) << completion.error;
+    std::lock_guard lock(mutex);
+    finished = true;
+    done.notify_all();
+  };
+  Result<engine::RequestId> id = engine.submit(std::move(request));
+  EXPECT_TRUE(id.ok()) << id.status();
+  if (!id.ok()) return {};
+  std::unique_lock lock(mutex);
+  EXPECT_TRUE(done.wait_for(lock, std::chrono::seconds(60), [&] { return finished; }));
+  return text;
+}
+
+// The greedy text of `max_tokens` tokens after `prompt`, from the base (adapter 0) or an adapter.
+inline std::string engine_greedy_text(engine::Engine& engine, std::vector<int32_t> prompt,
+                                      int32_t max_tokens, int64_t adapter_id = 0) {
+  engine::Request request;
+  request.prompt = std::move(prompt);
+  request.max_tokens = max_tokens;
+  request.sampling.temperature = 0;
+  request.adapter_id = adapter_id;
+  return engine_text(engine, std::move(request));
 }
 
 // A Server on a free loopback port.
@@ -200,6 +239,17 @@ inline HttpAnswer get(int port, const std::string& path) {
   httplib::Result result = client(port)->Get(path);
   if (!result) return {};
   return {result->status, result->body};
+}
+
+// An OpenAI error body {"error": {"message", "type", ...}} with a non-empty message.
+inline void expect_error(const HttpAnswer& answer, int status, std::string_view type) {
+  EXPECT_EQ(answer.status, status) << answer.body;
+  const Json body = answer.json();
+  ASSERT_FALSE(body.is_discarded()) << answer.body;
+  ASSERT_TRUE(body.contains("error")) << answer.body;
+  EXPECT_EQ(body["error"]["type"], type) << answer.body;
+  EXPECT_TRUE(body["error"]["message"].is_string());
+  EXPECT_FALSE(body["error"]["message"].get<std::string>().empty());
 }
 
 // The data payloads of a server-sent-event body, in order ("[DONE]" included).

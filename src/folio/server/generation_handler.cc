@@ -121,16 +121,17 @@ void Server::Handlers::generate(Endpoint endpoint, const httplib::Request& http_
   if (!parsed.ok()) {
     return send_error(response, 400, parsed.status().message(), kInvalidRequestError);
   }
-  if (parsed->model != server_.model_.name) {
-    return send_error(response, 400,
-                      fmt::format("the model '{}' does not exist; this server serves '{}'",
-                                  parsed->model, server_.model_.name),
-                      kInvalidRequestError, "model_not_found");
+  // OpenAI answers an unknown model with 404 and code model_not_found.
+  Result<int64_t> adapter_id = server_.catalog_.resolve(parsed->model);
+  if (!adapter_id.ok()) {
+    return send_error(response, 404, adapter_id.status().message(), kInvalidRequestError,
+                      "model_not_found");
   }
   Result<engine::Request> request = make_engine_request(*parsed);
   if (!request.ok()) {
     return send_error(response, 400, request.status().message(), kInvalidRequestError);
   }
+  request->adapter_id = *adapter_id;
   switch (server_.admit()) {
     case Admission::kAdmitted:
       break;
@@ -150,7 +151,7 @@ void Server::Handlers::generate(Endpoint endpoint, const httplib::Request& http_
   accepted->header.created = std::chrono::duration_cast<std::chrono::seconds>(
                                  std::chrono::system_clock::now().time_since_epoch())
                                  .count();
-  accepted->header.model = server_.model_.name;
+  accepted->header.model = parsed->model;
   accepted->stream = std::make_shared<RequestStream>();
   accepted->include_usage = parsed->include_usage;
   accepted->route = route_of(endpoint);
@@ -159,6 +160,13 @@ void Server::Handlers::generate(Endpoint endpoint, const httplib::Request& http_
   Result<engine::RequestId> id = server_.model_.engine->submit(std::move(*request));
   if (!id.ok()) {
     server_.release();
+    if (id.status().code() == StatusCode::kNotFound) {
+      // The adapter was unloaded between resolve() and submit().
+      return send_error(
+          response, 404,
+          fmt::format("the model '{}' does not exist (it was just unloaded)", parsed->model),
+          kInvalidRequestError, "model_not_found");
+    }
     const bool stopped = id.status().code() == StatusCode::kFailedPrecondition;
     return send_error(response, stopped ? 503 : 400, id.status().message(),
                       stopped ? kServerError : kInvalidRequestError);
@@ -180,6 +188,16 @@ void Server::Handlers::answer_whole(const Accepted& accepted, httplib::Response&
   finish_accepted(accepted);
   if (completion->reason == engine::FinishReason::kError ||
       completion->reason == engine::FinishReason::kCancelled) {
+    // An adapter unloaded after the request was accepted and before it started running: the
+    // engine could not hold it (kNotFound), and the name is gone. Any other failure (a file
+    // that vanished after registration, too) stays a server error.
+    if (completion->error.code() == StatusCode::kNotFound &&
+        !server_.catalog_.resolve(accepted.header.model).ok()) {
+      return send_error(response, 404,
+                        fmt::format("the model '{}' was unloaded before the request started",
+                                    accepted.header.model),
+                        kInvalidRequestError, "model_not_found");
+    }
     return send_error(response, status_of_failure(*completion), failure_message(*completion),
                       kServerError);
   }

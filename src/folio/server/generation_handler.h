@@ -1,6 +1,7 @@
 // Server::Handlers: the HTTP handlers of the generation routes (private to the server layer).
 //
-// One generation request: parse and validate the body (openai_protocol.h), turn the prompt or
+// One generation request: parse and validate the body (openai_protocol.h), resolve its `model`
+// to the base or an adapter (model_catalog.h; unknown: 404), turn the prompt or
 // the conversation into token ids and check them against the context, admit it (429 / 503),
 // submit it to the engine with a RequestStream (request_stream.h), then either wait for the
 // whole answer or stream it as server-sent events through a chunked content provider that

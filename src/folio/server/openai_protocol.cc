@@ -326,13 +326,35 @@ std::string event(const Json& data) {
   return "data: " + dump(data) + "\n\n";
 }
 
+Json model_json(const ModelEntry& model, int64_t created) {
+  return Json{{"id", model.id},
+              {"object", "model"},
+              {"created", created},
+              {"owned_by", "folio"},
+              {"root", model.root},
+              {"parent", model.parent.has_value() ? Json(*model.parent) : Json(nullptr)}};
+}
+
+// A request body, which must be a JSON object.
+Result<Json> parse_object(std::string_view body) {
+  Json parsed = Json::parse(body, nullptr, /*allow_exceptions=*/false);
+  if (parsed.is_discarded()) return invalid_argument("the request body is not valid JSON");
+  if (!parsed.is_object()) return invalid_argument("the request body must be a JSON object");
+  return parsed;
+}
+
+Result<std::string> read_nonempty_string(const Json& value, std::string_view field) {
+  if (!value.is_string()) return wrong_type(field, "a string", value);
+  std::string text = value.get<std::string>();
+  if (text.empty()) return invalid_argument("'{}' must not be empty", field);
+  return text;
+}
+
 }  // namespace
 
 Result<GenerationRequest> parse_generation_request(Endpoint endpoint, std::string_view body,
                                                    const ProtocolLimits& limits) {
-  Json parsed = Json::parse(body, nullptr, /*allow_exceptions=*/false);
-  if (parsed.is_discarded()) return invalid_argument("the request body is not valid JSON");
-  if (!parsed.is_object()) return invalid_argument("the request body must be a JSON object");
+  FOLIO_ASSIGN_OR_RETURN(const Json parsed, parse_object(body));
   GenerationRequest request;
   request.endpoint = endpoint;
   // nlohmann-json throws on type confusion in accessors; every access above checks types
@@ -423,9 +445,51 @@ std::string format_error_event(std::string_view message, std::string_view type) 
   return "data: " + format_error_body(message, type) + "\n\n";
 }
 
-std::string format_model_list(std::string_view model, int64_t created) {
-  Json entry{{"id", model}, {"object", "model"}, {"created", created}, {"owned_by", "folio"}};
-  return dump(Json{{"object", "list"}, {"data", Json::array({std::move(entry)})}});
+std::string format_model(const ModelEntry& model, int64_t created) {
+  return dump(model_json(model, created));
+}
+
+std::string format_model_list(const std::vector<ModelEntry>& models, int64_t created) {
+  Json data = Json::array();
+  for (const ModelEntry& model : models) data.push_back(model_json(model, created));
+  return dump(Json{{"object", "list"}, {"data", std::move(data)}});
+}
+
+std::string format_deleted_model(std::string_view id) {
+  return dump(Json{{"id", id}, {"object", "model"}, {"deleted", true}});
+}
+
+Result<LoadAdapterRequest> parse_load_adapter_request(std::string_view body) {
+  FOLIO_ASSIGN_OR_RETURN(const Json parsed, parse_object(body));
+  LoadAdapterRequest request;
+  for (const auto& [key, value] : parsed.items()) {
+    if (key == "lora_name") {
+      FOLIO_ASSIGN_OR_RETURN(request.name, read_nonempty_string(value, key));
+    } else if (key == "lora_path") {
+      FOLIO_ASSIGN_OR_RETURN(request.path, read_nonempty_string(value, key));
+    } else if (key == "scale") {
+      FOLIO_ASSIGN_OR_RETURN(request.scale, read_float(value, key, -1e6, 1e6));
+    } else {
+      return invalid_argument("unrecognized request argument '{}'", key);
+    }
+  }
+  if (request.name.empty()) return invalid_argument("'lora_name' is required (a string)");
+  if (request.path.empty()) return invalid_argument("'lora_path' is required (a string)");
+  return request;
+}
+
+Result<std::string> parse_unload_adapter_request(std::string_view body) {
+  FOLIO_ASSIGN_OR_RETURN(const Json parsed, parse_object(body));
+  std::string name;
+  for (const auto& [key, value] : parsed.items()) {
+    if (key == "lora_name") {
+      FOLIO_ASSIGN_OR_RETURN(name, read_nonempty_string(value, key));
+    } else if (key != "lora_int_id") {
+      return invalid_argument("unrecognized request argument '{}'", key);
+    }
+  }
+  if (name.empty()) return invalid_argument("'lora_name' is required (a string)");
+  return name;
 }
 
 }  // namespace folio::server

@@ -1,6 +1,7 @@
 // The OpenAI wire protocol: request bodies of POST /v1/completions and /v1/chat/completions
 // parsed and validated into a GenerationRequest, and the JSON the server answers with
-// (responses, server-sent-event chunks, error bodies, the model list).
+// (responses, server-sent-event chunks, error bodies, the model list), and the bodies of the
+// adapter routes POST /v1/load_lora_adapter and /v1/unload_lora_adapter (vLLM's shape).
 //
 // Terms. A *completion* continues a prompt (a string, or one array of token ids); a *chat
 // completion* continues a conversation of messages rendered through a chat template
@@ -115,7 +116,35 @@ std::string format_error_body(std::string_view message, std::string_view type,
 // The same error as one server-sent event (for a stream that already answered 200).
 std::string format_error_event(std::string_view message, std::string_view type);
 
-// {"object": "list", "data": [{"id", "object": "model", "created", "owned_by": "folio"}]}.
-std::string format_model_list(std::string_view model, int64_t created);
+// A model the server answers to, as GET /v1/models lists it. OpenAI's legacy fields say where
+// a model comes from: `root` the model it descends from, `parent` the one it was made from
+// (null for a base model). For a LoRA adapter both are the base model's served name; file
+// paths are never shown to clients.
+struct ModelEntry {
+  std::string id;
+  std::string root;
+  std::optional<std::string> parent;  // nullopt: a base model
+};
+
+// {"id", "object": "model", "created", "owned_by": "folio", "root", "parent"}.
+std::string format_model(const ModelEntry& model, int64_t created);
+// {"object": "list", "data": [model, ...]}.
+std::string format_model_list(const std::vector<ModelEntry>& models, int64_t created);
+// {"id", "object": "model", "deleted": true}, as OpenAI answers a deleted model.
+std::string format_deleted_model(std::string_view id);
+
+// POST /v1/load_lora_adapter: {"lora_name", "lora_path", "scale"?} (vLLM's fields; the scale,
+// 1 when absent, multiplies the adapter's alpha / rank as --lora NAME=PATH:SCALE does).
+struct LoadAdapterRequest {
+  std::string name;
+  std::string path;
+  float scale = 1.0f;
+};
+// kInvalidArgument naming the field: malformed JSON, a missing or empty name or path, a scale
+// that is not a number in [-1e6, 1e6], an unknown field.
+Result<LoadAdapterRequest> parse_load_adapter_request(std::string_view body);
+// POST /v1/unload_lora_adapter: {"lora_name"} (vLLM's "lora_int_id" is accepted and ignored:
+// adapters are named, and an id a vLLM client remembers means nothing here). Returns the name.
+Result<std::string> parse_unload_adapter_request(std::string_view body);
 
 }  // namespace folio::server

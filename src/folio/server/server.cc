@@ -21,8 +21,8 @@ namespace {
 
 // Route label of a path, from a fixed set so a client cannot grow the metric's series.
 std::string_view route_label(const std::string& path) {
-  for (std::string_view route :
-       {"/v1/completions", "/v1/chat/completions", "/v1/models", "/health", "/metrics"}) {
+  for (std::string_view route : {"/v1/completions", "/v1/chat/completions", "/v1/models", "/health",
+                                 "/metrics", "/v1/load_lora_adapter", "/v1/unload_lora_adapter"}) {
     if (path == route) return route;
   }
   return "other";
@@ -76,6 +76,7 @@ ServedModel serve_model_engine(engine::ModelEngine& model_engine, std::string na
   }
   exec::Executor* executor = &model_engine.executor();
   served.graph_stats = [executor] { return executor->stats(); };
+  served.adapters = model_engine.adapters();
   return served;
 }
 
@@ -93,6 +94,8 @@ Result<std::unique_ptr<Server>> Server::create(const ServerOptions& options, Ser
         "server limits (queue, threads, body bytes, max tokens) must be "
         "positive");
   }
+  FOLIO_ASSIGN_OR_RETURN(ModelCatalog catalog, ModelCatalog::create(model.name, model.adapters,
+                                                                    options.allow_lora_loading));
   ChatTemplate chat_template = options.default_chat_template;
   if (options.chat_template_override.has_value()) {
     chat_template = *options.chat_template_override;
@@ -103,13 +106,14 @@ Result<std::unique_ptr<Server>> Server::create(const ServerOptions& options, Ser
   FOLIO_ASSIGN_OR_RETURN(std::unique_ptr<ServerMetrics> metrics,
                          ServerMetrics::create(*model.registry, model.graph_stats));
   return std::unique_ptr<Server>(
-      new Server(options, std::move(model), chat_template, std::move(metrics)));
+      new Server(options, std::move(model), std::move(catalog), chat_template, std::move(metrics)));
 }
 
-Server::Server(const ServerOptions& options, ServedModel model, ChatTemplate chat_template,
-               std::unique_ptr<ServerMetrics> metrics)
+Server::Server(const ServerOptions& options, ServedModel model, ModelCatalog catalog,
+               ChatTemplate chat_template, std::unique_ptr<ServerMetrics> metrics)
     : options_(options),
       model_(std::move(model)),
+      catalog_(std::move(catalog)),
       chat_template_(chat_template),
       created_seconds_(std::chrono::duration_cast<std::chrono::seconds>(
                            std::chrono::system_clock::now().time_since_epoch())
@@ -169,8 +173,17 @@ Server::Server(const ServerOptions& options, ServedModel model, ChatTemplate cha
               handlers_->generate(Endpoint::kChatCompletions, request, response);
             });
   http.Get("/v1/models", [this](const httplib::Request&, httplib::Response& response) {
-    response.set_content(format_model_list(model_.name, created_seconds_), "application/json");
+    response.set_content(format_model_list(catalog_.models(), created_seconds_),
+                         "application/json");
   });
+  http.Post("/v1/load_lora_adapter",
+            [this](const httplib::Request& request, httplib::Response& response) {
+              load_adapter(request, response);
+            });
+  http.Post("/v1/unload_lora_adapter",
+            [this](const httplib::Request& request, httplib::Response& response) {
+              unload_adapter(request, response);
+            });
   http.Get("/health", [this](const httplib::Request&, httplib::Response& response) {
     MutexLock lock(mutex_);
     if (shutting_down_) return send_error(response, 503, "shutting down", kServerError);
@@ -226,6 +239,44 @@ void Server::shutdown(std::chrono::milliseconds grace) {
   }
   http_->stop();
   if (listen_thread_.joinable()) listen_thread_.join();
+}
+
+void Server::load_adapter(const httplib::Request& request, httplib::Response& response) {
+  // Off is answered before the body is read, so a client learns how to turn it on whatever it
+  // sent.
+  if (const Status off = catalog_.check_loading_allowed(); !off.ok()) {
+    return send_error(response, 404, off.message(), kInvalidRequestError, "lora_loading_disabled");
+  }
+  Result<LoadAdapterRequest> parsed = parse_load_adapter_request(request.body);
+  if (!parsed.ok()) {
+    return send_error(response, 400, parsed.status().message(), kInvalidRequestError);
+  }
+  // Every refusal is about what the client asked for (a file that is missing, corrupt or made
+  // for another model, a name in use): 400, and nothing was registered.
+  Result<ModelEntry> loaded = catalog_.load(*parsed);
+  if (!loaded.ok()) {
+    return send_error(response, 400, loaded.status().message(), kInvalidRequestError,
+                      loaded.status().code() == StatusCode::kAlreadyExists ? "adapter_exists"
+                                                                           : "invalid_adapter");
+  }
+  log::info("server: loaded LoRA adapter '{}' from {}", parsed->name, parsed->path);
+  response.set_content(format_model(*loaded, created_seconds_), "application/json");
+}
+
+void Server::unload_adapter(const httplib::Request& request, httplib::Response& response) {
+  if (const Status off = catalog_.check_loading_allowed(); !off.ok()) {
+    return send_error(response, 404, off.message(), kInvalidRequestError, "lora_loading_disabled");
+  }
+  Result<std::string> name = parse_unload_adapter_request(request.body);
+  if (!name.ok()) return send_error(response, 400, name.status().message(), kInvalidRequestError);
+  const Status unloaded = catalog_.unload(*name);
+  if (!unloaded.ok()) {
+    const bool unknown = unloaded.code() == StatusCode::kNotFound;
+    return send_error(response, unknown ? 404 : 400, unloaded.message(), kInvalidRequestError,
+                      unknown ? "model_not_found" : std::string_view());
+  }
+  log::info("server: unloaded LoRA adapter '{}'", *name);
+  response.set_content(format_deleted_model(*name), "application/json");
 }
 
 int64_t Server::num_in_flight() const {

@@ -1,10 +1,15 @@
 // Server: the OpenAI-compatible HTTP API over one served model (docs/design/server.md).
 //
 // Routes: POST /v1/completions, POST /v1/chat/completions (JSON answers, or server-sent events
-// with "stream": true), GET /v1/models, GET /health, GET /metrics (Prometheus text). Every
-// error is an OpenAI-style JSON body: 400 bad input, 401 a missing or wrong API key, 404 an
-// unknown route, 413 a body above the limit, 429 the queue is full, 500 the engine failed a
-// request, 503 the server is shutting down.
+// with "stream": true), GET /v1/models, GET /health, GET /metrics (Prometheus text), and POST
+// /v1/load_lora_adapter, /v1/unload_lora_adapter (only with ServerOptions::allow_lora_loading).
+// Every error is an OpenAI-style JSON body: 400 bad input (or an adapter that cannot be loaded),
+// 401 a missing or wrong API key, 404 an unknown route, model or adapter, 413 a body above the
+// limit, 429 the queue is full, 500 the engine failed a request, 503 the server is shutting
+// down.
+//
+// Models: a request's `model` names the base model (its served name) or a LoRA adapter
+// registered with the engine's adapter manager, by name (model_catalog.h).
 //
 // Lifecycle: create() -> start() (binds, serves on its own threads) -> shutdown() (new
 // requests get 503, requests in flight finish, then the listener stops). The engine is
@@ -17,7 +22,8 @@
 //
 // Thread-safety: start() and shutdown() from one controlling thread; HTTP handlers run on the
 // server's worker threads and talk to the engine only through Engine::submit / cancel and the
-// request's RequestStream (request_stream.h).
+// request's RequestStream (request_stream.h); the adapter routes register and unregister
+// adapters through the (thread-safe) adapter manager.
 #pragma once
 
 #include <atomic>
@@ -36,13 +42,16 @@
 #include "folio/engine/model_engine.h"
 #include "folio/exec/graph_cache.h"
 #include "folio/server/chat_template.h"
+#include "folio/server/model_catalog.h"
 #include "folio/server/openai_protocol.h"
 #include "folio/server/server_metrics.h"
 #include "folio/tokenizer/tokenizer.h"
 
 namespace httplib {
 class Server;
-}
+struct Request;
+struct Response;
+}  // namespace httplib
 
 namespace folio::server {
 
@@ -60,6 +69,11 @@ struct ServerOptions {
   // Used when the model's template is not one the server recognises (or it has none).
   ChatTemplate default_chat_template = ChatTemplate::kChatMl;
   std::optional<ChatTemplate> chat_template_override;  // set: ignore the model's template
+  // POST /v1/load_lora_adapter and /v1/unload_lora_adapter register and unregister adapters;
+  // off, they answer 404. Any client may then make the server open a file of its choosing (it
+  // is only parsed as an adapter, never shown), so pair it with an API key. Needs
+  // ServedModel::adapters.
+  bool allow_lora_loading = false;
 };
 
 // What the server serves; everything borrowed must outlive the server.
@@ -71,15 +85,18 @@ struct ServedModel {
   int32_t context_length = 0;                          // the engine's context limit, > 1
   std::string chat_template_source;                    // tokenizer.chat_template, "" when absent
   std::function<exec::GraphCacheStats()> graph_stats;  // optional
+  // The engine's adapters (requests may name them); null: the base model alone.
+  lora::AdapterManager* adapters = nullptr;
 };
 
-// The model behind a ModelEngine, named `name`.
+// The model behind a ModelEngine, named `name`, with its adapters when it has them.
 ServedModel serve_model_engine(engine::ModelEngine& model_engine, std::string name);
 
 class Server {
  public:
-  // Errors (kInvalidArgument): missing parts, a context length below 2, non-positive limits;
-  // the registry's errors for conflicting metric families.
+  // Errors (kInvalidArgument): missing parts, a context length below 2, non-positive limits,
+  // allow_lora_loading without adapters, an adapter with the served model's name; the
+  // registry's errors for conflicting metric families.
   static Result<std::unique_ptr<Server>> create(const ServerOptions& options, ServedModel model);
   // Shuts down if still running.
   ~Server();
@@ -100,8 +117,10 @@ class Server {
   class Handlers;
   friend class Handlers;
 
-  Server(const ServerOptions& options, ServedModel model, ChatTemplate chat_template,
-         std::unique_ptr<ServerMetrics> metrics);
+  Server(const ServerOptions& options, ServedModel model, ModelCatalog catalog,
+         ChatTemplate chat_template, std::unique_ptr<ServerMetrics> metrics);
+  void load_adapter(const httplib::Request& request, httplib::Response& response);
+  void unload_adapter(const httplib::Request& request, httplib::Response& response);
 
   // Admission: false (and nothing counted) when shutting down or full; see `refusal`.
   enum class Admission : uint8_t { kAdmitted, kShuttingDown, kQueueFull };
@@ -112,6 +131,7 @@ class Server {
 
   const ServerOptions options_;
   const ServedModel model_;
+  const ModelCatalog catalog_;
   const ChatTemplate chat_template_;
   const int64_t created_seconds_;
   std::unique_ptr<ServerMetrics> metrics_;
