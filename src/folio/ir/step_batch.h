@@ -50,7 +50,7 @@ struct StepBatch {
   // (kernels/lora.h) holding each sequence's adapter for this step, 0 for none. The runner that
   // binds the step's adapters to the table fills it (engine/model_step_runner.h); the executor
   // gives every token its sequence's slot (the graph input token_adapter_slots).
-  std::span<const int32_t> adapter_slots;
+  std::span<const int32_t> adapter_slots = {};
 
   int32_t num_tokens() const { return static_cast<int32_t>(token_ids.size()); }
   int32_t num_sequences() const { return static_cast<int32_t>(seq_lens.size()); }
