@@ -1,8 +1,8 @@
 """The King James Bible corpus: extraction from Debian's bible-kjv-text and the held-out split.
 
-The `bible` program (package bible-kjv-text) prints one verse per line, prefixed with its
-reference ("Ge1:3 And God said, ..."). The corpus is the verse text without the reference, one
-verse per line, each line ending in "\n". Chapters are numbered in canonical order
+The `bible` program (package bible-kjv; the text is bible-kjv-text) prints one verse per line,
+prefixed with its reference ("Ge1:3 And God said, ..."). The corpus is the verse text without the
+reference, one verse per line, each line ending in "\n". Chapters are numbered in canonical order
 (Genesis 1 = 0 ... Revelation 22 = 1188); every chapter whose number is congruent to
 HELDOUT_PHASE modulo HELDOUT_EVERY is held out: never seen by the tokenizer trainer or the model.
 """
