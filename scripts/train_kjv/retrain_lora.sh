@@ -13,7 +13,9 @@ for part in psalms proverbs gospels; do
   /usr/bin/python3 scripts/train_kjv/train_lora.py --part "$part" --out-dir "$out"
 done
 folio="$build/apps/folio/folio"
-if [ -x "$folio" ] && "$folio" make-adapter --help >/dev/null 2>&1; then
+# (`folio make-adapter --help` exits 0 even without the subcommand: CLI11 prints folio's help.)
+commands=$("$folio" --help 2>/dev/null || true)
+if grep -q '^  make-adapter ' <<<"$commands"; then
   /usr/bin/python3 scripts/train_kjv/package_lora.py "$out" --folio "$folio" .
 else
   echo "retrain_lora: $folio has no make-adapter; writing the records only" >&2
