@@ -84,7 +84,11 @@ def main():
                    "--dtype", DTYPE, "-o", gguf]
         commands.append(command)
         if arguments.folio:
-            subprocess.run([arguments.folio] + command, check=True, cwd=root)
+            # Paths in the command are relative to the repository root; OUT_DIR to here.
+            run_command = list(command)
+            run_command[4] = os.path.abspath(run_command[4])
+            subprocess.run([os.path.abspath(arguments.folio)] + run_command, check=True,
+                           cwd=root)
         adapters.append(shipped_record(run, out_dir, gguf if arguments.folio else None))
     record = {
         "base": BASE,
