@@ -6,7 +6,7 @@
 set -euo pipefail
 source "$(dirname "$0")/debian-packages.sh"
 
-packages=(bible-kjv-text python3-torch python3-sentencepiece python3-matplotlib
+packages=(bible-kjv bible-kjv-text python3-torch python3-sentencepiece python3-matplotlib
   libopenblas0-pthread)
 
 install_debian_packages install-training-deps "${packages[@]}"

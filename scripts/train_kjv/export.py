@@ -24,16 +24,23 @@ import model as llama_model
 import tokenizer as spm
 
 
-def export_weights(directory, model, processor, name):
+def write_tensors(directory, named_tensors):
+    """Writes DIR/weights.bin (every tensor as little-endian float32, row-major, one after the
+    other) and returns the manifest's "tensors" list. Also used by lora.py's adapter format."""
     os.makedirs(directory, exist_ok=True)
     tensors = []
     offset = 0
     with open(os.path.join(directory, "weights.bin"), "wb") as handle:
-        for tensor_name, parameter in model.gguf_tensors().items():
+        for tensor_name, parameter in named_tensors.items():
             data = parameter.detach().to("cpu").float().contiguous().numpy().astype("<f4")
             handle.write(data.tobytes())
             tensors.append({"name": tensor_name, "shape": list(data.shape), "offset": offset})
             offset += data.nbytes
+    return tensors
+
+
+def export_weights(directory, model, processor, name):
+    tensors = write_tensors(directory, model.gguf_tensors())
     entries = spm.vocabulary_entries(processor)
     manifest = {
         "format": "folio-weights-1", "architecture": "llama", "name": name,

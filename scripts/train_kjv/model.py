@@ -110,6 +110,11 @@ class Llama(torch.nn.Module):
                     deviation *= residual_scale
                 parameter.normal_(0.0, deviation, generator=generator)
 
+    def linear(self, x, name):
+        """x W^T for the matrix `name` (a GGUF name): every projection of forward() goes through
+        here, so a subclass can add to it (lora.py adds the adapter's low-rank update)."""
+        return x @ self.w(name).T
+
     def forward(self, ids):
         """ids: [batch, tokens] int64 -> logits [batch, tokens, vocab]."""
         shape = self.shape
@@ -121,9 +126,9 @@ class Llama(torch.nn.Module):
         for layer in range(shape.num_layers):
             p = f"blk.{layer}."
             h = rms_norm(x, self.w(p + "attn_norm.weight"))
-            q = (h @ self.w(p + "attn_q.weight").T).view(batch, length, shape.num_heads, -1)
-            k = (h @ self.w(p + "attn_k.weight").T).view(batch, length, shape.num_kv_heads, -1)
-            v = (h @ self.w(p + "attn_v.weight").T).view(batch, length, shape.num_kv_heads, -1)
+            q = self.linear(h, p + "attn_q.weight").view(batch, length, shape.num_heads, -1)
+            k = self.linear(h, p + "attn_k.weight").view(batch, length, shape.num_kv_heads, -1)
+            v = self.linear(h, p + "attn_v.weight").view(batch, length, shape.num_kv_heads, -1)
             q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
             # [batch, heads, tokens, head_dim]; kv head j // group serves query head j.
             q = q.transpose(1, 2)
@@ -132,11 +137,11 @@ class Llama(torch.nn.Module):
             scores = q @ k.transpose(-1, -2) / math.sqrt(shape.head_dim) + mask
             attended = (torch.softmax(scores, dim=-1) @ v).transpose(1, 2).reshape(
                 batch, length, shape.hidden_size)
-            x = x + attended @ self.w(p + "attn_output.weight").T
+            x = x + self.linear(attended, p + "attn_output.weight")
             h = rms_norm(x, self.w(p + "ffn_norm.weight"))
-            gate = h @ self.w(p + "ffn_gate.weight").T
-            up = h @ self.w(p + "ffn_up.weight").T
-            x = x + (F.silu(gate) * up) @ self.w(p + "ffn_down.weight").T
+            gate = self.linear(h, p + "ffn_gate.weight")
+            up = self.linear(h, p + "ffn_up.weight")
+            x = x + self.linear(F.silu(gate) * up, p + "ffn_down.weight")
         x = rms_norm(x, self.w("output_norm.weight"))
-        return x @ self.w("output.weight").T
+        return self.linear(x, "output.weight")
 

@@ -83,9 +83,18 @@ def heldout_loss(model, heldout_ids, context, windows=16):
                                                    batch[:, 1:].reshape(-1)))
 
 
-def train(model, train_ids, heldout_ids, arguments, out_dir):
+def train(model, train_ids, heldout_ids, arguments, out_dir, optimizer=None,
+          measure_heldout=None):
+    """Trains `model` in place on random windows of train_ids; returns (curve, seconds).
+    optimizer: default make_optimizer(model, arguments) (train_lora.py passes one over the
+    adapter's matrices only); measure_heldout(model) -> held-out loss at each evaluation:
+    default heldout_loss over the first 16 windows of heldout_ids."""
     generator = torch.Generator().manual_seed(arguments.seed + 1)
-    optimizer = make_optimizer(model, arguments)
+    if optimizer is None:
+        optimizer = make_optimizer(model, arguments)
+    if measure_heldout is None:
+        def measure_heldout(model):
+            return heldout_loss(model, heldout_ids, arguments.context)
     context = arguments.context
     curve = {"step": [], "train_loss": [], "eval_step": [], "heldout_loss": []}
     start = time.time()
@@ -114,7 +123,7 @@ def train(model, train_ids, heldout_ids, arguments, out_dir):
             running = []
         if (step + 1) % arguments.eval_every == 0 or step + 1 == arguments.steps:
             curve["eval_step"].append(step + 1)
-            curve["heldout_loss"].append(heldout_loss(model, heldout_ids, context))
+            curve["heldout_loss"].append(measure_heldout(model))
             log(f"step {step + 1} held-out loss {curve['heldout_loss'][-1]:.4f}")
             torch.save({"model": model.state_dict(), "curve": curve, "step": step + 1},
                        os.path.join(out_dir, "checkpoint.pt"))
