@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The main job (`make demo`): takes the shipped demo model (models/demo/kjv-q8_0.gguf: a
 # 5-million-parameter Llama trained on the King James Bible, see models/README.md), shows what
-# is in it, generates text from a prompt through the engine, and runs an offline load benchmark
-# with graphs on and off. FOLIO_DEMO_MODEL picks another GGUF file (the prompt stays).
+# is in it, generates text from a prompt through the engine, shows the shipped LoRA adapters
+# (models/lora/) on one prompt and on held-out text, and runs an offline load benchmark with
+# graphs on and off. FOLIO_DEMO_MODEL picks another GGUF file (the prompt stays).
 #   scripts/demo.sh [build dir]
 set -euo pipefail
 build=${1:-build/release}
@@ -28,6 +29,21 @@ section "folio generate (sampled: temperature 0.8, top-p 0.95, seed 7, 48 tokens
 section "folio perplexity on the held-out chapters (text the model never saw)"
 "$folio" perplexity -m "$model" -f models/kjv-heldout.txt -q --json "$build/perplexity.json"
 
+section "LoRA adapters: the same prompt on the base and three fine-tunes (Psalms, Proverbs, Gospels)"
+loras=(--lora psalms=models/lora/kjv-psalms-f16.gguf --lora proverbs=models/lora/kjv-proverbs-f16.gguf
+  --lora gospels=models/lora/kjv-gospels-f16.gguf)
+for adapter in base psalms proverbs gospels; do
+  printf '[%s] ' "$adapter"
+  "$folio" generate -m "$model" "${loras[@]}" --adapter "$adapter" -p "And he said" -n 24 \
+    --temperature 0 -q 2>/dev/null
+done
+
+section "LoRA: held-out perplexity of the Proverbs adapter on Proverbs it never saw, and of the base"
+"$folio" perplexity -m "$model" "${loras[@]}" --adapter proverbs -f models/lora/kjv-proverbs-heldout.txt \
+  -c 256 --stride 128 -q --json "$build/perplexity-proverbs.json"
+"$folio" perplexity -m "$model" -f models/lora/kjv-proverbs-heldout.txt -c 256 --stride 128 -q \
+  --json "$build/perplexity-proverbs-base.json"
+
 section "folio bench: 64 requests, concurrency 16, graphs on"
 "$folio" bench -m "$model" --requests 64 --concurrency 16 --prompt-len 16:96 --output-len 16:48 \
   --shared-prefix 32 -q --json "$build/bench-graphs.json"
@@ -48,6 +64,10 @@ print(f"output tokens/s: graphs {graphs['output_tokens_per_second']:.0f}, "
       f"eager {eager['output_tokens_per_second']:.0f} "
       f"(ratio {graphs['output_tokens_per_second'] / eager['output_tokens_per_second']:.2f})")
 print(f"TPOT p50: graphs {graphs['tpot_ms']['p50']:.2f} ms, eager {eager['tpot_ms']['p50']:.2f} ms")
+adapted, base = (json.load(open(f"{sys.argv[1].rsplit('/', 1)[0]}/{name}.json"))
+                 for name in ("perplexity-proverbs", "perplexity-proverbs-base"))
+print(f"Proverbs held-out perplexity: adapter {adapted['perplexity']:.3f}, base "
+      f"{base['perplexity']:.3f}")
 print(f"prefix hit rate {100 * graphs['prefix_hit_rate']:.1f}%, graph hit rate "
       f"{100 * graphs['graph_hit_rate']:.1f}%, padding {100 * graphs['padding_ratio']:.1f}%")
 PY
