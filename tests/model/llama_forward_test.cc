@@ -270,6 +270,26 @@ double relative_error(const std::vector<float>& actual, const std::vector<double
   return worst / scale;
 }
 
+// Runs every golden prompt (a) whole in one step and (b) one token per step over the cache the
+// previous steps wrote, and records the worst relative error of each.
+void measure_against(ForwardHarness& harness, const Golden& golden, double& worst_prefill,
+                     double& worst_decode) {
+  for (size_t p = 0; p < golden.prompts.size(); ++p) {
+    const std::vector<int32_t>& prompt = golden.prompts[p];
+    const auto length = static_cast<int32_t>(prompt.size());
+    Result<std::vector<std::vector<float>>> prefill = harness.run(prompt, 0, length);
+    ASSERT_TRUE(prefill.ok()) << prefill.status();
+    for (int32_t i = 0; i < length; ++i) {
+      worst_prefill = std::max(worst_prefill, relative_error((*prefill)[i], golden.logits[p][i]));
+    }
+    for (int32_t i = 0; i < length; ++i) {
+      Result<std::vector<std::vector<float>>> decode = harness.run(prompt, i, 1);
+      ASSERT_TRUE(decode.ok()) << decode.status();
+      worst_decode = std::max(worst_decode, relative_error((*decode)[0], golden.logits[p][i]));
+    }
+  }
+}
+
 class LlamaForwardTest
     : public ::testing::TestWithParam<std::tuple<ReferenceModel, exec::ExecutionMode>> {};
 
@@ -281,22 +301,7 @@ TEST_P(LlamaForwardTest, LogitsMatchIndependentReference) {
   ASSERT_EQ(harness.model_hash(), golden.model_hash)
       << "the generated model changed; run tests/data/reference/regenerate.sh";
   double worst_prefill = 0, worst_decode = 0;
-  for (size_t p = 0; p < golden.prompts.size(); ++p) {
-    const std::vector<int32_t>& prompt = golden.prompts[p];
-    const int32_t length = static_cast<int32_t>(prompt.size());
-    // (a) the whole prompt in one step.
-    Result<std::vector<std::vector<float>>> prefill = harness.run(prompt, 0, length);
-    ASSERT_TRUE(prefill.ok()) << prefill.status();
-    for (int32_t i = 0; i < length; ++i) {
-      worst_prefill = std::max(worst_prefill, relative_error((*prefill)[i], golden.logits[p][i]));
-    }
-    // (b) one token per step, over the cache the previous steps wrote.
-    for (int32_t i = 0; i < length; ++i) {
-      Result<std::vector<std::vector<float>>> decode = harness.run(prompt, i, 1);
-      ASSERT_TRUE(decode.ok()) << decode.status();
-      worst_decode = std::max(worst_decode, relative_error((*decode)[0], golden.logits[p][i]));
-    }
-  }
+  measure_against(harness, golden, worst_prefill, worst_decode);
   EXPECT_LE(worst_prefill, reference.tolerance);
   EXPECT_LE(worst_decode, reference.tolerance);
   std::printf("%s: worst relative error prefill %.3g, decode %.3g (tolerance %.1g)\n",
@@ -343,20 +348,7 @@ TEST_P(LlamaAdapterForwardTest, LogitsMatchIndependentReference) {
       << "the generated adapter changed; run tests/data/reference/regenerate.sh";
   const double tolerance = adapter_tolerance(adapter, format);
   double worst_prefill = 0, worst_decode = 0;
-  for (size_t p = 0; p < golden.prompts.size(); ++p) {
-    const std::vector<int32_t>& prompt = golden.prompts[p];
-    const auto length = static_cast<int32_t>(prompt.size());
-    Result<std::vector<std::vector<float>>> prefill = harness.run(prompt, 0, length);
-    ASSERT_TRUE(prefill.ok()) << prefill.status();
-    for (int32_t i = 0; i < length; ++i) {
-      worst_prefill = std::max(worst_prefill, relative_error((*prefill)[i], golden.logits[p][i]));
-    }
-    for (int32_t i = 0; i < length; ++i) {
-      Result<std::vector<std::vector<float>>> decode = harness.run(prompt, i, 1);
-      ASSERT_TRUE(decode.ok()) << decode.status();
-      worst_decode = std::max(worst_decode, relative_error((*decode)[0], golden.logits[p][i]));
-    }
-  }
+  measure_against(harness, golden, worst_prefill, worst_decode);
   EXPECT_LE(worst_prefill, tolerance);
   EXPECT_LE(worst_decode, tolerance);
   std::printf("%s (%s table): worst relative error prefill %.3g, decode %.3g (tolerance %.1g)\n",
