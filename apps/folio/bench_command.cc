@@ -383,6 +383,10 @@ void print_bench(const BenchOptions& options, const BenchSummary& summary) {
   std::printf("  peak pool       KV %.1f MiB (%.1f%% of budget), graph arena %.1f MiB\n",
               peak_mib(summary, memory::ContentType::kKvCache), 100 * summary.peak_kv_utilization,
               peak_mib(summary, memory::ContentType::kGraphArena));
+  if (summary.peak_pool_bytes[static_cast<int>(memory::ContentType::kAdapterWeights)] > 0) {
+    std::printf("                  hot adapter pages %.1f MiB\n",
+                peak_mib(summary, memory::ContentType::kAdapterWeights));
+  }
 }
 
 void write_json(const std::string& path, const nlohmann::json& json) {
