@@ -92,9 +92,8 @@ Scheduler::Scheduler(const SchedulerOptions& options, kv::BlockManager& block_ma
     : options_(options), block_manager_(block_manager), adapters_(adapters) {}
 
 bool Scheduler::hold_adapter(Sequence* sequence, StepPlan& plan) {
-  if (sequence->adapter_id == 0 || sequence->holds_adapter) return true;
-  FOLIO_CHECK(adapters_ != nullptr, "request {} names adapter {} without an adapter manager",
-              sequence->request, sequence->adapter_id);
+  // Without a manager the runner serves adapters itself (EngineParts::adapters): nothing to hold.
+  if (sequence->adapter_id == 0 || sequence->holds_adapter || adapters_ == nullptr) return true;
   Result<lora::AdapterReadiness> readiness = adapters_->acquire(sequence->adapter_id);
   if (!readiness.ok()) {
     fail(sequence, readiness.status(), plan);

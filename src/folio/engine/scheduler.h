@@ -92,7 +92,8 @@ struct StepPlan {
 class Scheduler {
  public:
   // Errors: invalid options, or a swap mode without a host swap space.
-  // `adapters` (may be null: base model only) must outlive the scheduler.
+  // `adapters` (null: nothing is held; the runner serves any adapter itself) must outlive the
+  // scheduler.
   static Result<std::unique_ptr<Scheduler>> create(const SchedulerOptions& options,
                                                    kv::BlockManager& block_manager,
                                                    bool has_swap_space,
