@@ -234,7 +234,6 @@ bool Scheduler::add_prefill_chunk(Sequence* sequence, StepPlan& plan, int32_t& b
 }
 
 void Scheduler::admit(StepPlan& plan, int32_t& budget, TimePoint now) {
-  prefetch_adapters();
   candidates_.clear();
   candidates_.insert(candidates_.end(), swapped_.begin(), swapped_.end());
   candidates_.insert(candidates_.end(), waiting_.begin(), waiting_.end());
@@ -256,6 +255,10 @@ void Scheduler::admit(StepPlan& plan, int32_t& budget, TimePoint now) {
     // capacity freed from now on is kept for it.
     if (now - sequence->arrival >= options_.starvation_threshold) break;
   }
+  // After admission, not before: a sequence admission tried has asked for its adapter itself
+  // (a demand load, counted as a cold miss, ahead of background jobs); prefetching it first
+  // would have queued its load as a background job and hidden the miss.
+  prefetch_adapters();
 }
 
 bool Scheduler::try_resume_swapped(Sequence* sequence, StepPlan& plan) {

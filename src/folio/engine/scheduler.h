@@ -27,8 +27,9 @@
 // Adapters (lora/adapter_manager.h): a sequence runs only with its adapter resident and held;
 // one whose adapter is loading is skipped like one that does not fit (it keeps its place in
 // the order, so a rare adapter is not starved by popular ones: admission order is priority and
-// arrival, never the adapter's queue depth). Each step the first prefetch_lookahead waiting
-// sequences' adapters start loading. Preemption and finishing release the adapter.
+// arrival, never the adapter's queue depth). Each step, after admission, the adapters of the
+// first prefetch_lookahead sequences still waiting start loading. Preemption and finishing
+// release the adapter.
 //
 // Invariants: every sequence handed to add() is in exactly one queue matching its status until
 // finish() or a failure reported in a StepPlan; the block manager holds a sequence iff it is
