@@ -99,6 +99,7 @@ Result<AdapterFiles> AdapterFiles::prepare(const AdapterBenchOptions& options,
     const std::filesystem::path path =
         files.directory_ / fmt::format("{}-r{}-{:05}.gguf", stem, options.rank, i);
     files.paths_.push_back(path.string());
+    bar.update(i + 1);
     if (std::filesystem::exists(path)) continue;
     lora::RandomAdapterOptions random;  // all seven projections, f16
     random.rank = options.rank;
@@ -107,7 +108,6 @@ Result<AdapterFiles> AdapterFiles::prepare(const AdapterBenchOptions& options,
     FOLIO_ASSIGN_OR_RETURN(gguf::GgufWriter writer, lora::make_random_adapter_writer(base, random));
     FOLIO_RETURN_IF_ERROR(writer.write_file(path.string()).with_context(path.string()));
     ++files.num_written_;
-    bar.update(i + 1);
   }
   bar.finish();
   return files;
