@@ -1,19 +1,31 @@
 // folio bench: an offline load through the engine: N requests with prompt and output lengths
 // drawn from ranges, at most C in flight, reporting throughput, latency percentiles, KV and
 // graph statistics and peak pool memory by content type (text, and JSON with --json).
+//
+// With --adapters N (bench_adapters.h), N random LoRA adapters are registered and each request
+// runs with one drawn by popularity. Each of --passes passes then runs its requests twice: on an
+// engine without adapters (the base pass, unless --no-base-pass) and with their adapters on an
+// engine serving them, so the throughput ratio comes from one run on one (noisy) machine. Both
+// engines are driven from the bench's thread (Engine::step), which lets it ask the adapter
+// manager, an engine-thread object, what tier each request's adapter is in as it is submitted.
 #include <algorithm>
 #include <array>
 #include <chrono>
 #include <condition_variable>
 #include <cstdio>
 #include <fstream>
+#include <functional>
 #include <mutex>
+#include <optional>
 #include <random>
 #include <string>
+#include <thread>
+#include <unordered_map>
 #include <vector>
 
 #include <nlohmann/json.hpp>
 
+#include "apps/folio/bench_adapters.h"
 #include "apps/folio/commands.h"
 #include "apps/folio/engine_options.h"
 #include "apps/folio/progress_bar.h"
@@ -31,6 +43,8 @@ struct BenchOptions {
   int32_t shared_prefix = 0;  // tokens of a system prompt every request starts with
   uint64_t seed = 1;
   std::string json_path;
+  AdapterBenchOptions adapters;
+  int32_t passes = 1;  // with adapters: passes of fresh requests (seeds seed, seed + 1, ...)
 };
 
 struct Range {
@@ -93,6 +107,9 @@ struct BenchRun {
   int num_threads = 0;
   size_t page_size = 0;
   int64_t pool_pages = 0;
+  // Driven by drive_stepped: the tier each completion's adapter was in when its request was
+  // submitted (nullopt: no adapter), in the order of `completions`.
+  std::vector<std::optional<lora::AdapterTier>> submit_tiers;
 };
 
 // Submits the requests keeping at most options.concurrency in flight, waits for all to finish,
@@ -153,12 +170,87 @@ BenchRun drive_requests(const BenchOptions& options, engine::ModelEngine& model_
   return run;
 }
 
+// Drives the engine from this thread (Engine::step; the engine must not be started), keeping
+// at most options.concurrency requests in flight and submitting as soon as one finishes. As the
+// engine thread, it may ask the adapter manager for each request's adapter tier as it submits
+// it. A step that runs nothing while requests are left (all wait on adapter loads) is followed
+// by a 1 ms wait, as in the engine's own loop. The pool is sampled after every step.
+BenchRun drive_stepped(const BenchOptions& options, engine::ModelEngine& model_engine,
+                       std::vector<engine::Request> requests) {
+  std::vector<engine::Completion> completions;  // on_finish runs on this thread, inside step()
+  for (engine::Request& request : requests) {
+    request.on_finish = [&completions](const engine::Completion& completion) {
+      completions.push_back(completion);
+    };
+  }
+  BenchRun run;
+  run.num_threads = model_engine.thread_pool().num_threads();
+  run.page_size = model_engine.pool().page_size();
+  run.pool_pages = model_engine.pool().num_pages();
+  engine::Engine& engine = model_engine.engine();
+  lora::AdapterManager* adapters = model_engine.adapters();
+  std::unordered_map<engine::RequestId, std::optional<lora::AdapterTier>> tiers;
+  run.graphs_before = model_engine.executor().stats();
+  const auto start = std::chrono::steady_clock::now();
+  size_t next = 0;
+  ProgressBar bar("bench", static_cast<int64_t>(requests.size()), ProgressUnit::kItems, "requests",
+                  !options.engine.quiet);
+  while (completions.size() < requests.size()) {
+    while (next < requests.size() &&
+           next - completions.size() < static_cast<size_t>(options.concurrency)) {
+      std::optional<lora::AdapterTier> tier;
+      if (adapters != nullptr && requests[next].adapter_id != 0) {
+        tier = adapters->tier(requests[next].adapter_id);
+      }
+      Result<engine::RequestId> id = engine.submit(std::move(requests[next]));
+      check_command(id.status());
+      tiers.emplace(*id, tier);
+      ++next;
+    }
+    if (!engine.step()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    const memory::PoolStats stats = model_engine.pool().stats();
+    for (int i = 0; i < memory::kNumContentTypes; ++i) {
+      run.peak_pages[i] = std::max(run.peak_pages[i], stats.per_content[i].pages_in_use);
+    }
+    bar.update(static_cast<int64_t>(completions.size()));
+  }
+  bar.finish();
+  run.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  run.engine_stats = engine.stats();
+  run.graphs_after = model_engine.executor().stats();
+  for (const engine::Completion& completion : completions) {
+    run.submit_tiers.push_back(tiers.at(completion.request));
+  }
+  run.completions = std::move(completions);
+  return run;
+}
+
+// One run of several passes on one engine: completions and seconds add up, peaks are the
+// highest, the counters are the last pass's (the engine's totals) against the first's start.
+void merge_run(BenchRun& total, BenchRun pass) {
+  if (total.completions.empty()) {
+    total = std::move(pass);
+    return;
+  }
+  total.completions.insert(total.completions.end(), pass.completions.begin(),
+                           pass.completions.end());
+  total.submit_tiers.insert(total.submit_tiers.end(), pass.submit_tiers.begin(),
+                            pass.submit_tiers.end());
+  total.seconds += pass.seconds;
+  for (int i = 0; i < memory::kNumContentTypes; ++i) {
+    total.peak_pages[i] = std::max(total.peak_pages[i], pass.peak_pages[i]);
+  }
+  total.graphs_after = pass.graphs_after;
+  total.engine_stats = pass.engine_stats;
+}
+
 struct LatencyPercentiles {
   double p50 = 0, p99 = 0;
 };
 
 // The report's numbers, in the units it prints them in.
 struct BenchSummary {
+  int64_t num_requests = 0;
   int num_threads = 0;
   int64_t num_errors = 0;
   int64_t prompt_tokens = 0, generated_tokens = 0;
@@ -191,6 +283,7 @@ double ratio_or_zero(int64_t part, int64_t whole) {
 
 BenchSummary summarize_run(const BenchRun& run) {
   BenchSummary summary;
+  summary.num_requests = static_cast<int64_t>(run.completions.size());
   summary.num_threads = run.num_threads;
   std::vector<double> ttft_ms, tpot_ms, latency_ms;
   for (const engine::Completion& completion : run.completions) {
@@ -243,7 +336,7 @@ nlohmann::json bench_json(const BenchOptions& options, const BenchSummary& summa
         summary.peak_pool_bytes[static_cast<int>(content)];
   }
   return {
-      {"requests", options.num_requests},
+      {"requests", summary.num_requests},
       {"concurrency", options.concurrency},
       {"graphs", !options.engine.no_graphs},
       {"threads", summary.num_threads},
@@ -270,11 +363,11 @@ double peak_mib(const BenchSummary& summary, memory::ContentType content) {
   return static_cast<double>(summary.peak_pool_bytes[static_cast<int>(content)]) / (1 << 20);
 }
 
-// Prints the text report on stdout and, with --json, writes the same numbers as JSON.
-void report_bench(const BenchOptions& options, const BenchSummary& summary) {
-  std::printf("folio bench: %d requests, concurrency %d, graphs %s, %d threads\n",
-              options.num_requests, options.concurrency, options.engine.no_graphs ? "off" : "on",
-              summary.num_threads);
+// Prints the text report on stdout.
+void print_bench(const BenchOptions& options, const BenchSummary& summary) {
+  std::printf("folio bench: %lld requests, concurrency %d, graphs %s, %d threads\n",
+              static_cast<long long>(summary.num_requests), options.concurrency,
+              options.engine.no_graphs ? "off" : "on", summary.num_threads);
   std::printf("  throughput      %.1f output tokens/s, %.1f total tokens/s (%.2f s, %lld errors)\n",
               summary.output_tokens_per_second, summary.total_tokens_per_second, summary.seconds,
               static_cast<long long>(summary.num_errors));
@@ -290,10 +383,145 @@ void report_bench(const BenchOptions& options, const BenchSummary& summary) {
   std::printf("  peak pool       KV %.1f MiB (%.1f%% of budget), graph arena %.1f MiB\n",
               peak_mib(summary, memory::ContentType::kKvCache), 100 * summary.peak_kv_utilization,
               peak_mib(summary, memory::ContentType::kGraphArena));
+  if (summary.peak_pool_bytes[static_cast<int>(memory::ContentType::kAdapterWeights)] > 0) {
+    std::printf("                  hot adapter pages %.1f MiB\n",
+                peak_mib(summary, memory::ContentType::kAdapterWeights));
+  }
+}
+
+void write_json(const std::string& path, const nlohmann::json& json) {
+  std::ofstream out(path);
+  out << json.dump(2) << "\n";
+  if (!out) check_command(internal_error("cannot write {}", path));
+}
+
+// Prints the text report on stdout and, with --json, writes the same numbers as JSON.
+void report_bench(const BenchOptions& options, const BenchSummary& summary) {
+  print_bench(options, summary);
+  if (!options.json_path.empty()) write_json(options.json_path, bench_json(options, summary));
+}
+
+// TTFT of the adapter passes' requests by the tier their adapter was in when submitted.
+std::array<AdapterBenchReport::TierTtft, 3> ttft_by_tier(const BenchRun& run) {
+  std::array<std::vector<double>, 3> ttft_ms;
+  for (size_t i = 0; i < run.completions.size(); ++i) {
+    if (!run.submit_tiers[i]) continue;
+    ttft_ms[static_cast<size_t>(*run.submit_tiers[i])].push_back(
+        to_milliseconds(run.completions[i].timing.time_to_first_token));
+  }
+  std::array<AdapterBenchReport::TierTtft, 3> result;
+  for (size_t tier = 0; tier < ttft_ms.size(); ++tier) {
+    result[tier].requests = static_cast<int64_t>(ttft_ms[tier].size());
+    const LatencyPercentiles percentiles = percentiles_of(std::move(ttft_ms[tier]));
+    result[tier].p50_ms = percentiles.p50;
+    result[tier].p99_ms = percentiles.p99;
+  }
+  return result;
+}
+
+double output_tokens_per_second(const BenchRun& run) {
+  int64_t tokens = 0;
+  for (const engine::Completion& completion : run.completions) {
+    tokens += completion.num_generated_tokens;
+  }
+  return static_cast<double>(tokens) / run.seconds;
+}
+
+std::unique_ptr<engine::ModelEngine> start_or_fail(
+    const EngineCommandOptions& options,
+    const std::function<void(engine::ModelEngineOptions&)>& customize = nullptr) {
+  Result<std::unique_ptr<engine::ModelEngine>> bundle = start_model_engine(options, customize);
+  check_command(bundle.status());
+  return std::move(*bundle);
+}
+
+// --adapters N: the base engine (unless --no-base-pass) and the adapter engine side by side,
+// each pass's requests through both, then the report of the adapter passes with the adapter
+// lines and the comparison.
+void run_adapter_bench(const BenchOptions& options, Range prompt, Range output) {
+  const AdapterBenchOptions& adapter_options = options.adapters;
+  if (adapter_options.rank < 1 || options.passes < 1) {
+    check_command(invalid_argument("--adapter-rank and --passes must be at least 1"));
+  }
+  Result<AdapterPopularity> popularity = AdapterPopularity::create(
+      adapter_options.popularity, adapter_options.num_adapters, adapter_options.zipf_exponent);
+  check_command(popularity.status());
+  std::unique_ptr<engine::ModelEngine> base_engine;
+  if (adapter_options.base_pass) {
+    EngineCommandOptions base = options.engine;
+    base.adapters = false;
+    base.loras.clear();
+    base.lora_dir.clear();
+    base_engine = start_or_fail(base);
+  }
+  EngineCommandOptions served = options.engine;
+  served.adapters = true;
+  // Declared before the engine, so the files outlive the loader thread that reads them.
+  std::optional<AdapterFiles> files;
+  std::unique_ptr<engine::ModelEngine> adapter_engine =
+      start_or_fail(served, [&](engine::ModelEngineOptions& engine_options) {
+        if (adapter_options.prefetch_lookahead >= 0) {
+          engine_options.adapter_options.prefetch_lookahead = adapter_options.prefetch_lookahead;
+        }
+      });
+  const model::LlamaModel& model = adapter_engine->model();
+  Result<AdapterFiles> prepared = AdapterFiles::prepare(adapter_options, options.engine.model_path,
+                                                        model.shape(), options.engine.quiet);
+  check_command(prepared.status());
+  files.emplace(std::move(*prepared));
+  AdapterBenchReport report;
+  report.options = adapter_options;
+  report.files_written = files->num_written();
+  lora::AdapterManager& adapters = *adapter_engine->adapters();
+  Result<AdapterRegistration> registration = register_bench_adapters(adapters, files->paths());
+  check_command(registration.status());
+  report.registration = std::move(*registration);
+  if (!options.engine.quiet) {
+    std::fprintf(stderr, "registered %d adapters from %s in %.2f s (%d files written)\n",
+                 adapter_options.num_adapters, files->directory().c_str(),
+                 report.registration.seconds, report.files_written);
+  }
+
+  const AdapterCounters before = read_adapter_counters(adapter_engine->registry());
+  // Its own stream, so the prompts are those of a bench without adapters at the same seed.
+  std::mt19937_64 adapter_random(options.seed ^ 0x9e3779b97f4a7c15ULL);
+  BenchRun base_total, adapter_total;
+  for (int32_t pass = 0; pass < options.passes; ++pass) {
+    BenchOptions pass_options = options;
+    pass_options.seed = options.seed + static_cast<uint64_t>(pass);
+    std::vector<engine::Request> requests =
+        make_requests(pass_options, prompt, output, static_cast<int32_t>(model.shape().vocab_size),
+                      model.tokenizer().bos());
+    if (base_engine) {
+      BenchRun base_run = drive_stepped(options, *base_engine, requests);
+      report.base_tokens_per_second.push_back(output_tokens_per_second(base_run));
+      merge_run(base_total, std::move(base_run));
+    }
+    for (engine::Request& request : requests) {
+      request.adapter_id =
+          report.registration.ids[static_cast<size_t>(popularity->draw(adapter_random))];
+    }
+    BenchRun adapter_run = drive_stepped(options, *adapter_engine, std::move(requests));
+    report.adapter_tokens_per_second.push_back(output_tokens_per_second(adapter_run));
+    merge_run(adapter_total, std::move(adapter_run));
+  }
+  report.counters = read_adapter_counters(adapter_engine->registry()).minus(before);
+  report.end = adapters.stats();
+  report.ttft_by_tier = ttft_by_tier(adapter_total);
+  if (base_engine) {
+    const BenchSummary base_summary = summarize_run(base_total);
+    report.base_ttft_p50_ms = base_summary.ttft_ms.p50;
+    report.base_ttft_p99_ms = base_summary.ttft_ms.p99;
+  }
+
+  const BenchSummary summary = summarize_run(adapter_total);
+  print_bench(options, summary);
+  print_adapter_report(report);
   if (!options.json_path.empty()) {
-    std::ofstream out(options.json_path);
-    out << bench_json(options, summary).dump(2) << "\n";
-    if (!out) check_command(internal_error("cannot write {}", options.json_path));
+    nlohmann::json json = bench_json(options, summary);
+    json["passes"] = options.passes;
+    json["adapters"] = adapter_report_json(report);
+    write_json(options.json_path, json);
   }
 }
 
@@ -304,6 +532,10 @@ void run_bench(const BenchOptions& options) {
   check_command(output.status());
   if (options.num_requests < 1 || options.concurrency < 1) {
     check_command(invalid_argument("--requests and --concurrency must be at least 1"));
+  }
+  if (options.adapters.num_adapters > 0) {
+    run_adapter_bench(options, *prompt, *output);
+    return;
   }
   Result<std::unique_ptr<engine::ModelEngine>> bundle = start_model_engine(options.engine);
   check_command(bundle.status());
@@ -333,6 +565,29 @@ void add_bench_command(CLI::App& app) {
                       "Tokens of a system prompt shared by every request");
   command->add_option("--seed", options->seed, "Seed of the synthetic requests");
   command->add_option("--json", options->json_path, "Also write the report as JSON here");
+  AdapterBenchOptions& adapters = options->adapters;
+  command->add_option("--adapters", adapters.num_adapters,
+                      "Random LoRA adapters to register; each request runs with one (0: none)");
+  command->add_option("--adapter-rank", adapters.rank, "Rank of the random adapters")
+      ->capture_default_str();
+  command
+      ->add_option("--adapter-popularity", adapters.popularity,
+                   "How requests pick adapters: uniform or zipf (over the adapter index)")
+      ->capture_default_str();
+  command->add_option("--zipf-exponent", adapters.zipf_exponent, "Exponent of zipf popularity")
+      ->capture_default_str();
+  command->add_option("--adapter-dir", adapters.dir,
+                      "Keep the adapter files here and reuse those present (default: a "
+                      "temporary directory)");
+  command->add_option("--adapter-prefetch", adapters.prefetch_lookahead,
+                      "Waiting requests whose adapters are prefetched (0: no prefetch; default: "
+                      "the engine's)");
+  command->add_flag("!--no-base-pass", adapters.base_pass,
+                    "With --adapters, skip the pass without adapters (and the ratio)");
+  command
+      ->add_option("--passes", options->passes,
+                   "With --adapters, passes of fresh requests (seeds seed, seed + 1, ...)")
+      ->capture_default_str();
   command->callback([options] { run_bench(*options); });
 }
 

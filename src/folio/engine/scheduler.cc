@@ -92,9 +92,8 @@ Scheduler::Scheduler(const SchedulerOptions& options, kv::BlockManager& block_ma
     : options_(options), block_manager_(block_manager), adapters_(adapters) {}
 
 bool Scheduler::hold_adapter(Sequence* sequence, StepPlan& plan) {
-  if (sequence->adapter_id == 0 || sequence->holds_adapter) return true;
-  FOLIO_CHECK(adapters_ != nullptr, "request {} names adapter {} without an adapter manager",
-              sequence->request, sequence->adapter_id);
+  // Without a manager the runner serves adapters itself (EngineParts::adapters): nothing to hold.
+  if (sequence->adapter_id == 0 || sequence->holds_adapter || adapters_ == nullptr) return true;
   Result<lora::AdapterReadiness> readiness = adapters_->acquire(sequence->adapter_id);
   if (!readiness.ok()) {
     fail(sequence, readiness.status(), plan);
@@ -235,7 +234,6 @@ bool Scheduler::add_prefill_chunk(Sequence* sequence, StepPlan& plan, int32_t& b
 }
 
 void Scheduler::admit(StepPlan& plan, int32_t& budget, TimePoint now) {
-  prefetch_adapters();
   candidates_.clear();
   candidates_.insert(candidates_.end(), swapped_.begin(), swapped_.end());
   candidates_.insert(candidates_.end(), waiting_.begin(), waiting_.end());
@@ -257,6 +255,10 @@ void Scheduler::admit(StepPlan& plan, int32_t& budget, TimePoint now) {
     // capacity freed from now on is kept for it.
     if (now - sequence->arrival >= options_.starvation_threshold) break;
   }
+  // After admission, not before: a sequence admission tried has asked for its adapter itself
+  // (a demand load, counted as a cold miss, ahead of background jobs); prefetching it first
+  // would have queued its load as a background job and hidden the miss.
+  prefetch_adapters();
 }
 
 bool Scheduler::try_resume_swapped(Sequence* sequence, StepPlan& plan) {

@@ -27,8 +27,9 @@
 // Adapters (lora/adapter_manager.h): a sequence runs only with its adapter resident and held;
 // one whose adapter is loading is skipped like one that does not fit (it keeps its place in
 // the order, so a rare adapter is not starved by popular ones: admission order is priority and
-// arrival, never the adapter's queue depth). Each step the first prefetch_lookahead waiting
-// sequences' adapters start loading. Preemption and finishing release the adapter.
+// arrival, never the adapter's queue depth). Each step, after admission, the adapters of the
+// first prefetch_lookahead sequences still waiting start loading. Preemption and finishing
+// release the adapter.
 //
 // Invariants: every sequence handed to add() is in exactly one queue matching its status until
 // finish() or a failure reported in a StepPlan; the block manager holds a sequence iff it is
@@ -92,7 +93,8 @@ struct StepPlan {
 class Scheduler {
  public:
   // Errors: invalid options, or a swap mode without a host swap space.
-  // `adapters` (may be null: base model only) must outlive the scheduler.
+  // `adapters` (null: nothing is held; the runner serves any adapter itself) must outlive the
+  // scheduler.
   static Result<std::unique_ptr<Scheduler>> create(const SchedulerOptions& options,
                                                    kv::BlockManager& block_manager,
                                                    bool has_swap_space,
