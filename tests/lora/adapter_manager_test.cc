@@ -88,6 +88,12 @@ class AdapterManagerTest : public ::testing::Test {
     return false;
   }
 
+  // What a hot copy of `bytes` takes from the pool: whole pages.
+  static int64_t pages_of(int64_t bytes) {
+    const auto page = static_cast<int64_t>(kPageBytes);
+    return (bytes + page - 1) / page * page;
+  }
+
   double counter(const std::string& text) const {
     const std::string rendered = registry_.render();
     const std::string line = fmt::format("\n{} ", text);
@@ -133,8 +139,38 @@ TEST_F(AdapterManagerTest, ColdAdapterLoadsHotAndBindsToATableSlot) {
   manager_->maintain();
   manager_->check_invariants();
   pool_->check_invariants();
+  // The acquire that missed is counted once, as a miss; the next one is a hit.
   EXPECT_EQ(counter("folio_lora_requests_total{tier=\"cold\"}"), 1);
+  EXPECT_EQ(counter("folio_lora_requests_total{tier=\"hot\"}"), 0);
+  ASSERT_TRUE(acquire_loaded(id));
+  manager_->release(id);
   EXPECT_EQ(counter("folio_lora_requests_total{tier=\"hot\"}"), 1);
+}
+
+// Hot budget full of idle adapters and no warm budget: the least recently used idle one goes
+// cold so the new one loads (a request must never wait for room no one will free).
+TEST_F(AdapterManagerTest, FullHotBudgetWithNoWarmRoomEvictsAnIdleHotAdapter) {
+  make_pool(256);
+  make_manager({});
+  const int64_t footprint = pages_of(manager_->get(register_adapter("probe"))->hot_bytes);
+  manager_.reset();
+  AdapterManagerOptions options;
+  options.hot_budget_bytes = footprint;
+  options.warm_budget_bytes = 0;
+  make_manager(options);
+  const AdapterId first = register_adapter("first", 4, 1);
+  const AdapterId second = register_adapter("second", 4, 2);
+  ASSERT_TRUE(acquire_loaded(first));
+  manager_->release(first);
+  ASSERT_TRUE(acquire_loaded(second));
+  EXPECT_EQ(manager_->tier(second), AdapterTier::kHot);
+  EXPECT_EQ(manager_->tier(first), AdapterTier::kCold);
+  // While `second` is held nothing can make room: `first` waits, it does not fail.
+  EXPECT_EQ(*manager_->acquire(first), AdapterReadiness::kLoading);
+  manager_->release(second);
+  ASSERT_TRUE(acquire_loaded(first));
+  manager_->release(first);
+  manager_->check_invariants();
 }
 
 TEST_F(AdapterManagerTest, HotBudgetFullLoadsWarmAndWarmBudgetEvictsLeastRecentlyUsed) {
@@ -144,7 +180,7 @@ TEST_F(AdapterManagerTest, HotBudgetFullLoadsWarmAndWarmBudgetEvictsLeastRecentl
     make_manager({});
     return register_adapter("probe");
   }();
-  const int64_t hot_bytes = manager_->get(probe_id)->hot_bytes;
+  const int64_t hot_bytes = pages_of(manager_->get(probe_id)->hot_bytes);
   const int64_t warm_bytes = manager_->get(probe_id)->warm_bytes;
   manager_.reset();
   options.hot_budget_bytes = 2 * hot_bytes;
@@ -184,7 +220,7 @@ TEST_F(AdapterManagerTest, FrequentWarmAdapterIsPromotedAndRareHotOneDemoted) {
   make_pool(512);
   make_manager({});
   const AdapterId probe = register_adapter("probe");
-  const int64_t hot_bytes = manager_->get(probe)->hot_bytes;
+  const int64_t hot_bytes = pages_of(manager_->get(probe)->hot_bytes);
   manager_.reset();
   AdapterManagerOptions options;
   options.hot_budget_bytes = hot_bytes;  // one hot adapter
@@ -330,7 +366,7 @@ TEST_F(AdapterManagerTest, InvariantsHoldUnderRandomizedOperations) {
   make_pool(96);
   make_manager({});
   const AdapterId probe = register_adapter("probe");
-  const int64_t hot_bytes = manager_->get(probe)->hot_bytes;
+  const int64_t hot_bytes = pages_of(manager_->get(probe)->hot_bytes);
   const int64_t warm_bytes = manager_->get(probe)->warm_bytes;
   manager_.reset();
   AdapterManagerOptions options;

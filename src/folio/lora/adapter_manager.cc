@@ -14,8 +14,8 @@ namespace folio::lora {
 // One tier's copy of an adapter's weights.
 struct AdapterManager::Resident {
   AdapterTier tier = AdapterTier::kCold;
-  memory::PageAllocation pages;  // hot
-  exec::HostBuffer heap;         // warm
+  memory::PageAllocation pages;                   // hot
+  exec::HostBuffer heap;                          // warm
   std::vector<kernels::LoraSlotWeights> weights;  // one per target of the base
   int64_t bytes = 0;
 };
@@ -32,6 +32,8 @@ struct AdapterManager::Adapter {
   std::optional<Status> load_error;  // reported to the next acquire
   std::deque<int64_t> uses;          // steps that used it, within the window
   int64_t last_use = -1;
+  // A demand load was counted as a cold miss; the acquire it was for is not also a hit.
+  bool miss_counted = false;
 };
 
 struct AdapterManager::LoadJob {
@@ -160,9 +162,8 @@ Status AdapterManager::register_metrics() {
                          registry.histogram(load, load_help, bounds, {{"tier", "hot"}}));
   FOLIO_ASSIGN_OR_RETURN(metrics->load_warm,
                          registry.histogram(load, load_help, bounds, {{"tier", "warm"}}));
-  FOLIO_ASSIGN_OR_RETURN(metrics->promotions,
-                         registry.counter("folio_lora_promotions_total",
-                                          "Adapters moved from warm to hot."));
+  FOLIO_ASSIGN_OR_RETURN(metrics->promotions, registry.counter("folio_lora_promotions_total",
+                                                               "Adapters moved from warm to hot."));
   FOLIO_ASSIGN_OR_RETURN(metrics->demotions,
                          registry.counter("folio_lora_demotions_total",
                                           "Adapters moved from hot to warm, or warm to cold."));
@@ -275,7 +276,9 @@ Result<AdapterReadiness> AdapterManager::acquire(AdapterId id) {
   if (entry->resident != nullptr) {
     ++entry->holders;
     if (entry->holders == 1) held_seen_.fetch_add(1, std::memory_order_relaxed);
-    if (metrics_) {
+    if (entry->miss_counted) {
+      entry->miss_counted = false;
+    } else if (metrics_) {
       (entry->resident->tier == AdapterTier::kHot ? metrics_->requests_hot
                                                   : metrics_->requests_warm)
           ->increment();
@@ -283,8 +286,11 @@ Result<AdapterReadiness> AdapterManager::acquire(AdapterId id) {
     return AdapterReadiness::kReady;
   }
   if (!entry->loading) {
-    if (metrics_) metrics_->requests_cold->increment();
     start_load(*entry, AdapterTier::kCold, /*demand=*/true);
+    if (entry->loading && !entry->miss_counted) {
+      entry->miss_counted = true;
+      if (metrics_) metrics_->requests_cold->increment();
+    }
   }
   return AdapterReadiness::kLoading;
 }
@@ -391,19 +397,25 @@ int32_t AdapterManager::frequency(const Adapter& adapter) const {
 
 void AdapterManager::start_load(Adapter& adapter, AdapterTier target, bool demand) {
   const AdapterInfo& info = adapter.info;
+  const int64_t hot_bytes = hot_footprint(info);
   if (target == AdapterTier::kCold) {
-    // A demand load or prefetch: hot when it has room, else warm.
-    const bool hot_has_room = options_.hot_budget_bytes == 0 ||
-                              hot_bytes_ + hot_reserved_ + info.hot_bytes <=
-                                  options_.hot_budget_bytes;
-    target = hot_has_room ? AdapterTier::kHot : AdapterTier::kWarm;
-  }
-  if (target == AdapterTier::kWarm && !make_warm_room(info.warm_bytes, info.id)) {
-    // No room anywhere right now: the request keeps waiting and asks again.
+    // A demand load or prefetch: hot when it has room, else warm; when the warm tier cannot
+    // take it either, the least recently used idle hot adapters go cold to make hot room.
+    if (hot_has_room(hot_bytes)) {
+      target = AdapterTier::kHot;
+    } else if (make_warm_room(info.warm_bytes, info.id)) {
+      target = AdapterTier::kWarm;
+    } else if (evict_hot(hot_bytes, info.id)) {
+      target = AdapterTier::kHot;
+    } else {
+      // Every byte of both budgets is held by running sequences: wait for one to end.
+      return;
+    }
+  } else if (target == AdapterTier::kWarm && !make_warm_room(info.warm_bytes, info.id)) {
     return;
   }
   (target == AdapterTier::kHot ? hot_reserved_ : warm_reserved_) +=
-      target == AdapterTier::kHot ? info.hot_bytes : info.warm_bytes;
+      target == AdapterTier::kHot ? hot_bytes : info.warm_bytes;
   adapter.loading = true;
   ++loads_in_flight_;
   {
@@ -422,16 +434,14 @@ void AdapterManager::publish_loads() {
   for (std::unique_ptr<LoadResult>& result : results) {
     --loads_in_flight_;
     (result->target == AdapterTier::kHot ? hot_reserved_ : warm_reserved_) -=
-        result->target == AdapterTier::kHot
-            ? adapters_.at(result->id)->info.hot_bytes
-            : adapters_.at(result->id)->info.warm_bytes;
+        result->target == AdapterTier::kHot ? hot_footprint(adapters_.at(result->id)->info)
+                                            : adapters_.at(result->id)->info.warm_bytes;
     Adapter& entry = *adapters_.at(result->id);
     entry.loading = false;
     if (entry.unregistered) continue;  // the result's memory goes with it
     if (!result->status.ok()) {
       if (metrics_) metrics_->load_failures->increment();
-      log::warn("loading adapter '{}' failed: {}", entry.info.name,
-                     result->status.to_string());
+      log::warn("loading adapter '{}' failed: {}", entry.info.name, result->status.to_string());
       // Reported to the next acquire, also for a prefetch: the request it was for fails with
       // it (instead of prefetching again forever).
       entry.load_error = result->status;
@@ -461,8 +471,7 @@ void AdapterManager::install(Adapter& adapter, std::unique_ptr<Resident> residen
   if (resident->tier == AdapterTier::kHot) {
     // Loaded pinned so nothing could evict it half written; unused now, so evictable.
     const Status unpinned = resident->pages.unpin();
-    FOLIO_CHECK(unpinned.ok(), "unpinning adapter {}: {}", adapter.info.id,
-                unpinned.to_string());
+    FOLIO_CHECK(unpinned.ok(), "unpinning adapter {}: {}", adapter.info.id, unpinned.to_string());
     hot_bytes_ += resident->bytes;
   } else {
     warm_bytes_ += resident->bytes;
@@ -541,6 +550,33 @@ bool AdapterManager::make_warm_room(int64_t bytes, AdapterId keep) {
   return true;
 }
 
+int64_t AdapterManager::hot_footprint(const AdapterInfo& info) const {
+  const auto page = static_cast<int64_t>(pool_.page_size());
+  return (info.hot_bytes + page - 1) / page * page;
+}
+
+bool AdapterManager::hot_has_room(int64_t bytes) const {
+  return options_.hot_budget_bytes == 0 ||
+         hot_bytes_ + hot_reserved_ + bytes <= options_.hot_budget_bytes;
+}
+
+bool AdapterManager::evict_hot(int64_t bytes, AdapterId keep) {
+  while (!hot_has_room(bytes)) {
+    Adapter* victim = nullptr;
+    for (auto& [id, entry] : adapters_) {
+      if (id == keep || entry->holders > 0 || entry->loading || entry->resident == nullptr ||
+          entry->resident->tier != AdapterTier::kHot) {
+        continue;
+      }
+      if (victim == nullptr || entry->last_use < victim->last_use) victim = entry.get();
+    }
+    if (victim == nullptr) return false;
+    drop_tier(*victim);
+    if (metrics_) metrics_->demotions->increment();
+  }
+  return true;
+}
+
 bool AdapterManager::make_hot_room(int64_t bytes, AdapterId keep, int32_t frequency_needed) {
   if (options_.hot_budget_bytes == 0) return true;
   int64_t freeing = 0;  // hot bytes whose demotion is already on its way
@@ -561,7 +597,8 @@ bool AdapterManager::make_hot_room(int64_t bytes, AdapterId keep, int32_t freque
       continue;
     }
     const int32_t used = frequency(*entry);
-    if (used < options_.demote_frequency && used < frequency_needed) candidates.push_back(entry.get());
+    if (used < options_.demote_frequency && used < frequency_needed)
+      candidates.push_back(entry.get());
   }
   std::sort(candidates.begin(), candidates.end(), [&](const Adapter* a, const Adapter* b) {
     const int32_t left = frequency(*a), right = frequency(*b);
@@ -593,7 +630,7 @@ void AdapterManager::rebalance() {
     }
     const int32_t used = frequency(*entry);
     if (used < options_.promote_frequency) continue;
-    if (make_hot_room(entry->info.hot_bytes, id, used)) {
+    if (make_hot_room(hot_footprint(entry->info), id, used)) {
       start_load(*entry, AdapterTier::kHot, /*demand=*/false);
     }
   }
@@ -637,8 +674,8 @@ void AdapterManager::check_invariants() const {
     }
   }
   FOLIO_CHECK(hot == hot_bytes_ && warm == warm_bytes_,
-              "tier bytes disagree: hot {} counted {}, warm {} counted {}", hot, hot_bytes_,
-              warm, warm_bytes_);
+              "tier bytes disagree: hot {} counted {}, warm {} counted {}", hot, hot_bytes_, warm,
+              warm_bytes_);
   for (int32_t slot = 1; slot < num_slots_; ++slot) {
     if (slot_owner_[static_cast<size_t>(slot)] != 0) continue;
     for (int32_t target = 0; target < num_targets_; ++target) {
@@ -686,8 +723,7 @@ std::unique_ptr<AdapterManager::LoadResult> AdapterManager::load(const LoadJob& 
   };
   Result<std::unique_ptr<AdapterFile>> file = AdapterFile::open(job.info.path, base_);
   if (!file.ok()) return fail(file.status());
-  if (adapter_content_hash((*file)->content_hash(), job.info.user_scale) !=
-      job.info.content_hash) {
+  if (adapter_content_hash((*file)->content_hash(), job.info.user_scale) != job.info.content_hash) {
     // Its KV namespace was derived from the old bytes; serving new weights under it could reuse
     // KV computed by the old ones.
     return fail(failed_precondition(
@@ -713,11 +749,14 @@ std::unique_ptr<AdapterManager::LoadResult> AdapterManager::load(const LoadJob& 
   const kernels::LoraWeightFormat format = resident->tier == AdapterTier::kHot
                                                ? kernels::LoraWeightFormat::kF16
                                                : kernels::LoraWeightFormat::kInt8;
-  resident->bytes = adapter_weights_bytes(**file, format);
+  const int64_t weight_bytes = adapter_weights_bytes(**file, format);
+  resident->bytes = weight_bytes;
   std::span<std::byte> destination;
   if (resident->tier == AdapterTier::kHot) {
     resident->pages = std::move(*pages);
-    destination = std::span(resident->pages.data(), static_cast<size_t>(resident->bytes));
+    // The hot tier is charged whole pages: what the adapter takes from the pool.
+    resident->bytes = static_cast<int64_t>(resident->pages.size_bytes());
+    destination = std::span(resident->pages.data(), static_cast<size_t>(weight_bytes));
   } else {
     resident->heap = exec::HostBuffer(static_cast<size_t>(resident->bytes));
     destination = std::span(resident->heap.data(), static_cast<size_t>(resident->bytes));
@@ -727,8 +766,7 @@ std::unique_ptr<AdapterManager::LoadResult> AdapterManager::load(const LoadJob& 
   if (!weights.ok()) return fail(weights.status());
   resident->weights = std::move(*weights);
   result->resident = std::move(resident);
-  result->seconds =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  result->seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   return result;
 }
 

@@ -163,6 +163,11 @@ class AdapterManager final : private memory::EvictionListener {
   void free_unloaded();
   bool make_warm_room(int64_t bytes, AdapterId keep);
   bool make_hot_room(int64_t bytes, AdapterId keep, int32_t frequency);
+  // Pool bytes `info`'s hot copy takes: its f16 weights rounded up to whole pages.
+  int64_t hot_footprint(const AdapterInfo& info) const;
+  bool hot_has_room(int64_t bytes) const;
+  // Sends least recently used idle hot adapters cold until `bytes` fit the hot budget.
+  bool evict_hot(int64_t bytes, AdapterId keep);
   void drop_tier(Adapter& adapter);
   void install(Adapter& adapter, std::unique_ptr<Resident> resident);
   int32_t frequency(const Adapter& adapter) const;
@@ -200,8 +205,8 @@ class AdapterManager final : private memory::EvictionListener {
 
   // Read by stats() from any thread; written by the engine thread. Relaxed: each is a
   // statistic standing on its own.
-  std::atomic<int64_t> hot_adapters_{0}, warm_adapters_{0}, hot_bytes_seen_{0},
-      warm_bytes_seen_{0}, loading_seen_{0}, held_seen_{0};
+  std::atomic<int64_t> hot_adapters_{0}, warm_adapters_{0}, hot_bytes_seen_{0}, warm_bytes_seen_{0},
+      loading_seen_{0}, held_seen_{0};
 
   // Loader queues.
   Mutex queue_mutex_;
