@@ -8,7 +8,7 @@
 // portable path multiplies then adds) whose order depends only on the format, rank, K, N and
 // the instruction set, never on the caller: this is what makes a token's update independent of
 // the batch and the thread count. The three instantiations share their loops (lora_body.inc);
-// only their `Simd` traits differ.
+// only their `Simd` traits differ (simd_<instruction set>.inc).
 #pragma once
 
 #include <cstdint>
@@ -27,14 +27,10 @@ using LoraTokenFunction = void (*)(const LoraSlotWeights& weights, int64_t input
                                    float* output,       // f32 [output_features]
                                    float* low_rank);    // f32 [rank], scratch
 
-void lora_token_portable(const LoraSlotWeights& weights, int64_t input_features,
-                         int64_t output_features, const float* input, const float* base,
-                         float* output, float* low_rank);
-void lora_token_avx2(const LoraSlotWeights& weights, int64_t input_features,
-                     int64_t output_features, const float* input, const float* base, float* output,
-                     float* low_rank);
-void lora_token_avx512(const LoraSlotWeights& weights, int64_t input_features,
-                       int64_t output_features, const float* input, const float* base,
-                       float* output, float* low_rank);
+// The instantiations, one per instruction set (lora_<instruction set>.cc): constants, so that
+// each file names its loops in one line instead of repeating a forwarding function.
+extern const LoraTokenFunction lora_token_portable;
+extern const LoraTokenFunction lora_token_avx2;
+extern const LoraTokenFunction lora_token_avx512;
 
 }  // namespace folio::kernels::cpu::internal

@@ -13,6 +13,8 @@
 #include <immintrin.h>
 
 #include <algorithm>
+#include <cstddef>
+#include <cstdint>
 #include <cstring>
 #include <string_view>
 #include <type_traits>
@@ -20,6 +22,7 @@
 #include "folio/base/check.h"
 #include "folio/kernels/cpu/matmul.h"
 #include "folio/kernels/cpu/matmul_kernels.h"
+#include "folio/kernels/cpu/simd_target.h"
 #include "folio/tensor/quantize.h"
 
 // GCC 12 warns inside its own intrinsics (_mm512_undefined_ps and friends) when they are
@@ -29,47 +32,27 @@
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #endif
 
-// clang has no `#pragma GCC target`; its own pragma gives every function below the attribute.
-#if defined(__clang__)
-#pragma clang attribute push(__attribute__((target("avx2,fma,f16c"))), apply_to = function)
-#else
-#pragma GCC push_options
-#pragma GCC target("avx2,fma,f16c")
-#endif
+FOLIO_SIMD_TARGET_BEGIN("avx2,fma,f16c")
 
 namespace folio::kernels::cpu::internal {
 namespace {
 
-struct Simd {
+#include "folio/kernels/cpu/simd_avx2.inc"
+
+struct Simd : SimdAvx2 {
   static constexpr std::string_view kName = "avx2";
-  using Vector = __m256;
   using IntegerVector = __m256i;
-  static constexpr int64_t kWidth = 8;
   static constexpr int kFloatTileInputRows = 2;
   static constexpr int kQuantizedTileInputRows = 2;
   static constexpr int kQuantizedTileWeightRows = 2;
   static constexpr int64_t kBlocksPerVector = 1;
 
-  static Vector zero() { return _mm256_setzero_ps(); }
-  static Vector load(const float* pointer) { return _mm256_loadu_ps(pointer); }
-  static Vector load_f16(const uint16_t* pointer) {
-    return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(pointer)));
-  }
   // bf16 is the upper half of an f32.
   static Vector load_bf16(const uint16_t* pointer) {
     const __m128i halves = _mm_loadu_si128(reinterpret_cast<const __m128i*>(pointer));
     return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(halves), 16));
   }
-  static void store(float* pointer, Vector value) { _mm256_storeu_ps(pointer, value); }
-  static Vector multiply(Vector a, Vector b) { return _mm256_mul_ps(a, b); }
-  static Vector fmadd(Vector a, Vector b, Vector c) { return _mm256_fmadd_ps(a, b, c); }
   static Vector to_float(IntegerVector value) { return _mm256_cvtepi32_ps(value); }
-  static float reduce_add(Vector value) {
-    __m128 sum = _mm_add_ps(_mm256_castps256_ps128(value), _mm256_extractf128_ps(value, 1));
-    sum = _mm_add_ps(sum, _mm_movehl_ps(sum, sum));
-    sum = _mm_add_ss(sum, _mm_shuffle_ps(sum, sum, 1));
-    return _mm_cvtss_f32(sum);
-  }
 
   struct WeightBlocks {
     // The unsigned operand of maddubs, in x's element order: |w| for q8_0 (its sign moves to
@@ -135,11 +118,7 @@ struct Simd {
 }  // namespace
 }  // namespace folio::kernels::cpu::internal
 
-#if defined(__clang__)
-#pragma clang attribute pop
-#else
-#pragma GCC pop_options
-#endif
+FOLIO_SIMD_TARGET_END
 
 namespace folio::kernels::cpu::internal {
 

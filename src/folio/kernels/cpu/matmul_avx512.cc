@@ -9,6 +9,8 @@
 #include <immintrin.h>
 
 #include <algorithm>
+#include <cstddef>
+#include <cstdint>
 #include <cstring>
 #include <string_view>
 #include <type_traits>
@@ -16,6 +18,7 @@
 #include "folio/base/check.h"
 #include "folio/kernels/cpu/matmul.h"
 #include "folio/kernels/cpu/matmul_kernels.h"
+#include "folio/kernels/cpu/simd_target.h"
 #include "folio/tensor/quantize.h"
 
 // GCC 12 warns inside its own intrinsics (_mm512_undefined_ps and friends) when they are
@@ -25,15 +28,7 @@
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #endif
 
-// clang has no `#pragma GCC target`; its own pragma gives every function below the attribute.
-#if defined(__clang__)
-#pragma clang attribute push(                                                          \
-    __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,fma,f16c"))), \
-    apply_to = function)
-#else
-#pragma GCC push_options
-#pragma GCC target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,fma,f16c")
-#endif
+FOLIO_SIMD_TARGET_BEGIN("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,fma,f16c")
 
 namespace folio::kernels::cpu::internal {
 namespace {
@@ -83,31 +78,22 @@ inline __m512i weight_bytes(const std::byte* block, bool whole) {
   }
 }
 
-struct Simd {
+#include "folio/kernels/cpu/simd_avx512.inc"
+
+struct Simd : SimdAvx512 {
   static constexpr std::string_view kName = "avx512";
-  using Vector = __m512;
   using IntegerVector = __m512i;
-  static constexpr int64_t kWidth = 16;
   static constexpr int kFloatTileInputRows = 4;
   static constexpr int kQuantizedTileInputRows = 4;
   static constexpr int kQuantizedTileWeightRows = 4;
   static constexpr int64_t kBlocksPerVector = 2;
 
-  static Vector zero() { return _mm512_setzero_ps(); }
-  static Vector load(const float* pointer) { return _mm512_loadu_ps(pointer); }
-  static Vector load_f16(const uint16_t* pointer) {
-    return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(pointer)));
-  }
   // bf16 is the upper half of an f32.
   static Vector load_bf16(const uint16_t* pointer) {
     const __m256i halves = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(pointer));
     return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(halves), 16));
   }
-  static void store(float* pointer, Vector value) { _mm512_storeu_ps(pointer, value); }
-  static Vector multiply(Vector a, Vector b) { return _mm512_mul_ps(a, b); }
-  static Vector fmadd(Vector a, Vector b, Vector c) { return _mm512_fmadd_ps(a, b, c); }
   static Vector to_float(IntegerVector value) { return _mm512_cvtepi32_ps(value); }
-  static float reduce_add(Vector value) { return _mm512_reduce_add_ps(value); }
 
   struct WeightBlocks {
     IntegerVector bytes;  // weight_bytes: the unsigned operand of vpdpbusd
@@ -198,11 +184,7 @@ void quantize_block(const float* input, int8_t* values, int32_t* corrections, fl
 }  // namespace
 }  // namespace folio::kernels::cpu::internal
 
-#if defined(__clang__)
-#pragma clang attribute pop
-#else
-#pragma GCC pop_options
-#endif
+FOLIO_SIMD_TARGET_END
 
 namespace folio::kernels::cpu::internal {
 

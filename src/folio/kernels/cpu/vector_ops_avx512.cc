@@ -14,70 +14,22 @@
 #include <immintrin.h>
 
 #include <algorithm>
+#include <cstddef>
 #include <cstdint>
 #include <cstring>
 #include <limits>
 
+#include "folio/kernels/cpu/simd_target.h"
 #include "folio/kernels/cpu/vector_ops.h"
 
-// clang has no `#pragma GCC target`; its own pragma gives every function below the attribute.
-#if defined(__clang__)
-#pragma clang attribute push(__attribute__((target("avx512f,avx2,fma,f16c"))), apply_to = function)
-#else
-#pragma GCC push_options
-#pragma GCC target("avx512f,avx2,fma,f16c")
-#endif
+FOLIO_SIMD_TARGET_BEGIN("avx512f,avx2,fma,f16c")
 
 namespace folio::kernels::cpu::avx512_path {
 namespace {
 
-struct Simd {
-  using Vector = __m512;
-  static constexpr int64_t kWidth = 16;
+#include "folio/kernels/cpu/simd_avx512.inc"
 
-  // Lanes [0, count). Requires: 0 <= count <= 16.
-  static __mmask16 first_lanes(int64_t count) { return static_cast<__mmask16>((1u << count) - 1u); }
-
-  static Vector zero() { return _mm512_setzero_ps(); }
-  static Vector broadcast(float value) { return _mm512_set1_ps(value); }
-  static Vector load(const float* pointer) { return _mm512_loadu_ps(pointer); }
-  static Vector load(const uint16_t* pointer) {
-    return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(pointer)));
-  }
-  static Vector load_partial(const float* pointer, int64_t count, float fill = 0.0f) {
-    return _mm512_mask_loadu_ps(broadcast(fill), first_lanes(count), pointer);
-  }
-  static Vector load_partial(const uint16_t* pointer, int64_t count) {
-    alignas(32) uint16_t buffer[kWidth] = {};
-    std::memcpy(buffer, pointer, static_cast<size_t>(count) * sizeof(uint16_t));
-    return load(buffer);
-  }
-  static void store(float* pointer, Vector value) { _mm512_storeu_ps(pointer, value); }
-  static void store_partial(float* pointer, Vector value, int64_t count) {
-    _mm512_mask_storeu_ps(pointer, first_lanes(count), value);
-  }
-  static void store_f16(uint16_t* pointer, Vector value) {
-    _mm256_storeu_si256(reinterpret_cast<__m256i*>(pointer),
-                        _mm512_cvtps_ph(value, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
-  }
-  static void store_f16_partial(uint16_t* pointer, Vector value, int64_t count) {
-    alignas(32) uint16_t buffer[kWidth];
-    store_f16(buffer, value);
-    std::memcpy(pointer, buffer, static_cast<size_t>(count) * sizeof(uint16_t));
-  }
-  static Vector keep_first(Vector value, int64_t count) {
-    return _mm512_maskz_mov_ps(first_lanes(count), value);
-  }
-
-  static Vector add(Vector a, Vector b) { return _mm512_add_ps(a, b); }
-  static Vector subtract(Vector a, Vector b) { return _mm512_sub_ps(a, b); }
-  static Vector multiply(Vector a, Vector b) { return _mm512_mul_ps(a, b); }
-  static Vector divide(Vector a, Vector b) { return _mm512_div_ps(a, b); }
-  static Vector fmadd(Vector a, Vector b, Vector c) { return _mm512_fmadd_ps(a, b, c); }
-  static Vector max(Vector a, Vector b) { return _mm512_max_ps(a, b); }
-  static float reduce_add(Vector value) { return _mm512_reduce_add_ps(value); }
-  static float reduce_max(Vector value) { return _mm512_reduce_max_ps(value); }
-
+struct Simd : SimdAvx512 {
   // exp(x) with the same range reduction and polynomial as the AVX2 path (Cephes' expf);
   // 2^n applied with scalef. Saturates at exp(88), 0 below ln(FLT_MIN), propagates NaN.
   static Vector exp(Vector x) {
@@ -106,11 +58,7 @@ constexpr VectorOps kTable = make_vector_ops(SimdPath::kAvx512);
 }  // namespace
 }  // namespace folio::kernels::cpu::avx512_path
 
-#if defined(__clang__)
-#pragma clang attribute pop
-#else
-#pragma GCC pop_options
-#endif
+FOLIO_SIMD_TARGET_END
 
 namespace folio::kernels::cpu::detail {
 const VectorOps& avx512_vector_ops() {
