@@ -234,10 +234,21 @@ TEST_F(AdapterManagerTest, FrequentWarmAdapterIsPromotedAndRareHotOneDemoted) {
   manager_->release(rare);
   ASSERT_TRUE(acquire_loaded(popular));  // warm: it had not
   EXPECT_EQ(manager_->tier(popular), AdapterTier::kWarm);
+  // One long request is one use, however many steps it runs: no promotion.
   const int64_t step_ids[] = {popular};
-  for (int step = 0; step < 80; ++step) {
+  for (int step = 0; step < 40; ++step) {
     manager_->bind_step(step_ids);
     manager_->maintain();
+  }
+  manager_->wait_for_loads();
+  manager_->maintain();
+  EXPECT_EQ(manager_->tier(popular), AdapterTier::kWarm);
+  // Many requests are: each admitted in its own step, while the first still runs.
+  for (int request = 0; request < 10; ++request) {
+    ASSERT_TRUE(acquire_loaded(popular));
+    manager_->bind_step(step_ids);
+    manager_->maintain();
+    manager_->release(popular);
   }
   manager_->release(popular);  // a promotion waits for the last holder
   for (int step = 0; step < 16; ++step) {

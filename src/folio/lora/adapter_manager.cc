@@ -274,6 +274,9 @@ Result<AdapterReadiness> AdapterManager::acquire(AdapterId id) {
     }
   }
   if (entry->resident != nullptr) {
+    // A use is a request admitted with it: a long decode is one use, not one per step, so
+    // frequency measures popularity rather than output lengths.
+    note_access(*entry);
     ++entry->holders;
     if (entry->holders == 1) held_seen_.fetch_add(1, std::memory_order_relaxed);
     if (entry->miss_counted) {
@@ -351,7 +354,6 @@ std::span<const int32_t> AdapterManager::bind_step(std::span<const int64_t> adap
         table_[static_cast<size_t>(target) * num_slots_ + slot] =
             entry.resident->weights[static_cast<size_t>(target)];
       }
-      note_access(entry);
       if (entry.resident->tier == AdapterTier::kHot) (void)entry.resident->pages.touch();
     }
     step_slots_[sequence] = slot;

@@ -16,7 +16,8 @@
 // has room and to warm otherwise.
 //
 // Residency by access frequency (seed 001 §9.2), with hysteresis: an adapter's frequency is the
-// number of steps that used it in a sliding window of `window_steps` steps. A warm adapter at or
+// number of steps, in a sliding window of `window_steps` steps, in which a sequence was admitted
+// with it (a long decode is one use, not one per step). A warm adapter at or
 // above promote_frequency is promoted to hot when the hot budget has room (making room by
 // demoting hot adapters whose frequency is below demote_frequency); a hot adapter below
 // demote_frequency is demoted to warm when the room is needed. Warm adapters beyond the warm
