@@ -11,6 +11,8 @@ size_t i32_bytes(int64_t count) {
 }
 
 void copy_prefix(const HostBuffer& buffer, std::span<const int32_t> values) {
+  // An empty span may have a null data(), which memcpy must not be given even for 0 bytes.
+  if (values.empty()) return;
   std::memcpy(buffer.data(), values.data(), values.size_bytes());
 }
 
