@@ -40,8 +40,9 @@ void add_engine_options(CLI::App& command, EngineCommandOptions& options) {
                      "Register every .gguf adapter in this directory, named by file stem");
   command.add_option("--lora-hot-mib", options.lora_hot_mib,
                      "Most of the pool hot adapters may hold, MiB (0: no cap)");
-  command.add_option("--lora-warm-mib", options.lora_warm_mib,
-                     "Host memory for warm (int8) adapters, MiB")
+  command
+      .add_option("--lora-warm-mib", options.lora_warm_mib,
+                  "Host memory for warm (int8) adapters, MiB")
       ->capture_default_str();
 }
 

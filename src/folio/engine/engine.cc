@@ -37,10 +37,9 @@ Result<std::unique_ptr<Engine>> Engine::create(const EngineOptions& options,
     return invalid_argument("EOS token {} is outside the vocabulary of {} tokens",
                             *options.eos_token, parts.runner->vocab_size());
   }
-  FOLIO_ASSIGN_OR_RETURN(
-      std::unique_ptr<Scheduler> scheduler,
-      Scheduler::create(options.scheduler, *parts.block_manager, parts.has_swap_space,
-                        parts.adapters));
+  FOLIO_ASSIGN_OR_RETURN(std::unique_ptr<Scheduler> scheduler,
+                         Scheduler::create(options.scheduler, *parts.block_manager,
+                                           parts.has_swap_space, parts.adapters));
   std::unique_ptr<Clock> owned_clock;
   if (parts.clock == nullptr) owned_clock = std::make_unique<SteadyClock>();
   std::unique_ptr<metrics::Registry> owned_registry;

@@ -304,8 +304,7 @@ Result<Specs> infer_gather_rows(const SignatureChecker& check) {
 Result<Specs> infer_lora(const SignatureChecker& check) {
   FOLIO_RETURN_IF_ERROR(check.counts(3, 3, 0));
   FOLIO_ASSIGN_OR_RETURN(const auto attributes, check.attributes<LoraAttributes>());
-  if (attributes.target < 0)
-    return check.error("adapter target {} is negative", attributes.target);
+  if (attributes.target < 0) return check.error("adapter target {} is negative", attributes.target);
   const TensorInfo& x = check.input(lora_input::kX);
   const TensorInfo& base = check.input(lora_input::kBase);
   const TensorInfo& slots = check.input(lora_input::kTokenAdapterSlots);

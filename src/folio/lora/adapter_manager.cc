@@ -475,8 +475,10 @@ void AdapterManager::install(Adapter& adapter, std::unique_ptr<Resident> residen
     const Status unpinned = resident->pages.unpin();
     FOLIO_CHECK(unpinned.ok(), "unpinning adapter {}: {}", adapter.info.id, unpinned.to_string());
     hot_bytes_ += resident->bytes;
+    ++hot_count_;
   } else {
     warm_bytes_ += resident->bytes;
+    ++warm_count_;
     // A hot load the pool could not hold came back warm: keep the warm budget.
     make_warm_room(0, adapter.info.id);
   }
@@ -487,6 +489,7 @@ void AdapterManager::drop_tier(Adapter& adapter) {
   if (adapter.resident == nullptr) return;
   (adapter.resident->tier == AdapterTier::kHot ? hot_bytes_ : warm_bytes_) -=
       adapter.resident->bytes;
+  (adapter.resident->tier == AdapterTier::kHot ? hot_count_ : warm_count_) -= 1;
   adapter.resident.reset();
 }
 
@@ -518,33 +521,44 @@ void AdapterManager::apply_unregistrations() {
   }
   for (const AdapterId id : unregistered) {
     auto found = adapters_.find(id);
-    if (found != adapters_.end()) found->second->unregistered = true;
+    if (found != adapters_.end() && !found->second->unregistered) {
+      found->second->unregistered = true;
+      ++unregistered_waiting_;
+    }
   }
 }
 
 void AdapterManager::free_unloaded() {
+  // Most steps have nothing to free; walking every adapter each step would cost O(adapters).
+  if (unregistered_waiting_ == 0) return;
   for (auto it = adapters_.begin(); it != adapters_.end();) {
     Adapter& entry = *it->second;
     if (entry.unregistered && entry.holders == 0 && !entry.loading) {
       drop_tier(entry);
       it = adapters_.erase(it);
+      --unregistered_waiting_;
     } else {
       ++it;
     }
   }
 }
 
+AdapterManager::Adapter* AdapterManager::least_recently_used(AdapterTier tier, AdapterId keep) {
+  Adapter* victim = nullptr;
+  for (auto& [id, entry] : adapters_) {
+    if (id == keep || entry->holders > 0 || entry->loading || entry->resident == nullptr ||
+        entry->resident->tier != tier) {
+      continue;
+    }
+    if (victim == nullptr || entry->last_use < victim->last_use) victim = entry.get();
+  }
+  return victim;
+}
+
 bool AdapterManager::make_warm_room(int64_t bytes, AdapterId keep) {
   while (warm_bytes_ + warm_reserved_ + bytes > options_.warm_budget_bytes) {
     // The least recently used warm adapter no sequence holds goes cold.
-    Adapter* victim = nullptr;
-    for (auto& [id, entry] : adapters_) {
-      if (id == keep || entry->holders > 0 || entry->loading || entry->resident == nullptr ||
-          entry->resident->tier != AdapterTier::kWarm) {
-        continue;
-      }
-      if (victim == nullptr || entry->last_use < victim->last_use) victim = entry.get();
-    }
+    Adapter* victim = least_recently_used(AdapterTier::kWarm, keep);
     if (victim == nullptr) return false;
     drop_tier(*victim);
     if (metrics_) metrics_->demotions->increment();
@@ -564,14 +578,7 @@ bool AdapterManager::hot_has_room(int64_t bytes) const {
 
 bool AdapterManager::evict_hot(int64_t bytes, AdapterId keep) {
   while (!hot_has_room(bytes)) {
-    Adapter* victim = nullptr;
-    for (auto& [id, entry] : adapters_) {
-      if (id == keep || entry->holders > 0 || entry->loading || entry->resident == nullptr ||
-          entry->resident->tier != AdapterTier::kHot) {
-        continue;
-      }
-      if (victim == nullptr || entry->last_use < victim->last_use) victim = entry.get();
-    }
+    Adapter* victim = least_recently_used(AdapterTier::kHot, keep);
     if (victim == nullptr) return false;
     drop_tier(*victim);
     if (metrics_) metrics_->demotions->increment();
@@ -639,13 +646,8 @@ void AdapterManager::rebalance() {
 }
 
 void AdapterManager::update_gauges() {
-  int64_t hot = 0, warm = 0;
-  for (const auto& [id, entry] : adapters_) {
-    if (entry->resident == nullptr) continue;
-    (entry->resident->tier == AdapterTier::kHot ? hot : warm) += 1;
-  }
-  hot_adapters_.store(hot, std::memory_order_relaxed);
-  warm_adapters_.store(warm, std::memory_order_relaxed);
+  hot_adapters_.store(hot_count_, std::memory_order_relaxed);
+  warm_adapters_.store(warm_count_, std::memory_order_relaxed);
   hot_bytes_seen_.store(hot_bytes_, std::memory_order_relaxed);
   warm_bytes_seen_.store(warm_bytes_, std::memory_order_relaxed);
   loading_seen_.store(loads_in_flight_, std::memory_order_relaxed);
@@ -675,6 +677,14 @@ void AdapterManager::check_invariants() const {
       warm += resident.bytes;
     }
   }
+  int64_t hot_adapters = 0, warm_adapters = 0;
+  for (const auto& [id, entry] : adapters_) {
+    if (entry->resident == nullptr) continue;
+    (entry->resident->tier == AdapterTier::kHot ? hot_adapters : warm_adapters) += 1;
+  }
+  FOLIO_CHECK(hot_adapters == hot_count_ && warm_adapters == warm_count_,
+              "tier counts disagree: hot {} counted {}, warm {} counted {}", hot_adapters,
+              hot_count_, warm_adapters, warm_count_);
   FOLIO_CHECK(hot == hot_bytes_ && warm == warm_bytes_,
               "tier bytes disagree: hot {} counted {}, warm {} counted {}", hot, hot_bytes_, warm,
               warm_bytes_);

@@ -163,6 +163,9 @@ class AdapterManager final : private memory::EvictionListener {
   void apply_unregistrations();
   void free_unloaded();
   bool make_warm_room(int64_t bytes, AdapterId keep);
+  // The least recently used adapter of `tier` that is neither held, loading nor `keep`; null
+  // when there is none.
+  Adapter* least_recently_used(AdapterTier tier, AdapterId keep);
   bool make_hot_room(int64_t bytes, AdapterId keep, int32_t frequency);
   // Pool bytes `info`'s hot copy takes: its f16 weights rounded up to whole pages.
   int64_t hot_footprint(const AdapterInfo& info) const;
@@ -192,8 +195,11 @@ class AdapterManager final : private memory::EvictionListener {
   int64_t step_ = 0;
   int64_t hot_bytes_ = 0;
   int64_t warm_bytes_ = 0;
-  int64_t hot_reserved_ = 0;   // bytes of loads in flight to hot
-  int64_t warm_reserved_ = 0;  // bytes of loads in flight to warm
+  int64_t hot_count_ = 0;             // adapters in the hot tier
+  int64_t warm_count_ = 0;            // adapters in the warm tier
+  int64_t unregistered_waiting_ = 0;  // unregistered adapters not freed yet
+  int64_t hot_reserved_ = 0;          // bytes of loads in flight to hot
+  int64_t warm_reserved_ = 0;         // bytes of loads in flight to warm
   int64_t loads_in_flight_ = 0;
   std::vector<int32_t> step_slots_;
   std::vector<AdapterId> slot_owner_;
