@@ -16,6 +16,8 @@
 //     projection it is added to (0.25 = the update costs a quarter of the projection).
 #include <benchmark/benchmark.h>
 
+#include "simd_flag.h"
+
 #include <algorithm>
 #include <chrono>
 #include <cstdlib>
@@ -261,17 +263,9 @@ void register_benchmarks() {
 // Folio's own flag, removed from argv before Google Benchmark parses the rest:
 //   --simd=portable|avx2 run the kernels at a lower SIMD level than the CPU's best
 int main(int argc, char** argv) {
-  using folio::kernels::cpu::SimdLevel;
   int kept = 1;
   for (int i = 1; i < argc; ++i) {
-    const std::string argument = argv[i];
-    if (argument == "--simd=portable") {
-      folio::kernels::cpu::set_active_simd_level(SimdLevel::kPortable);
-    } else if (argument == "--simd=avx2") {
-      folio::kernels::cpu::set_active_simd_level(SimdLevel::kAvx2);
-    } else {
-      argv[kept++] = argv[i];
-    }
+    if (!folio::kernels::cpu::take_simd_flag(argv[i])) argv[kept++] = argv[i];
   }
   argc = kept;
   benchmark::Initialize(&argc, argv);

@@ -18,6 +18,8 @@
 // Matmuls only: attention, norms and activations are not part of these figures.
 #include <benchmark/benchmark.h>
 
+#include "simd_flag.h"
+
 #include <immintrin.h>
 #include <sys/mman.h>
 
@@ -462,17 +464,12 @@ void register_benchmarks() {
 //   --huge_pages         buffers in transparent huge pages
 //   --simd=portable|avx2 run the kernels at a lower SIMD level than the CPU's best
 int main(int argc, char** argv) {
-  using folio::kernels::cpu::SimdLevel;
   int kept = 1;
   for (int i = 1; i < argc; ++i) {
     const std::string argument = argv[i];
     if (argument == "--huge_pages") {
       folio::kernels::cpu::use_huge_pages = true;
-    } else if (argument == "--simd=portable") {
-      folio::kernels::cpu::set_active_simd_level(SimdLevel::kPortable);
-    } else if (argument == "--simd=avx2") {
-      folio::kernels::cpu::set_active_simd_level(SimdLevel::kAvx2);
-    } else {
+    } else if (!folio::kernels::cpu::take_simd_flag(argument)) {
       argv[kept++] = argv[i];
     }
   }

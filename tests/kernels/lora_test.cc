@@ -10,6 +10,7 @@
 
 #include <gtest/gtest.h>
 
+#include "aligned_buffer.h"
 #include "folio/base/thread_pool.h"
 #include "folio/device/host_stream.h"
 #include "folio/kernels/cpu/simd_level.h"
@@ -28,18 +29,7 @@ struct AdapterSpec {
   LoraWeightFormat format;
 };
 
-// Workspace memory with the 64-byte alignment lora requires.
-class AlignedBuffer {
- public:
-  explicit AlignedBuffer(int64_t bytes) : storage_(bytes + 64) {}
-  std::byte* data() {
-    const auto address = reinterpret_cast<uintptr_t>(storage_.data());
-    return storage_.data() + (64 - address % 64) % 64;
-  }
-
- private:
-  std::vector<std::byte> storage_;
-};
+using testing::AlignedBuffer;
 
 // Random values whose magnitude changes from one 32-column block to the next (by factors of 2
 // up to 8), so that an int8 value multiplied by the scale of the wrong block is off by at least

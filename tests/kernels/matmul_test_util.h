@@ -12,6 +12,7 @@
 
 #include <gtest/gtest.h>
 
+#include "aligned_buffer.h"
 #include "folio/device/host_stream.h"
 #include "folio/kernels/cpu/matmul.h"
 #include "folio/tensor/quantize.h"
@@ -26,18 +27,7 @@ inline bool is_quantized(DType dtype) {
   return dtype == DType::kQ8_0 || dtype == DType::kQ4_0;
 }
 
-// Workspace memory with the 64-byte alignment matmul requires.
-class AlignedBuffer {
- public:
-  explicit AlignedBuffer(int64_t bytes) : storage_(bytes + 64) {}
-  std::byte* data() {
-    const auto address = reinterpret_cast<uintptr_t>(storage_.data());
-    return storage_.data() + (64 - address % 64) % 64;
-  }
-
- private:
-  std::vector<std::byte> storage_;
-};
+using testing::AlignedBuffer;
 
 // A random problem: x, a weight stored in `dtype`, the weight as the kernel sees it (widened
 // to f32 exactly from the stored form), and an optional bias.
