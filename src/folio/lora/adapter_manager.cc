@@ -743,7 +743,6 @@ std::unique_ptr<AdapterManager::LoadResult> AdapterManager::load(const LoadJob& 
   }
   auto resident = std::make_unique<Resident>();
   resident->tier = job.target;
-  Result<memory::PageAllocation> pages = resource_exhausted("not tried");
   if (job.target == AdapterTier::kHot) {
     const auto page_bytes = static_cast<int64_t>(pool_.page_size());
     const int64_t bytes = adapter_weights_bytes(**file, kernels::LoraWeightFormat::kF16);
@@ -753,10 +752,14 @@ std::unique_ptr<AdapterManager::LoadResult> AdapterManager::load(const LoadJob& 
     request.pinned = true;
     request.owner = static_cast<uint64_t>(job.info.id);
     request.listener = this;
-    pages = pool_.allocate(request);
     // A pool too full even after eviction: the adapter is served warm instead of failing the
     // request (the warm budget makes room at publication).
-    if (!pages.ok()) resident->tier = AdapterTier::kWarm;
+    Result<memory::PageAllocation> pages = pool_.allocate(request);
+    if (pages.ok()) {
+      resident->pages = std::move(*pages);
+    } else {
+      resident->tier = AdapterTier::kWarm;
+    }
   }
   const kernels::LoraWeightFormat format = resident->tier == AdapterTier::kHot
                                                ? kernels::LoraWeightFormat::kF16
@@ -765,7 +768,6 @@ std::unique_ptr<AdapterManager::LoadResult> AdapterManager::load(const LoadJob& 
   resident->bytes = weight_bytes;
   std::span<std::byte> destination;
   if (resident->tier == AdapterTier::kHot) {
-    resident->pages = std::move(*pages);
     // The hot tier is charged whole pages: what the adapter takes from the pool.
     resident->bytes = static_cast<int64_t>(resident->pages.size_bytes());
     destination = std::span(resident->pages.data(), static_cast<size_t>(weight_bytes));
