@@ -225,17 +225,17 @@ TEST(GgufFileTest, WriterRejectsMalformedTensors) {
 
 TEST(GgufFileTest, TensorOfATypeFolioCannotComputeWithIsReadableButNotLoadable) {
   RawGguf raw;
-  raw.header(3, 1, 0).tensor_info("blk.0.ffn_down.weight", {256, 2}, 12 /* q4_K */, 0);
-  raw.pad_to(32).zeros(2 * 144);
+  raw.header(3, 1, 0).tensor_info("blk.0.ffn_down.weight", {256, 2}, 16 /* iq2_xxs */, 0);
+  raw.pad_to(32).zeros(2 * 66);
   Result<GgufFile> file = GgufFile::parse(raw.bytes);
   ASSERT_TRUE(file.ok()) << file.status().to_string();
   const GgufTensorInfo& info = file->tensors()[0];
-  EXPECT_EQ(info.type.name, "q4_K");
-  EXPECT_EQ(info.byte_size, 288u);
-  EXPECT_EQ(file->tensor_bytes(info).size(), 288u);
+  EXPECT_EQ(info.type.name, "iq2_xxs");
+  EXPECT_EQ(info.byte_size, 132u);
+  EXPECT_EQ(file->tensor_bytes(info).size(), 132u);
   const Status status = file->tensor("blk.0.ffn_down.weight").status();
   EXPECT_EQ(status.code(), StatusCode::kInvalidArgument);
-  EXPECT_THAT(status.message(), HasSubstr("'blk.0.ffn_down.weight' has ggml type q4_K"));
+  EXPECT_THAT(status.message(), HasSubstr("'blk.0.ffn_down.weight' has ggml type iq2_xxs"));
 }
 
 }  // namespace

@@ -217,8 +217,7 @@ TEST(QuantizeTest, GenericRowFunctionsDispatchOnDtype) {
         dequantize_row_q4_0(blocks, specific_output.data(), count);
         break;
       }
-      case DType::kI32:
-      case DType::kI8:
+      default:
         FAIL();
     }
     EXPECT_EQ(generic, specific);

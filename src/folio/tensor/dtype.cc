@@ -1,11 +1,18 @@
 #include "folio/tensor/dtype.h"
 
+#include <algorithm>
+#include <cctype>
+
 namespace folio {
 
 std::optional<DType> dtype_from_name(std::string_view name) {
-  for (DType dtype : {DType::kF32, DType::kF16, DType::kBF16, DType::kQ8_0, DType::kQ4_0,
-                      DType::kI32, DType::kI8}) {
-    if (dtype_info(dtype).name == name) return dtype;
+  auto same_letters = [](char a, char b) {
+    return std::tolower(static_cast<unsigned char>(a)) ==
+           std::tolower(static_cast<unsigned char>(b));
+  };
+  for (DType dtype : kAllDTypes) {
+    const std::string_view candidate = dtype_info(dtype).name;
+    if (std::ranges::equal(candidate, name, same_letters)) return dtype;
   }
   return std::nullopt;
 }

@@ -133,6 +133,7 @@ void quantize_row(DType dtype, const float* input, void* output, int64_t count) 
       return;
     case DType::kI32:
     case DType::kI8:
+    default:
       break;
   }
   FOLIO_UNREACHABLE("quantize_row to {}, which is not a float or block-quantized dtype",
@@ -157,6 +158,36 @@ void dequantize_row(DType dtype, const void* input, float* output, int64_t count
       return;
     case DType::kQ4_0:
       dequantize_row_q4_0(static_cast<const BlockQ4_0*>(input), output, count);
+      return;
+    case DType::kQ4_1:
+      dequantize_row_q4_1(static_cast<const BlockQ4_1*>(input), output, count);
+      return;
+    case DType::kQ5_0:
+      dequantize_row_q5_0(static_cast<const BlockQ5_0*>(input), output, count);
+      return;
+    case DType::kQ5_1:
+      dequantize_row_q5_1(static_cast<const BlockQ5_1*>(input), output, count);
+      return;
+    case DType::kQ2_K:
+      dequantize_row_q2_k(static_cast<const BlockQ2_K*>(input), output, count);
+      return;
+    case DType::kQ3_K:
+      dequantize_row_q3_k(static_cast<const BlockQ3_K*>(input), output, count);
+      return;
+    case DType::kQ4_K:
+      dequantize_row_q4_k(static_cast<const BlockQ4_K*>(input), output, count);
+      return;
+    case DType::kQ5_K:
+      dequantize_row_q5_k(static_cast<const BlockQ5_K*>(input), output, count);
+      return;
+    case DType::kQ6_K:
+      dequantize_row_q6_k(static_cast<const BlockQ6_K*>(input), output, count);
+      return;
+    case DType::kIQ4_NL:
+      dequantize_row_iq4_nl(static_cast<const BlockIQ4_NL*>(input), output, count);
+      return;
+    case DType::kIQ4_XS:
+      dequantize_row_iq4_xs(static_cast<const BlockIQ4_XS*>(input), output, count);
       return;
     case DType::kI32:
     case DType::kI8:

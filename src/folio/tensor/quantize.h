@@ -17,27 +17,12 @@
 #include <cstdint>
 
 #include "folio/tensor/dtype.h"
+#include "folio/tensor/quant_blocks.h"
 
 namespace folio {
 
-inline constexpr int64_t kQuantBlockElements = 32;
-
-// ggml's block_q8_0: 34 bytes, no padding, 2-byte aligned.
-struct BlockQ8_0 {
-  uint16_t scale;                      // f16 d
-  int8_t values[kQuantBlockElements];  // q, value = d * q
-};
-static_assert(sizeof(BlockQ8_0) == 34);
-
-// ggml's block_q4_0: 18 bytes. Element i < 16 is the low nibble of nibbles[i], element i + 16
-// its high nibble.
-struct BlockQ4_0 {
-  uint16_t scale;                            // f16 d
-  uint8_t nibbles[kQuantBlockElements / 2];  // value = d * (nibble - 8)
-};
-static_assert(sizeof(BlockQ4_0) == 18);
-
-// All row functions: `count` values; for the quantized types Requires: count % 32 == 0.
+// All row functions: `count` values; for the quantized types Requires: count is a multiple of
+// the dtype's block_elements (32, or 256 for the super-block types).
 // Inputs must be finite for the quantizers (as in ggml, NaN has no defined encoding).
 
 void quantize_row_q8_0(const float* input, BlockQ8_0* output, int64_t count);
@@ -46,13 +31,26 @@ void dequantize_row_q8_0(const BlockQ8_0* input, float* output, int64_t count);
 void quantize_row_q4_0(const float* input, BlockQ4_0* output, int64_t count);
 void dequantize_row_q4_0(const BlockQ4_0* input, float* output, int64_t count);
 
+// Dequantizers of the other block types, following ggml's reference dequantization exactly
+// (the same float operations in the same order, so the values are bit-identical to ggml's).
+void dequantize_row_q4_1(const BlockQ4_1* input, float* output, int64_t count);
+void dequantize_row_q5_0(const BlockQ5_0* input, float* output, int64_t count);
+void dequantize_row_q5_1(const BlockQ5_1* input, float* output, int64_t count);
+void dequantize_row_q2_k(const BlockQ2_K* input, float* output, int64_t count);
+void dequantize_row_q3_k(const BlockQ3_K* input, float* output, int64_t count);
+void dequantize_row_q4_k(const BlockQ4_K* input, float* output, int64_t count);
+void dequantize_row_q5_k(const BlockQ5_K* input, float* output, int64_t count);
+void dequantize_row_q6_k(const BlockQ6_K* input, float* output, int64_t count);
+void dequantize_row_iq4_nl(const BlockIQ4_NL* input, float* output, int64_t count);
+void dequantize_row_iq4_xs(const BlockIQ4_XS* input, float* output, int64_t count);
+
 void convert_row_f32_to_f16(const float* input, uint16_t* output, int64_t count);
 void convert_row_f16_to_f32(const uint16_t* input, float* output, int64_t count);
 void convert_row_f32_to_bf16(const float* input, uint16_t* output, int64_t count);
 void convert_row_bf16_to_f32(const uint16_t* input, float* output, int64_t count);
 
 // Converts `count` f32 values to a row of `dtype` (row_bytes(dtype, count) bytes), or back.
-// Requires: dtype is f32, f16, bf16, q8_0 or q4_0.
+// Requires: is_weight_dtype(dtype).
 void quantize_row(DType dtype, const float* input, void* output, int64_t count);
 void dequantize_row(DType dtype, const void* input, float* output, int64_t count);
 
@@ -64,6 +62,16 @@ constexpr bool is_weight_dtype(DType dtype) {
     case DType::kBF16:
     case DType::kQ8_0:
     case DType::kQ4_0:
+    case DType::kQ4_1:
+    case DType::kQ5_0:
+    case DType::kQ5_1:
+    case DType::kQ2_K:
+    case DType::kQ3_K:
+    case DType::kQ4_K:
+    case DType::kQ5_K:
+    case DType::kQ6_K:
+    case DType::kIQ4_NL:
+    case DType::kIQ4_XS:
       return true;
     case DType::kI32:
     case DType::kI8:

@@ -167,8 +167,7 @@ int64_t matmul_workspace_bytes(DType weight_dtype, int64_t num_rows, int64_t inp
     case DType::kQ8_0:
     case DType::kQ4_0:
       return internal::quantized_activations_layout(num_rows, input_features).total_bytes;
-    case DType::kI32:
-    case DType::kI8:
+    default:
       break;
   }
   FOLIO_UNREACHABLE("matmul_workspace_bytes for weight dtype {}", dtype_name(weight_dtype));
