@@ -21,7 +21,19 @@ Status check_dtype(DType dtype) {
     case DType::kBF16:
     case DType::kQ8_0:
       return Status();
-    default:
+    case DType::kQ4_0:
+    case DType::kI32:
+    case DType::kI8:
+    case DType::kQ4_1:
+    case DType::kQ5_0:
+    case DType::kQ5_1:
+    case DType::kQ2_K:
+    case DType::kQ3_K:
+    case DType::kQ4_K:
+    case DType::kQ5_K:
+    case DType::kQ6_K:
+    case DType::kIQ4_NL:
+    case DType::kIQ4_XS:
       break;
   }
   return invalid_argument("adapter dtype {} is not supported: use f32, f16, bf16 or q8_0",
