@@ -131,9 +131,38 @@ void quantize_row(DType dtype, const float* input, void* output, int64_t count) 
     case DType::kQ4_0:
       quantize_row_q4_0(input, static_cast<BlockQ4_0*>(output), count);
       return;
+    case DType::kQ4_1:
+      quantize_row_q4_1(input, static_cast<BlockQ4_1*>(output), count);
+      return;
+    case DType::kQ5_0:
+      quantize_row_q5_0(input, static_cast<BlockQ5_0*>(output), count);
+      return;
+    case DType::kQ5_1:
+      quantize_row_q5_1(input, static_cast<BlockQ5_1*>(output), count);
+      return;
+    case DType::kQ2_K:
+      quantize_row_q2_k(input, static_cast<BlockQ2_K*>(output), count);
+      return;
+    case DType::kQ3_K:
+      quantize_row_q3_k(input, static_cast<BlockQ3_K*>(output), count);
+      return;
+    case DType::kQ4_K:
+      quantize_row_q4_k(input, static_cast<BlockQ4_K*>(output), count);
+      return;
+    case DType::kQ5_K:
+      quantize_row_q5_k(input, static_cast<BlockQ5_K*>(output), count);
+      return;
+    case DType::kQ6_K:
+      quantize_row_q6_k(input, static_cast<BlockQ6_K*>(output), count);
+      return;
+    case DType::kIQ4_NL:
+      quantize_row_iq4_nl(input, static_cast<BlockIQ4_NL*>(output), count);
+      return;
+    case DType::kIQ4_XS:
+      quantize_row_iq4_xs(input, static_cast<BlockIQ4_XS*>(output), count);
+      return;
     case DType::kI32:
     case DType::kI8:
-    default:
       break;
   }
   FOLIO_UNREACHABLE("quantize_row to {}, which is not a float or block-quantized dtype",

@@ -1,6 +1,7 @@
 // Row conversions between f32 and Folio's storage dtypes: the 16-bit floats (f16, bf16) and
-// ggml's block-quantized types (q8_0, q4_0), with ggml's exact layouts and rounding so GGUF
-// weights are read in place and weights Folio quantizes itself match what llama.cpp writes.
+// ggml's block-quantized types (q8_0, q4_0, and the q4_1 ... iq4_xs of quant_blocks.h), with ggml's
+// exact layouts and rounding so GGUF weights are read in place and weights Folio quantizes itself
+// match what llama.cpp writes.
 //
 // Terms: a *block* is 32 consecutive values of a row sharing one f16 scale `d`.
 //   q8_0: q = round(x / d) in [-127, 127] with d = amax / 127         (value = d * q)
@@ -30,6 +31,21 @@ void dequantize_row_q8_0(const BlockQ8_0* input, float* output, int64_t count);
 
 void quantize_row_q4_0(const float* input, BlockQ4_0* output, int64_t count);
 void dequantize_row_q4_0(const BlockQ4_0* input, float* output, int64_t count);
+
+// Quantizers of the other block types (quantize_blocks.cc), following ggml's reference
+// quantizers without an importance matrix (the `quantize_row_*_ref` searches; for iq4_nl and
+// iq4_xs the search llama-quantize runs without one), so the bytes match what llama.cpp
+// writes. k-quant rows hold whole 256-value super-blocks.
+void quantize_row_q4_1(const float* input, BlockQ4_1* output, int64_t count);
+void quantize_row_q5_0(const float* input, BlockQ5_0* output, int64_t count);
+void quantize_row_q5_1(const float* input, BlockQ5_1* output, int64_t count);
+void quantize_row_q2_k(const float* input, BlockQ2_K* output, int64_t count);
+void quantize_row_q3_k(const float* input, BlockQ3_K* output, int64_t count);
+void quantize_row_q4_k(const float* input, BlockQ4_K* output, int64_t count);
+void quantize_row_q5_k(const float* input, BlockQ5_K* output, int64_t count);
+void quantize_row_q6_k(const float* input, BlockQ6_K* output, int64_t count);
+void quantize_row_iq4_nl(const float* input, BlockIQ4_NL* output, int64_t count);
+void quantize_row_iq4_xs(const float* input, BlockIQ4_XS* output, int64_t count);
 
 // Dequantizers of the other block types, following ggml's reference dequantization exactly
 // (the same float operations in the same order, so the values are bit-identical to ggml's).
