@@ -3,6 +3,7 @@
 #include <cmath>
 #include <cstring>
 #include <random>
+#include <string>
 #include <vector>
 
 #include <gtest/gtest.h>
@@ -180,10 +181,13 @@ TEST(QuantizeTest, F16AndBf16RowsMatchTheScalarConversions) {
   }
 }
 
+// Every weight dtype: the generic row functions give exactly the bytes and values of the
+// dtype's own pair.
 TEST(QuantizeTest, GenericRowFunctionsDispatchOnDtype) {
-  const int64_t count = 96;
+  const int64_t count = 512;  // whole 256-value super-blocks
   const std::vector<float> input = random_values(count, 3);
-  for (DType dtype : {DType::kF32, DType::kF16, DType::kBF16, DType::kQ8_0, DType::kQ4_0}) {
+  for (DType dtype : kAllDTypes) {
+    if (!is_weight_dtype(dtype)) continue;
     SCOPED_TRACE(std::string(dtype_name(dtype)));
     std::vector<std::byte> generic(row_bytes(dtype, count));
     std::vector<std::byte> specific(row_bytes(dtype, count));
@@ -192,6 +196,11 @@ TEST(QuantizeTest, GenericRowFunctionsDispatchOnDtype) {
     quantize_row(dtype, input.data(), generic.data(), count);
     dequantize_row(dtype, generic.data(), generic_output.data(), count);
     auto* halves = reinterpret_cast<uint16_t*>(specific.data());
+    // Quantizes with the dtype's own function, then dequantizes with its own.
+    auto round_trip = [&](auto quantize, auto dequantize, auto* blocks) {
+      quantize(input.data(), blocks, count);
+      dequantize(blocks, specific_output.data(), count);
+    };
     switch (dtype) {
       case DType::kF32:
         std::memcpy(specific.data(), input.data(), count * sizeof(float));
@@ -205,19 +214,56 @@ TEST(QuantizeTest, GenericRowFunctionsDispatchOnDtype) {
         convert_row_f32_to_bf16(input.data(), halves, count);
         convert_row_bf16_to_f32(halves, specific_output.data(), count);
         break;
-      case DType::kQ8_0: {
-        auto* blocks = reinterpret_cast<BlockQ8_0*>(specific.data());
-        quantize_row_q8_0(input.data(), blocks, count);
-        dequantize_row_q8_0(blocks, specific_output.data(), count);
+      case DType::kQ8_0:
+        round_trip(quantize_row_q8_0, dequantize_row_q8_0,
+                   reinterpret_cast<BlockQ8_0*>(specific.data()));
         break;
-      }
-      case DType::kQ4_0: {
-        auto* blocks = reinterpret_cast<BlockQ4_0*>(specific.data());
-        quantize_row_q4_0(input.data(), blocks, count);
-        dequantize_row_q4_0(blocks, specific_output.data(), count);
+      case DType::kQ4_0:
+        round_trip(quantize_row_q4_0, dequantize_row_q4_0,
+                   reinterpret_cast<BlockQ4_0*>(specific.data()));
         break;
-      }
-      default:
+      case DType::kQ4_1:
+        round_trip(quantize_row_q4_1, dequantize_row_q4_1,
+                   reinterpret_cast<BlockQ4_1*>(specific.data()));
+        break;
+      case DType::kQ5_0:
+        round_trip(quantize_row_q5_0, dequantize_row_q5_0,
+                   reinterpret_cast<BlockQ5_0*>(specific.data()));
+        break;
+      case DType::kQ5_1:
+        round_trip(quantize_row_q5_1, dequantize_row_q5_1,
+                   reinterpret_cast<BlockQ5_1*>(specific.data()));
+        break;
+      case DType::kQ2_K:
+        round_trip(quantize_row_q2_k, dequantize_row_q2_k,
+                   reinterpret_cast<BlockQ2_K*>(specific.data()));
+        break;
+      case DType::kQ3_K:
+        round_trip(quantize_row_q3_k, dequantize_row_q3_k,
+                   reinterpret_cast<BlockQ3_K*>(specific.data()));
+        break;
+      case DType::kQ4_K:
+        round_trip(quantize_row_q4_k, dequantize_row_q4_k,
+                   reinterpret_cast<BlockQ4_K*>(specific.data()));
+        break;
+      case DType::kQ5_K:
+        round_trip(quantize_row_q5_k, dequantize_row_q5_k,
+                   reinterpret_cast<BlockQ5_K*>(specific.data()));
+        break;
+      case DType::kQ6_K:
+        round_trip(quantize_row_q6_k, dequantize_row_q6_k,
+                   reinterpret_cast<BlockQ6_K*>(specific.data()));
+        break;
+      case DType::kIQ4_NL:
+        round_trip(quantize_row_iq4_nl, dequantize_row_iq4_nl,
+                   reinterpret_cast<BlockIQ4_NL*>(specific.data()));
+        break;
+      case DType::kIQ4_XS:
+        round_trip(quantize_row_iq4_xs, dequantize_row_iq4_xs,
+                   reinterpret_cast<BlockIQ4_XS*>(specific.data()));
+        break;
+      case DType::kI32:
+      case DType::kI8:
         FAIL();
     }
     EXPECT_EQ(generic, specific);
