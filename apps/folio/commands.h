@@ -23,6 +23,7 @@ inline void check_command(const Status& status) {
 
 void add_make_model_command(CLI::App& app);
 void add_make_adapter_command(CLI::App& app);
+void add_quantize_command(CLI::App& app);
 void add_inspect_command(CLI::App& app);
 void add_generate_command(CLI::App& app);
 void add_bench_command(CLI::App& app);

@@ -14,6 +14,7 @@ int main(int argc, char** argv) {
   app.set_version_flag("--version", "folio 0.1.0");
   folio::app::add_make_model_command(app);
   folio::app::add_make_adapter_command(app);
+  folio::app::add_quantize_command(app);
   folio::app::add_inspect_command(app);
   folio::app::add_generate_command(app);
   folio::app::add_bench_command(app);

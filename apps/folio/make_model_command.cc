@@ -26,6 +26,7 @@
 #include "apps/folio/read_file.h"
 #include "folio/gguf/gguf_inspect.h"
 #include "folio/model/llama_model_file.h"
+#include "folio/tensor/quantize.h"
 
 namespace folio::app {
 namespace {
@@ -59,6 +60,17 @@ const std::map<std::string, model::LlamaShape>& named_shapes() {
   return shapes;
 }
 
+// "f32, f16, ..., iq4_xs": the dtypes a model's matrices may take.
+std::string weight_dtype_names() {
+  std::string names;
+  for (DType dtype : kAllDTypes) {
+    if (!is_weight_dtype(dtype)) continue;
+    if (!names.empty()) names += ", ";
+    names += dtype_name(dtype);
+  }
+  return names;
+}
+
 struct MakeModelOptions {
   std::string output;
   std::string preset = "small";
@@ -85,7 +97,7 @@ Result<model::LlamaShape> shape_from(const MakeModelOptions& options) {
   shape.architecture = *architecture;
   std::optional<DType> dtype = dtype_from_name(options.dtype);
   if (!dtype)
-    return invalid_argument("unknown dtype '{}': use f32, f16, bf16, q8_0 or q4_0", options.dtype);
+    return invalid_argument("unknown dtype '{}': use {}", options.dtype, weight_dtype_names());
   shape.weight_dtype = *dtype;
   shape.tie_embeddings = options.tie_embeddings;
   auto override_with = [](int64_t value, int64_t& field) {
@@ -195,7 +207,7 @@ void make_from_weights(const MakeModelOptions& options, const std::string& direc
   std::optional<DType> dtype = dtype_from_name(options.dtype);
   if (!dtype) {
     check_command(
-        invalid_argument("unknown dtype '{}': use f32, f16, bf16, q8_0 or q4_0", options.dtype));
+        invalid_argument("unknown dtype '{}': use {}", options.dtype, weight_dtype_names()));
   }
   Result<model::LlamaWeights> weights = read_interchange(directory, *dtype);
   check_command(weights.status());
@@ -218,7 +230,7 @@ void add_make_model_command(CLI::App& app) {
   command->add_option("-o,--output", options->output, "Path of the GGUF file to write")->required();
   command->add_option("--preset", options->preset, "Base shape: small, tiny or base")
       ->capture_default_str();
-  command->add_option("--dtype", options->dtype, "Weight type: f32, f16, bf16, q8_0, q4_0")
+  command->add_option("--dtype", options->dtype, "Weight type: " + weight_dtype_names())
       ->capture_default_str();
   command->add_option("--arch", options->architecture, "Architecture: llama or qwen2")
       ->capture_default_str();

@@ -7,52 +7,13 @@
 
 #include "folio/base/random.h"
 #include "folio/gguf/gguf_file.h"
+#include "folio/model/quantization_recipe.h"
 #include "folio/tensor/quantize.h"
 #include "folio/tokenizer/spm_vocabulary_builder.h"
 
 namespace folio::model {
 
 namespace {
-
-// llama.cpp's llama_ftype for a file whose matrices are all `dtype`.
-uint32_t llama_file_type(DType dtype) {
-  switch (dtype) {
-    case DType::kF32:
-      return 0;  // LLAMA_FTYPE_ALL_F32
-    case DType::kF16:
-      return 1;  // LLAMA_FTYPE_MOSTLY_F16
-    case DType::kQ4_0:
-      return 2;  // LLAMA_FTYPE_MOSTLY_Q4_0
-    case DType::kQ8_0:
-      return 7;  // LLAMA_FTYPE_MOSTLY_Q8_0
-    case DType::kBF16:
-      return 32;  // LLAMA_FTYPE_MOSTLY_BF16
-    case DType::kQ4_1:
-      return 3;  // LLAMA_FTYPE_MOSTLY_Q4_1
-    case DType::kQ5_0:
-      return 8;  // LLAMA_FTYPE_MOSTLY_Q5_0
-    case DType::kQ5_1:
-      return 9;  // LLAMA_FTYPE_MOSTLY_Q5_1
-    case DType::kQ2_K:
-      return 10;  // LLAMA_FTYPE_MOSTLY_Q2_K
-    case DType::kQ3_K:
-      return 11;  // LLAMA_FTYPE_MOSTLY_Q3_K_S
-    case DType::kQ4_K:
-      return 14;  // LLAMA_FTYPE_MOSTLY_Q4_K_S
-    case DType::kQ5_K:
-      return 16;  // LLAMA_FTYPE_MOSTLY_Q5_K_S
-    case DType::kQ6_K:
-      return 18;  // LLAMA_FTYPE_MOSTLY_Q6_K
-    case DType::kIQ4_NL:
-      return 25;  // LLAMA_FTYPE_MOSTLY_IQ4_NL
-    case DType::kIQ4_XS:
-      return 30;  // LLAMA_FTYPE_MOSTLY_IQ4_XS
-    case DType::kI32:
-    case DType::kI8:
-      break;
-  }
-  FOLIO_UNREACHABLE("{} is not a weight dtype", dtype_name(dtype));
-}
 
 uint64_t stream_seed(uint64_t seed, std::string_view tensor_name) {
   return SplitMix64(seed ^ fnv1a64(tensor_name)).next();
@@ -255,7 +216,7 @@ Status validate_llama_shape(const LlamaShape& shape) {
                             shape.num_heads, shape.num_kv_heads);
   }
   if (!is_weight_dtype(shape.weight_dtype)) {
-    return invalid_argument("weight dtype {} is not one of f32, f16, bf16, q8_0, q4_0",
+    return invalid_argument("{} is not a weight dtype (f32, f16, bf16 or a block-quantized type)",
                             dtype_name(shape.weight_dtype));
   }
   const int64_t block = dtype_info(shape.weight_dtype).block_elements;

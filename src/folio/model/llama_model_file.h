@@ -75,9 +75,10 @@ struct LlamaShape {
 
 // kInvalidArgument naming the field: a size that is not positive or not < 2^32; vocab_size <
 // 259 (the generated vocabulary's minimum); hidden_size not a multiple of num_heads; an odd
-// head_dim (RoPE rotates pairs); num_heads not a multiple of num_kv_heads; a weight dtype other
-// than f32, f16, bf16, q8_0, q4_0; for q8_0 / q4_0, hidden_size or ffn_size not a multiple of
-// 32; rope_theta or rms_norm_epsilon not positive and finite.
+// head_dim (RoPE rotates pairs); num_heads not a multiple of num_kv_heads; a weight dtype that
+// is not one (is_weight_dtype: f32, f16, bf16 or block-quantized); for a block-quantized dtype,
+// hidden_size or ffn_size not a multiple of its block (32, or 256 for the k-quants and iq4_xs);
+// rope_theta or rms_norm_epsilon not positive and finite.
 Status validate_llama_shape(const LlamaShape& shape);
 
 // A writer holding the whole model; tensor bytes are generated while it writes.
