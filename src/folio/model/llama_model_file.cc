@@ -216,7 +216,7 @@ Status validate_llama_shape(const LlamaShape& shape) {
                             shape.num_heads, shape.num_kv_heads);
   }
   if (!is_weight_dtype(shape.weight_dtype)) {
-    return invalid_argument("{} is not a weight dtype (f32, f16, bf16 or a block-quantized type)",
+    return invalid_argument("weight dtype {} is not f32, f16, bf16 or a block-quantized type",
                             dtype_name(shape.weight_dtype));
   }
   const int64_t block = dtype_info(shape.weight_dtype).block_elements;
