@@ -6,6 +6,8 @@
 
 #include <cmath>
 #include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <map>
 #include <set>
 #include <string>
@@ -342,6 +344,30 @@ TEST(QuantizeModelTest, EveryRecipeWritesItsMixtureWithMetadataAndCloseValues) {
       const std::vector<float> original = dequantized(input, info.name);
       const double error = relative_rms_error(original, dequantized(output, info.name));
       EXPECT_LE(error, error_bound(dtype)) << info.name << " as " << dtype_name(dtype);
+    }
+  }
+}
+
+std::vector<uint8_t> file_bytes(const std::string& path) {
+  std::ifstream stream(path, std::ios::binary);
+  return {std::istreambuf_iterator<char>(stream), std::istreambuf_iterator<char>()};
+}
+
+// Rows are split between threads, never computed differently: the bytes do not depend on the
+// thread count.
+TEST(QuantizeModelTest, ThreadCountDoesNotChangeTheBytes) {
+  const std::string input = write_model(test_shape(256, 512), "quantize_threads.gguf");
+  std::vector<uint8_t> single;
+  for (int threads : {1, 3}) {
+    const std::string output = temporary_path(fmt::format("quantize_threads_{}.gguf", threads));
+    QuantizeOptions options;
+    options.threads = threads;
+    ASSERT_TRUE(quantize_model_file(input, output, Recipe::kQ4_K_M, options).ok());
+    if (threads == 1) {
+      single = file_bytes(output);
+      ASSERT_FALSE(single.empty());
+    } else {
+      EXPECT_TRUE(file_bytes(output) == single);
     }
   }
 }
