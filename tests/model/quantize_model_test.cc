@@ -18,6 +18,7 @@
 #include <gtest/gtest.h>
 
 #include "folio/gguf/gguf_file.h"
+#include "folio/model/llama_model.h"
 #include "folio/model/llama_model_file.h"
 #include "folio/model/quantization_recipe.h"
 #include "folio/tensor/quantize.h"
@@ -369,6 +370,22 @@ TEST(QuantizeModelTest, ThreadCountDoesNotChangeTheBytes) {
     } else {
       EXPECT_TRUE(file_bytes(output) == single);
     }
+  }
+}
+
+// A recipe that gives every matrix one dtype (Q8_0: the output stays q8_0 too) writes a file the
+// model loader opens, with the tensors in name order rather than the generator's order.
+TEST(QuantizeModelTest, SingleDtypeRecipesLoadAsModels) {
+  const LlamaShape shape = test_shape(256, 512);
+  const std::string input = write_model(shape, "quantize_load.gguf");
+  for (Recipe recipe : {Recipe::kQ8_0, Recipe::kF16}) {
+    const std::string output = temporary_path("quantize_load_out.gguf");
+    ASSERT_TRUE(quantize_model_file(input, output, recipe, {}).ok());
+    Result<std::unique_ptr<LlamaModel>> model = LlamaModel::open(output);
+    ASSERT_TRUE(model.ok()) << model.status().to_string();
+    LlamaShape expected = shape;
+    expected.weight_dtype = recipe_default_dtype(recipe);
+    EXPECT_EQ((*model)->shape(), expected) << quantization_recipe_name(recipe);
   }
 }
 
