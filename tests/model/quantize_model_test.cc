@@ -4,6 +4,7 @@
 // block-size fallbacks, and the errors a user meets.
 #include "folio/model/quantize_model.h"
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -386,6 +387,38 @@ TEST(QuantizeModelTest, SingleDtypeRecipesLoadAsModels) {
     LlamaShape expected = shape;
     expected.weight_dtype = recipe_default_dtype(recipe);
     EXPECT_EQ((*model)->shape(), expected) << quantization_recipe_name(recipe);
+  }
+}
+
+// A quantized input is converted through f32: each row of the output is exactly the new
+// dtype's quantization of the input row's dequantized values; unchanged dtypes keep their bytes.
+TEST(QuantizeModelTest, QuantizedInputsAreDequantizedThenQuantized) {
+  LlamaShape shape = test_shape(256, 512);
+  shape.weight_dtype = DType::kQ8_0;
+  const std::string input_path = write_model(shape, "quantize_q8_input.gguf");
+  const std::string output_path = temporary_path("quantize_q8_output.gguf");
+  ASSERT_TRUE(quantize_model_file(input_path, output_path, Recipe::kQ5_K_M, {}).ok());
+  const gguf::GgufFile input = *gguf::GgufFile::open(input_path);
+  const gguf::GgufFile output = *gguf::GgufFile::open(output_path);
+  for (const gguf::GgufTensorInfo& info : output.tensors()) {
+    const gguf::GgufTensor converted = *output.tensor(info.name);
+    const gguf::GgufTensor original = *input.tensor(info.name);
+    if (converted.dtype == original.dtype) {
+      EXPECT_TRUE(std::equal(converted.data.begin(), converted.data.end(), original.data.begin(),
+                             original.data.end()))
+          << info.name;
+      continue;
+    }
+    const std::vector<float> values = dequantized(input, info.name);
+    const int64_t row_length = info.dimensions[0];
+    std::vector<std::byte> expected(converted.data.size());
+    for (int64_t r = 0; r < info.element_count / row_length; ++r) {
+      quantize_row(converted.dtype, values.data() + r * row_length,
+                   expected.data() + r * row_bytes(converted.dtype, row_length), row_length);
+    }
+    EXPECT_TRUE(
+        std::equal(expected.begin(), expected.end(), converted.data.begin(), converted.data.end()))
+        << info.name << " as " << dtype_name(converted.dtype);
   }
 }
 
