@@ -1,5 +1,9 @@
 #include "folio/gguf/gguf_file.h"
 
+#include <vector>
+
+#include <fmt/ranges.h>
+
 namespace folio::gguf {
 
 Result<GgufFile> GgufFile::open(const std::string& path, const GgufLimits& limits) {
@@ -82,10 +86,12 @@ Result<GgufTensor> GgufFile::tensor(std::string_view name) const {
   if (info == nullptr) return not_found("{}: tensor '{}' is missing", source_, name);
   const std::optional<DType> dtype = dtype_from_ggml_type(info->type.code);
   if (!dtype) {
+    std::vector<std::string_view> supported;
+    for (DType known : kAllDTypes) supported.push_back(dtype_name(known));
     return invalid_argument(
         "{}: tensor '{}' has ggml type {} ({}), which Folio does not compute with "
-        "(supported: f32, f16, bf16, q8_0, q4_0, i32, i8)",
-        source_, name, info->type.name, info->type.code);
+        "(supported: {})",
+        source_, name, info->type.name, info->type.code, fmt::join(supported, ", "));
   }
   return GgufTensor{info, *dtype, tensor_bytes(*info)};
 }
