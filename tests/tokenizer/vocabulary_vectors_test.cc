@@ -110,9 +110,9 @@ std::string describe_mismatch(const Tokenizer& tokenizer, const std::vector<Toke
     Result<std::string_view> text = tokenizer.token_piece(ids[first]);
     return fmt::format("{} '{}'", ids[first], text.ok() ? printable(*text) : "(out of range)");
   };
-  return fmt::format("first difference at position {}: expected {}, got {}\n  expected: {}\n  got:      {}",
-                     first, piece(expected), piece(actual), fmt::join(expected, " "),
-                     fmt::join(actual, " "));
+  return fmt::format(
+      "first difference at position {}: expected {}, got {}\n  expected: {}\n  got:      {}", first,
+      piece(expected), piece(actual), fmt::join(expected, " "), fmt::join(actual, " "));
 }
 
 class VocabularyVectorsTest : public ::testing::TestWithParam<const char*> {};
@@ -145,8 +145,8 @@ TEST_P(VocabularyVectorsTest, EncodesEveryInputAsTheReference) {
       ++passed;
       continue;
     }
-    ADD_FAILURE() << name << " input " << i << " '" << printable(inputs[i]) << "': "
-                  << describe_mismatch(*tokenizer, expected[i], actual);
+    ADD_FAILURE() << name << " input " << i << " '" << printable(inputs[i])
+                  << "': " << describe_mismatch(*tokenizer, expected[i], actual);
   }
   RecordProperty("vectors_passed", static_cast<int>(passed));
   RecordProperty("vectors_total", static_cast<int>(inputs.size()));

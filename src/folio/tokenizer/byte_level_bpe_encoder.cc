@@ -84,10 +84,11 @@ void encode_word(const Tokenizer::State& state, std::string_view word,
       return;
     }
     // A merge result that is not a piece: spell it byte by byte. Each mapped character is one
-    // input byte, and initialization checked every byte has a piece.
+    // input byte; a byte the vocabulary cannot spell is dropped, as llama.cpp drops it.
     for (size_t position = 0; position < piece.size();) {
       const Utf8Unit unit = decode_utf8(piece, position);
-      ids.push_back(state.byte_tokens[*map.byte_of(unit.code_point)]);
+      const TokenId id = state.byte_tokens[*map.byte_of(unit.code_point)];
+      if (id != Tokenizer::State::kNoToken) ids.push_back(id);
       position += unit.length;
     }
   });
@@ -105,12 +106,13 @@ Status initialize_byte_level_bpe(Tokenizer::State& state) {
   }
   const ByteCharacterMap& map = byte_character_map();
   for (int byte = 0; byte < 256; ++byte) {
-    const std::optional<TokenId> id = state.mergeable_piece(map.utf8_of_byte[byte]);
+    std::optional<TokenId> id = state.mergeable_piece(map.utf8_of_byte[byte]);
     if (!id) {
-      return invalid_argument("the byte-level vocabulary has no piece for byte 0x{:02X} ('{}')",
-                              byte, map.utf8_of_byte[byte]);
+      // llama.cpp looks a leftover symbol up among all tokens, whatever their type.
+      const auto any = state.piece_ids.find(map.utf8_of_byte[byte]);
+      if (any != state.piece_ids.end()) id = any->second;
     }
-    state.byte_tokens[byte] = *id;
+    state.byte_tokens[byte] = id.value_or(Tokenizer::State::kNoToken);
   }
   state.decoded.resize(vocabulary.tokens.size());
   for (size_t id = 0; id < vocabulary.tokens.size(); ++id) {
