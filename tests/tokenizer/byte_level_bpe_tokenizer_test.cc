@@ -235,6 +235,26 @@ TEST(ByteLevelBpeTokenizerTest, LoadsFromGgufMetadata) {
   EXPECT_THAT(tokenizer->encode("the the"), ElementsAre('t', 257, 258));
 }
 
+// Llama 3 takes a word that is a whole piece as it is (Hugging Face's ignore_merges), even when
+// no merge sequence builds it; the other pre-tokenizers merge.
+TEST(ByteLevelBpeTokenizerTest, Llama3TakesWholePiecesUnmerged) {
+  for (PreTokenizerKind kind : kEveryPreTokenizer) {
+    Vocabulary vocabulary = small_bpe_vocabulary();
+    vocabulary.pre_tokenizer = kind;
+    vocabulary.tokens.push_back("abc");  // id 262; no merge makes it
+    vocabulary.scores.push_back(0.0f);
+    vocabulary.types.push_back(TokenType::kNormal);
+    const Tokenizer tokenizer = *Tokenizer::from_vocabulary(std::move(vocabulary));
+    if (kind == PreTokenizerKind::kLlama3) {
+      EXPECT_THAT(tokenizer.encode("abc"), ElementsAre(262));
+    } else {
+      EXPECT_THAT(tokenizer.encode("abc"), ElementsAre('a', 'b', 'c')) << pre_tokenizer_name(kind);
+    }
+    // A word that is no piece is merged as usual: "aa" then "b".
+    EXPECT_THAT(tokenizer.encode("aab"), ElementsAre(259, 'b')) << pre_tokenizer_name(kind);
+  }
+}
+
 // Real vocabularies lack some bytes (StarCoder's and Falcon's: those that never occur in valid
 // UTF-8, and Falcon's some control characters); llama.cpp drops such a byte, and so does Folio.
 TEST(ByteLevelBpeTokenizerTest, ByteWithoutAPieceIsDropped) {

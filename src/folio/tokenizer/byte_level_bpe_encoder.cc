@@ -71,11 +71,34 @@ std::string unmap_piece(std::string_view piece) {
   return bytes;
 }
 
+// Whether a word that is a whole piece is taken as it is, without merging (Hugging Face's
+// ignore_merges; llama.cpp sets it for the Llama 3 names). Merging may not rebuild such a piece.
+bool takes_whole_pieces(PreTokenizerKind kind) {
+  switch (kind) {
+    case PreTokenizerKind::kLlama3:
+      return true;
+    case PreTokenizerKind::kGpt2:
+    case PreTokenizerKind::kQwen2:
+    case PreTokenizerKind::kDefault:
+    case PreTokenizerKind::kFalcon:
+    case PreTokenizerKind::kStarcoder:
+    case PreTokenizerKind::kDeepseekLlm:
+      return false;
+  }
+  return false;
+}
+
 void encode_word(const Tokenizer::State& state, std::string_view word,
                  BigramMerge<MergeRankRule>& merge, std::vector<TokenId>& ids) {
   const ByteCharacterMap& map = byte_character_map();
   std::string mapped;
   for (char byte : word) mapped += map.utf8_of_byte[static_cast<uint8_t>(byte)];
+  if (takes_whole_pieces(state.vocabulary.pre_tokenizer)) {
+    if (std::optional<TokenId> id = state.mergeable_piece(mapped)) {
+      ids.push_back(*id);
+      return;
+    }
+  }
   merge.start(mapped);
   for (char byte : word) merge.add_symbol(map.utf8_of_byte[static_cast<uint8_t>(byte)].size());
   merge.merge([&](std::string_view piece) {

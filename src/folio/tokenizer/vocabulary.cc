@@ -57,8 +57,6 @@ constexpr PreTokenizerName kPreTokenizerNames[] = {
     {"llama3", PreTokenizerKind::kLlama3},
     {"llama-v3", PreTokenizerKind::kLlama3},
     {"falcon3", PreTokenizerKind::kLlama3},
-    {"dbrx", PreTokenizerKind::kLlama3},
-    {"smaug-bpe", PreTokenizerKind::kLlama3},
     {"qwen2", PreTokenizerKind::kQwen2},
     {"deepseek-r1-qwen", PreTokenizerKind::kQwen2},
     {"stablelm2", PreTokenizerKind::kQwen2},

@@ -52,7 +52,8 @@ enum class TokenizerModel { kSentencePiece, kBytePairEncoding };
 // value is read from are llama.cpp's, listed in vocabulary.cc, and an unknown name is refused).
 enum class PreTokenizerKind {
   kGpt2,         // GPT-2's pattern ("gpt-2", "gpt2", "phi-2", "mpt", "olmo")
-  kLlama3,       // Llama 3's pattern: digit runs of up to 3 ("llama-bpe", "llama3", ...)
+  kLlama3,       // Llama 3's pattern: digit runs of up to 3; a word that is a whole piece is
+                 // taken unmerged ("llama-bpe", "llama3", ...)
   kQwen2,        // Llama 3's pattern with single digits ("qwen2", ...)
   kDefault,      // llama.cpp's default: punctuation runs, GPT-2's, number runs, 3 ASCII digits
                  // ("default", or no tokenizer.ggml.pre at all)
