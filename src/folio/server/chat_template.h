@@ -12,7 +12,8 @@
 //   llama2      "[INST] <<SYS>>\nS\n<</SYS>>\n\nU [/INST] A </s><s>[INST] U [/INST]", contents
 //               stripped (Llama 2 chat)
 //   mistral-v1  " [INST] S\n\nU [/INST] A</s> [INST] U [/INST]": the system prompt opens the
-//               first user turn (Mistral 7B Instruct v0.1/v0.2, Mixtral 8x7B)
+//               first user turn (the official template of Mistral 7B Instruct v0.1/v0.2 and
+//               Mixtral 8x7B; files converted before it carry a Llama 2-like one, read as llama2)
 //   mistral-v3  "[INST] U[/INST] A</s>[INST] S\n\nU[/INST]": the system prompt opens the last
 //               user turn, assistant answers trimmed (Mistral 7B Instruct v0.3, Mixtral 8x22B)
 //   zephyr      "<|role|>\ncontent</s>\n" ... "<|assistant|>\n"

@@ -159,9 +159,9 @@ enum class Pattern {
   kThreeAsciiDigits,     // [0-9][0-9][0-9]
   kNewline,              // [\r\n]
   kDeepseekLetters,      // \s?[cased letters]+ (kDeepseekLetterRanges)
-  kDeepseekPunctuation,  // \s?[!-/:-~！-／：-～‘-‟　-。]+
+  kDeepseekPunctuation,  // \s?[punctuation]+ (kDeepseekPunctuationRanges)
   kTrailingWhitespace,   // \s+$
-  kDeepseekCjk,          // [一-龥ࠀ-一가-퟿]+
+  kDeepseekCjk,          // [CJK]+ (kDeepseekCjkRanges)
 };
 
 // A code point range of a searched pattern's bracket expression, first and last included.
@@ -178,7 +178,8 @@ bool in_ranges(std::span<const CodePointRange> ranges, uint32_t code_point) {
 }
 
 // DeepSeek LLM's letter class: the cased letters (Lu, Ll, Lt) of the Unicode version its
-// pattern was written against, spelled out as ranges in its pattern. Sorted, disjoint.
+// pattern was written against, which the pattern spells out range by range (some ends are
+// compatibility characters such as U+212A KELVIN SIGN, kept as such). Sorted, disjoint.
 constexpr CodePointRange kDeepseekLetterRanges[] = {
     {0x41, 0x5A},       {0x61, 0x7A},       {0xB5, 0xB5},       {0xC0, 0xD6},
     {0xD8, 0xF6},       {0xF8, 0x1BA},      {0x1BC, 0x1BF},     {0x1C4, 0x293},

@@ -197,6 +197,13 @@ Result<Vocabulary> read_vocabulary(const gguf::GgufFile& file) {
     vocabulary.merges.assign(merges.begin(), merges.end());
   }
   FOLIO_RETURN_IF_ERROR(read_special_ids(file, vocabulary));
+  // llama.cpp adds BOS for the Llama 3 names unless the file says otherwise: Llama 3 files
+  // converted before the converter read the tokenizer's post-processor lack the key.
+  if (vocabulary.model == TokenizerModel::kBytePairEncoding &&
+      vocabulary.pre_tokenizer == PreTokenizerKind::kLlama3 &&
+      !file.contains("tokenizer.ggml.add_bos_token") && vocabulary.bos.has_value()) {
+    vocabulary.add_bos = true;
+  }
   Status status = validate_vocabulary(vocabulary);
   if (!status.ok()) return status.with_context(file.source());
   return vocabulary;

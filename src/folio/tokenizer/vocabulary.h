@@ -88,9 +88,10 @@ std::string_view pre_tokenizer_name(PreTokenizerKind kind);
 
 // Reads tokenizer.ggml.* with llama.cpp's defaults for absent keys (no scores: all 0; no token
 // types: all normal; SentencePiece: bos 1, eos 2, unknown 0, add BOS, add space prefix;
-// byte-level BPE: no BOS added, no space prefix). Errors name the key: a missing or unsupported
-// model, sizes that disagree, an id outside the vocabulary (a negative or 0xFFFFFFFF id means
-// "none"), a token type outside 0..6, a non-finite score, a merge without a separating space.
+// byte-level BPE: no space prefix, and no BOS added except for the Llama 3 names, as llama.cpp).
+// Errors name the key: a missing or unsupported model or pre-tokenizer, sizes that disagree, an
+// id outside the vocabulary (a negative or 0xFFFFFFFF id means "none"), a token type outside
+// 0..6, a non-finite score, a merge without a separating space.
 Result<Vocabulary> read_vocabulary(const gguf::GgufFile& file);
 
 // The checks read_vocabulary applies, for vocabularies built in code.
