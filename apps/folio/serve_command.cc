@@ -122,7 +122,8 @@ void add_serve_command(CLI::App& app) {
   command->add_option("--api-key", options->api_key,
                       "Require 'Authorization: Bearer KEY' on /v1 (or set FOLIO_API_KEY)");
   command->add_option("--chat-template", options->chat_template,
-                      "Override the model's chat template: chatml, llama3, llama2, zephyr, gemma");
+                      "Override the model's chat template: chatml, llama3, llama2, mistral-v1, "
+                      "mistral-v3, zephyr, phi3, gemma");
   command
       ->add_option("--default-chat-template", options->default_chat_template,
                    "Template when the model's is missing or not recognised")

@@ -7,8 +7,6 @@
 
 #include <nlohmann/json.hpp>
 
-#include "folio/server/chat_template.h"
-
 namespace folio::server {
 namespace {
 
@@ -277,46 +275,6 @@ TEST(OpenAiProtocolTest, AdapterRouteBodiesAreValidated) {
     SCOPED_TRACE(body);
     EXPECT_EQ(parse_unload_adapter_request(body).status().code(), StatusCode::kInvalidArgument);
   }
-}
-
-TEST(ChatTemplateTest, DetectsTheCommonFamilies) {
-  EXPECT_EQ(detect_chat_template("{% for m in messages %}<|im_start|>{{ m.role }}"),
-            ChatTemplate::kChatMl);
-  EXPECT_EQ(detect_chat_template("{{ '<|start_header_id|>' + message['role'] }}"),
-            ChatTemplate::kLlama3);
-  EXPECT_EQ(detect_chat_template("{{ bos_token + '[INST] ' + content + ' [/INST]' }}"),
-            ChatTemplate::kLlama2);
-  EXPECT_EQ(detect_chat_template("{{ '<|user|>\n' }}...{{ '<|assistant|>\n' }}"),
-            ChatTemplate::kZephyr);
-  EXPECT_EQ(detect_chat_template("<start_of_turn>user"), ChatTemplate::kGemma);
-  EXPECT_EQ(detect_chat_template("{{ messages | custom }}"), std::nullopt);
-  EXPECT_EQ(detect_chat_template(""), std::nullopt);
-  EXPECT_EQ(*chat_template_from_name("llama3"), ChatTemplate::kLlama3);
-  EXPECT_FALSE(chat_template_from_name("jinja").ok());
-}
-
-TEST(ChatTemplateTest, RendersConversationsAsTheTemplatesDo) {
-  const std::vector<ChatMessage> messages = {
-      {"system", "S"}, {"user", "U1"}, {"assistant", "A1"}, {"user", "U2"}};
-  EXPECT_EQ(render_chat(ChatTemplate::kChatMl, messages),
-            "<|im_start|>system\nS<|im_end|>\n<|im_start|>user\nU1<|im_end|>\n"
-            "<|im_start|>assistant\nA1<|im_end|>\n<|im_start|>user\nU2<|im_end|>\n"
-            "<|im_start|>assistant\n");
-  EXPECT_EQ(render_chat(ChatTemplate::kLlama3, messages),
-            "<|start_header_id|>system<|end_header_id|>\n\nS<|eot_id|>"
-            "<|start_header_id|>user<|end_header_id|>\n\nU1<|eot_id|>"
-            "<|start_header_id|>assistant<|end_header_id|>\n\nA1<|eot_id|>"
-            "<|start_header_id|>user<|end_header_id|>\n\nU2<|eot_id|>"
-            "<|start_header_id|>assistant<|end_header_id|>\n\n");
-  EXPECT_EQ(render_chat(ChatTemplate::kLlama2, messages),
-            "[INST] <<SYS>>\nS\n<</SYS>>\n\nU1 [/INST] A1</s><s>[INST] U2 [/INST]");
-  EXPECT_EQ(render_chat(ChatTemplate::kZephyr, messages),
-            "<|system|>\nS</s>\n<|user|>\nU1</s>\n<|assistant|>\nA1</s>\n<|user|>\nU2</s>\n"
-            "<|assistant|>\n");
-  EXPECT_EQ(render_chat(ChatTemplate::kGemma, messages),
-            "<start_of_turn>user\nS<end_of_turn>\n<start_of_turn>user\nU1<end_of_turn>\n"
-            "<start_of_turn>model\nA1<end_of_turn>\n<start_of_turn>user\nU2<end_of_turn>\n"
-            "<start_of_turn>model\n");
 }
 
 }  // namespace

@@ -18,6 +18,11 @@ namespace {
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 
+constexpr PreTokenizerKind kEveryPreTokenizer[] = {
+    PreTokenizerKind::kGpt2,       PreTokenizerKind::kLlama3, PreTokenizerKind::kQwen2,
+    PreTokenizerKind::kDefault,    PreTokenizerKind::kFalcon, PreTokenizerKind::kStarcoder,
+    PreTokenizerKind::kDeepseekLlm};
+
 std::vector<std::string> split(PreTokenizerKind kind, std::string_view text) {
   const std::vector<std::string_view> words = pre_tokenize(kind, text);
   return {words.begin(), words.end()};
@@ -62,6 +67,40 @@ TEST(PreTokenizerTest, Qwen2PatternSplitsEveryDigit) {
               ElementsAre("a", " ", "2", "0", "2", "4", "!"));
 }
 
+// The pattern lists cut in turn; each later pattern sees only the pieces earlier ones left, and
+// unmatched text between matches stays a piece (splits worked out by hand from the patterns in
+// pre_tokenizer.h).
+TEST(PreTokenizerTest, StarcoderSplitsDigitsBeforeGpt2) {
+  // \p{N} first: "abc " ends a piece, so GPT-2's \s+ keeps its space alone, and " 1" never forms.
+  EXPECT_THAT(split(PreTokenizerKind::kStarcoder, "abc 123 x"),
+              ElementsAre("abc", " ", "1", "2", "3", " x"));
+}
+
+TEST(PreTokenizerTest, FalconCutsPunctuationThenThreeDigits) {
+  EXPECT_THAT(split(PreTokenizerKind::kFalcon, "Hello, world!! 12345"),
+              ElementsAre("Hello", ",", " world", "!!", " ", "123", "45"));
+  // Falcon's punctuation class has the backtick; the default list's does not.
+  EXPECT_THAT(split(PreTokenizerKind::kFalcon, "x `y`"), ElementsAre("x", " ", "`", "y", "`"));
+  EXPECT_THAT(split(PreTokenizerKind::kDefault, "x `y`"), ElementsAre("x", " `", "y", "`"));
+}
+
+TEST(PreTokenizerTest, DefaultSplitsNumberRunsFromTheirSpace) {
+  EXPECT_THAT(split(PreTokenizerKind::kDefault, "a+=b 12345"),
+              ElementsAre("a", "+=", "b", " ", "123", "45"));
+}
+
+TEST(PreTokenizerTest, DeepseekLlmPatterns) {
+  // [\r\n] alone; letters with one leading space; "." alone (a digit, not a space, precedes it);
+  // 你好 by the CJK class; digit runs cut from the spaces around them.
+  EXPECT_THAT(
+      split(PreTokenizerKind::kDeepseekLlm, "Hello world\n  3.14 \xe4\xbd\xa0\xe5\xa5\xbd"),
+      ElementsAre("Hello", " world", "\n", "  ", "3", ".", "14", " ", "\xe4\xbd\xa0\xe5\xa5\xbd"));
+  // Greek letters are in the letter ranges; Khmer is not, but falls in the CJK class's wide
+  // U+0800 range (without a leading space); trailing whitespace is one piece.
+  EXPECT_THAT(split(PreTokenizerKind::kDeepseekLlm, "\xce\xb1\xce\xb2 \xe1\x9e\x80  "),
+              ElementsAre("\xce\xb1\xce\xb2", " ", "\xe1\x9e\x80", "  "));
+}
+
 TEST(PreTokenizerTest, WordsAlwaysConcatenateToTheInput) {
   Xoshiro256StarStar random(1234);
   const std::string alphabet[] = {"a",
@@ -84,8 +123,7 @@ TEST(PreTokenizerTest, WordsAlwaysConcatenateToTheInput) {
     std::string text;
     const int length = static_cast<int>(random.next() % 24);
     for (int i = 0; i < length; ++i) text += alphabet[random.next() % std::size(alphabet)];
-    for (PreTokenizerKind kind :
-         {PreTokenizerKind::kGpt2, PreTokenizerKind::kLlama3, PreTokenizerKind::kQwen2}) {
+    for (PreTokenizerKind kind : kEveryPreTokenizer) {
       std::string joined;
       for (std::string_view word : pre_tokenize(kind, text)) {
         EXPECT_FALSE(word.empty());
@@ -173,8 +211,7 @@ TEST(ByteLevelBpeTokenizerTest, SpecialTokensAreMatchedBeforePreTokenizing) {
 }
 
 TEST(ByteLevelBpeTokenizerTest, RoundTripsEveryKindOfTextWithEveryPreTokenizer) {
-  for (PreTokenizerKind kind :
-       {PreTokenizerKind::kGpt2, PreTokenizerKind::kLlama3, PreTokenizerKind::kQwen2}) {
+  for (PreTokenizerKind kind : kEveryPreTokenizer) {
     Vocabulary vocabulary = small_bpe_vocabulary();
     vocabulary.pre_tokenizer = kind;
     const Tokenizer tokenizer = *Tokenizer::from_vocabulary(std::move(vocabulary));
@@ -198,12 +235,51 @@ TEST(ByteLevelBpeTokenizerTest, LoadsFromGgufMetadata) {
   EXPECT_THAT(tokenizer->encode("the the"), ElementsAre('t', 257, 258));
 }
 
-TEST(ByteLevelBpeTokenizerTest, VocabularyMissingAByteIsRejected) {
+// Llama 3 takes a word that is a whole piece as it is (Hugging Face's ignore_merges), even when
+// no merge sequence builds it; the other pre-tokenizers merge.
+TEST(ByteLevelBpeTokenizerTest, Llama3TakesWholePiecesUnmerged) {
+  for (PreTokenizerKind kind : kEveryPreTokenizer) {
+    Vocabulary vocabulary = small_bpe_vocabulary();
+    vocabulary.pre_tokenizer = kind;
+    vocabulary.tokens.push_back("abc");  // id 262; no merge makes it
+    vocabulary.scores.push_back(0.0f);
+    vocabulary.types.push_back(TokenType::kNormal);
+    const Tokenizer tokenizer = *Tokenizer::from_vocabulary(std::move(vocabulary));
+    if (kind == PreTokenizerKind::kLlama3) {
+      EXPECT_THAT(tokenizer.encode("abc"), ElementsAre(262));
+    } else {
+      EXPECT_THAT(tokenizer.encode("abc"), ElementsAre('a', 'b', 'c')) << pre_tokenizer_name(kind);
+    }
+    // A word that is no piece is merged as usual: "aa" then "b".
+    EXPECT_THAT(tokenizer.encode("aab"), ElementsAre(259, 'b')) << pre_tokenizer_name(kind);
+  }
+}
+
+// Real vocabularies lack some bytes (StarCoder's and Falcon's: those that never occur in valid
+// UTF-8, and Falcon's some control characters); llama.cpp drops such a byte, and so does Folio.
+TEST(ByteLevelBpeTokenizerTest, ByteWithoutAPieceIsDropped) {
   Vocabulary vocabulary = small_bpe_vocabulary();
   vocabulary.tokens[0x41] = "not A";
-  const Status status = Tokenizer::from_vocabulary(std::move(vocabulary)).status();
-  EXPECT_EQ(status.code(), StatusCode::kInvalidArgument);
-  EXPECT_THAT(status.message(), HasSubstr("no piece for byte 0x41"));
+  Result<Tokenizer> tokenizer = Tokenizer::from_vocabulary(std::move(vocabulary));
+  ASSERT_TRUE(tokenizer.ok()) << tokenizer.status().to_string();
+  EXPECT_THAT(tokenizer->encode("bAc"), ElementsAre('b', 'c'));
+}
+
+// A byte whose character is only a user-defined token's text is spelled by that token, as
+// llama.cpp's lookup of leftover symbols finds it (DeepSeek LLM's "À" for byte 0xC0).
+TEST(ByteLevelBpeTokenizerTest, ByteSpelledOnlyByAUserDefinedTokenUsesIt) {
+  // Byte 0xC0 (never in valid UTF-8, so the input's own text cannot match the token's "À").
+  Vocabulary vocabulary = small_bpe_vocabulary();
+  const std::string mapped_character = vocabulary.tokens[0xC0];
+  vocabulary.tokens[0xC0] = "not the byte";
+  vocabulary.tokens.push_back(mapped_character);
+  vocabulary.scores.push_back(0.0f);
+  vocabulary.types.push_back(TokenType::kUserDefined);
+  Result<Tokenizer> tokenizer = Tokenizer::from_vocabulary(std::move(vocabulary));
+  ASSERT_TRUE(tokenizer.ok()) << tokenizer.status().to_string();
+  EXPECT_THAT(tokenizer->encode("b\xc0"
+                                "c"),
+              ElementsAre('b', 262, 'c'));
 }
 
 }  // namespace

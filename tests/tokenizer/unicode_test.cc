@@ -55,8 +55,15 @@ TEST(UnicodeTest, CharacterClassesFollowUnicodeCategories) {
     EXPECT_TRUE(is_number(number)) << std::hex << number;
     EXPECT_FALSE(is_letter(number)) << std::hex << number;
   }
-  for (uint32_t other : {0x20u, 0x21u, 0x5Fu, 0x2581u, 0x1F999u, 0x301u, kInvalidCodePoint}) {
+  for (uint32_t other :
+       {0x20u, 0x24u, 0x2Bu, 0x7Eu, 0xFF5Eu, 0x2581u, 0x1F999u, 0x301u, kInvalidCodePoint}) {
     EXPECT_EQ(character_class(other), CharacterClass::kOther) << std::hex << other;
+  }
+  // P*: ASCII punctuation (not the symbols $ + ~ above), dashes, quotes, CJK and fullwidth marks.
+  for (uint32_t punctuation : {0x21u, 0x5Fu, 0x7Bu, 0x2014u, 0x2018u, 0x3002u, 0xFF01u, 0x58Au}) {
+    EXPECT_TRUE(is_punctuation(punctuation)) << std::hex << punctuation;
+    EXPECT_EQ(character_class(punctuation), CharacterClass::kPunctuation)
+        << std::hex << punctuation;
   }
   for (uint32_t space : {0x9u, 0xAu, 0xDu, 0x20u, 0x85u, 0xA0u, 0x2003u, 0x3000u}) {
     EXPECT_TRUE(is_whitespace(space)) << std::hex << space;

@@ -108,6 +108,52 @@ TEST(VocabularyTest, MetadataRoundTripsForBothModels) {
   }
 }
 
+// Every pre-tokenizer is written under a name that reads back as itself; a file without the
+// key reads as llama.cpp's "default".
+TEST(VocabularyTest, PreTokenizerNamesRoundTrip) {
+  for (PreTokenizerKind kind :
+       {PreTokenizerKind::kGpt2, PreTokenizerKind::kLlama3, PreTokenizerKind::kQwen2,
+        PreTokenizerKind::kDefault, PreTokenizerKind::kFalcon, PreTokenizerKind::kStarcoder,
+        PreTokenizerKind::kDeepseekLlm}) {
+    Vocabulary vocabulary = small_bpe();
+    vocabulary.pre_tokenizer = kind;
+    gguf::GgufWriter writer;
+    write_vocabulary_metadata(vocabulary, writer);
+    Result<Vocabulary> read =
+        read_vocabulary(*gguf::GgufFile::parse_owned(*writer.write_to_buffer()));
+    ASSERT_TRUE(read.ok()) << read.status().to_string();
+    EXPECT_EQ(read->pre_tokenizer, kind) << pre_tokenizer_name(kind);
+  }
+  gguf::GgufWriter writer;
+  writer.set("tokenizer.ggml.model", gguf::GgufValue::of_string("gpt2"));
+  writer.set("tokenizer.ggml.tokens", gguf::GgufValue::array_of_strings({"a", "b", "ab"}));
+  writer.set("tokenizer.ggml.merges", gguf::GgufValue::array_of_strings({"a b"}));
+  Result<Vocabulary> read =
+      read_vocabulary(*gguf::GgufFile::parse_owned(*writer.write_to_buffer()));
+  ASSERT_TRUE(read.ok()) << read.status().to_string();
+  EXPECT_EQ(read->pre_tokenizer, PreTokenizerKind::kDefault);
+}
+
+// A byte-level file with only the keys a minimal converter writes.
+gguf::GgufFile minimal_bpe_file(std::string_view pre, bool with_add_bos_key) {
+  gguf::GgufWriter writer;
+  writer.set("tokenizer.ggml.model", gguf::GgufValue::of_string("gpt2"));
+  writer.set("tokenizer.ggml.pre", gguf::GgufValue::of_string(std::string(pre)));
+  writer.set("tokenizer.ggml.tokens", gguf::GgufValue::array_of_strings({"a", "b", "ab", "<s>"}));
+  writer.set("tokenizer.ggml.merges", gguf::GgufValue::array_of_strings({"a b"}));
+  writer.set("tokenizer.ggml.bos_token_id", gguf::GgufValue::of(uint32_t{3}));
+  if (with_add_bos_key) writer.set("tokenizer.ggml.add_bos_token", gguf::GgufValue::of(false));
+  return *gguf::GgufFile::parse_owned(*writer.write_to_buffer());
+}
+
+// As llama.cpp: the Llama 3 names add BOS unless the file has tokenizer.ggml.add_bos_token;
+// other byte-level vocabularies add none unless it says so.
+TEST(VocabularyTest, Llama3AddsBosUnlessTheFileSaysOtherwise) {
+  EXPECT_TRUE(read_vocabulary(minimal_bpe_file("llama-bpe", false))->add_bos);
+  EXPECT_FALSE(read_vocabulary(minimal_bpe_file("llama-bpe", true))->add_bos);
+  EXPECT_FALSE(read_vocabulary(minimal_bpe_file("gpt-2", false))->add_bos);
+}
+
 // A file with small_bpe()'s metadata, then `edit` applied to the writer.
 Status read_with(void (*edit)(gguf::GgufWriter&)) {
   gguf::GgufWriter writer;
@@ -128,9 +174,9 @@ TEST(VocabularyTest, ReadErrorsNameTheKey) {
        },
        "tokenizer.ggml.model 'bert' is not supported"},
       {[](gguf::GgufWriter& w) {
-         w.set("tokenizer.ggml.pre", gguf::GgufValue::of_string("falcon"));
+         w.set("tokenizer.ggml.pre", gguf::GgufValue::of_string("tekken"));
        },
-       "tokenizer.ggml.pre 'falcon' is not supported"},
+       "tokenizer.ggml.pre 'tekken' is not a pre-tokenizer Folio knows"},
       {[](gguf::GgufWriter& w) {
          w.set("tokenizer.ggml.tokens", gguf::GgufValue::of<uint32_t>(1));
        },

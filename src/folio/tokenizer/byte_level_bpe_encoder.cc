@@ -71,11 +71,34 @@ std::string unmap_piece(std::string_view piece) {
   return bytes;
 }
 
+// Whether a word that is a whole piece is taken as it is, without merging (Hugging Face's
+// ignore_merges; llama.cpp sets it for the Llama 3 names). Merging may not rebuild such a piece.
+bool takes_whole_pieces(PreTokenizerKind kind) {
+  switch (kind) {
+    case PreTokenizerKind::kLlama3:
+      return true;
+    case PreTokenizerKind::kGpt2:
+    case PreTokenizerKind::kQwen2:
+    case PreTokenizerKind::kDefault:
+    case PreTokenizerKind::kFalcon:
+    case PreTokenizerKind::kStarcoder:
+    case PreTokenizerKind::kDeepseekLlm:
+      return false;
+  }
+  return false;
+}
+
 void encode_word(const Tokenizer::State& state, std::string_view word,
                  BigramMerge<MergeRankRule>& merge, std::vector<TokenId>& ids) {
   const ByteCharacterMap& map = byte_character_map();
   std::string mapped;
   for (char byte : word) mapped += map.utf8_of_byte[static_cast<uint8_t>(byte)];
+  if (takes_whole_pieces(state.vocabulary.pre_tokenizer)) {
+    if (std::optional<TokenId> id = state.mergeable_piece(mapped)) {
+      ids.push_back(*id);
+      return;
+    }
+  }
   merge.start(mapped);
   for (char byte : word) merge.add_symbol(map.utf8_of_byte[static_cast<uint8_t>(byte)].size());
   merge.merge([&](std::string_view piece) {
@@ -84,10 +107,11 @@ void encode_word(const Tokenizer::State& state, std::string_view word,
       return;
     }
     // A merge result that is not a piece: spell it byte by byte. Each mapped character is one
-    // input byte, and initialization checked every byte has a piece.
+    // input byte; a byte the vocabulary cannot spell is dropped, as llama.cpp drops it.
     for (size_t position = 0; position < piece.size();) {
       const Utf8Unit unit = decode_utf8(piece, position);
-      ids.push_back(state.byte_tokens[*map.byte_of(unit.code_point)]);
+      const TokenId id = state.byte_tokens[*map.byte_of(unit.code_point)];
+      if (id != Tokenizer::State::kNoToken) ids.push_back(id);
       position += unit.length;
     }
   });
@@ -105,12 +129,13 @@ Status initialize_byte_level_bpe(Tokenizer::State& state) {
   }
   const ByteCharacterMap& map = byte_character_map();
   for (int byte = 0; byte < 256; ++byte) {
-    const std::optional<TokenId> id = state.mergeable_piece(map.utf8_of_byte[byte]);
+    std::optional<TokenId> id = state.mergeable_piece(map.utf8_of_byte[byte]);
     if (!id) {
-      return invalid_argument("the byte-level vocabulary has no piece for byte 0x{:02X} ('{}')",
-                              byte, map.utf8_of_byte[byte]);
+      // llama.cpp looks a leftover symbol up among all tokens, whatever their type.
+      const auto any = state.piece_ids.find(map.utf8_of_byte[byte]);
+      if (any != state.piece_ids.end()) id = any->second;
     }
-    state.byte_tokens[byte] = *id;
+    state.byte_tokens[byte] = id.value_or(Tokenizer::State::kNoToken);
   }
   state.decoded.resize(vocabulary.tokens.size());
   for (size_t id = 0; id < vocabulary.tokens.size(); ++id) {

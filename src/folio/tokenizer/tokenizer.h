@@ -28,7 +28,8 @@
 // that, and IncrementalDecoder holds such bytes back until the character completes, for streaming.
 //
 // decode(encode(text)) == text for any bytes when parse_special is false, except that a
-// SentencePiece vocabulary decodes a literal "▁" in the input as a space.
+// SentencePiece vocabulary decodes a literal "▁" in the input as a space, and a byte-level
+// vocabulary that does not spell every byte with a normal piece loses or respells those bytes.
 //
 // Thread-safety: a Tokenizer is immutable and cheap to copy (shared state); every method may be
 // called from any thread. An IncrementalDecoder belongs to one sequence and one thread.
@@ -65,9 +66,9 @@ class Tokenizer {
   // Reads the vocabulary from tokenizer.ggml.* metadata (read_vocabulary) and builds the
   // tokenizer.
   static Result<Tokenizer> from_gguf(const gguf::GgufFile& file);
-  // Errors (kInvalidArgument): an invalid vocabulary; a byte token that is not "<0xXX>"; a byte
-  // no token can spell (SentencePiece: no <0xXX> token, no single-byte piece and no unknown
-  // token; byte-level BPE: no piece for the byte's character).
+  // Errors (kInvalidArgument): an invalid vocabulary; a byte token that is not "<0xXX>";
+  // (SentencePiece) a byte no token can spell: no <0xXX> token, no single-byte piece and no
+  // unknown token. A byte-level vocabulary may lack bytes: encoding drops them, as llama.cpp.
   static Result<Tokenizer> from_vocabulary(Vocabulary vocabulary);
 
   std::vector<TokenId> encode(std::string_view text, const EncodeOptions& options = {}) const;

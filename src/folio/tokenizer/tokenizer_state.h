@@ -26,6 +26,8 @@ struct PiecePairHash {
 // Invariants: built once, never modified; every string_view points into vocabulary.tokens or
 // vocabulary.merges of this same State (which is never moved: it lives behind a shared_ptr).
 struct Tokenizer::State {
+  static constexpr TokenId kNoToken = -1;
+
   struct SpecialToken {
     std::string_view text;
     TokenId id;
@@ -34,7 +36,10 @@ struct Tokenizer::State {
 
   Vocabulary vocabulary;
   std::unordered_map<std::string_view, TokenId> piece_ids;  // the first id of each piece
-  std::array<TokenId, 256> byte_tokens{};                   // the token spelling each byte
+  // The token spelling each byte. Byte-level BPE only: kNoToken for a byte the vocabulary
+  // cannot spell (real vocabularies lack bytes that never occur in valid UTF-8, and Falcon's some
+  // control characters too); encoding drops such a byte, as llama.cpp does.
+  std::array<TokenId, 256> byte_tokens{};
   std::vector<std::string> decoded;  // each token's bytes, special tokens' as rendered text
   // Special tokens by their text's first byte, longest text first.
   std::array<std::vector<SpecialToken>, 256> specials_by_first_byte;
@@ -61,7 +66,9 @@ Status initialize_sentencepiece(Tokenizer::State& state);
 void encode_sentencepiece(const Tokenizer::State& state, std::string_view text,
                           std::vector<TokenId>& ids);
 
-// Byte-level BPE: fills merge_ranks, byte_tokens and decoded.
+// Byte-level BPE: fills merge_ranks, byte_tokens and decoded; a byte with no piece of its own
+// is spelled by any token whose text is its character (DeepSeek LLM spells some bytes with
+// user-defined tokens), or by none.
 Status initialize_byte_level_bpe(Tokenizer::State& state);
 // Encodes one fragment: pre-tokenizes it, then merges within each word.
 void encode_byte_level_bpe(const Tokenizer::State& state, std::string_view text,

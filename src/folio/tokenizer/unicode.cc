@@ -16,6 +16,7 @@ struct ClassRange {
 };
 constexpr CharacterClass kLetter = CharacterClass::kLetter;
 constexpr CharacterClass kNumber = CharacterClass::kNumber;
+constexpr CharacterClass kPunctuation = CharacterClass::kPunctuation;
 constexpr ClassRange kClassRanges[] = {
 #include "folio/tokenizer/unicode_tables.inc"
 };
@@ -98,7 +99,36 @@ CharacterClass character_class(uint32_t code_point) {
   if (code_point < 0x80) {  // the common case, without a search
     if (code_point >= '0' && code_point <= '9') return CharacterClass::kNumber;
     const uint32_t lower = code_point | 0x20;
-    return lower >= 'a' && lower <= 'z' ? CharacterClass::kLetter : CharacterClass::kOther;
+    if (lower >= 'a' && lower <= 'z') return CharacterClass::kLetter;
+    // ASCII punctuation (P*); $ + < = > ^ ` | ~ are symbols (S*), and controls and space other.
+    switch (code_point) {
+      case '!':
+      case '"':
+      case '#':
+      case '%':
+      case '&':
+      case '\'':
+      case '(':
+      case ')':
+      case '*':
+      case ',':
+      case '-':
+      case '.':
+      case '/':
+      case ':':
+      case ';':
+      case '?':
+      case '@':
+      case '[':
+      case '\\':
+      case ']':
+      case '_':
+      case '{':
+      case '}':
+        return CharacterClass::kPunctuation;
+      default:
+        return CharacterClass::kOther;
+    }
   }
   if (code_point == kInvalidCodePoint) return CharacterClass::kOther;
   // The first range whose last code point is >= code_point.
@@ -117,6 +147,10 @@ bool is_letter(uint32_t code_point) {
 
 bool is_number(uint32_t code_point) {
   return character_class(code_point) == CharacterClass::kNumber;
+}
+
+bool is_punctuation(uint32_t code_point) {
+  return character_class(code_point) == CharacterClass::kPunctuation;
 }
 
 bool is_whitespace(uint32_t code_point) {

@@ -8,6 +8,8 @@
 // Character classes follow the regular-expression classes the BPE pre-tokenizers use:
 //   letter  \p{L}: general category L* (table generated from Unicode data, unicode_tables.inc)
 //   number  \p{N}: general category N*
+//   punctuation \p{P}: general category P* (only some pre-tokenizers ask; in the other
+//           patterns it is simply neither a letter nor a number)
 //   space   \s:    the White_Space property
 #pragma once
 
@@ -36,10 +38,11 @@ std::vector<std::string_view> split_utf8_characters(std::string_view text);
 // Appends the UTF-8 encoding of a code point. Requires: code_point <= 0x10FFFF, not a surrogate.
 void append_utf8(uint32_t code_point, std::string& out);
 
-enum class CharacterClass : uint8_t { kOther, kLetter, kNumber };
+enum class CharacterClass : uint8_t { kOther, kLetter, kNumber, kPunctuation };
 CharacterClass character_class(uint32_t code_point);  // kOther for kInvalidCodePoint
 bool is_letter(uint32_t code_point);
 bool is_number(uint32_t code_point);
+bool is_punctuation(uint32_t code_point);
 bool is_whitespace(uint32_t code_point);
 
 // Length of the longest prefix of `bytes` that does not end inside a UTF-8 sequence that more

@@ -40,15 +40,48 @@ constexpr FlagKey kFlagKeys[] = {
     {"tokenizer.ggml.add_space_prefix", &Vocabulary::add_space_prefix},
 };
 
+// tokenizer.ggml.pre names, as llama.cpp's llama_vocab::load reads them, for the pre-tokenizers
+// Folio implements. Several names share one pattern list there, and so here.
+struct PreTokenizerName {
+  std::string_view name;
+  PreTokenizerKind kind;
+};
+constexpr PreTokenizerName kPreTokenizerNames[] = {
+    {"default", PreTokenizerKind::kDefault},
+    {"gpt-2", PreTokenizerKind::kGpt2},
+    {"gpt2", PreTokenizerKind::kGpt2},
+    {"phi-2", PreTokenizerKind::kGpt2},
+    {"mpt", PreTokenizerKind::kGpt2},
+    {"olmo", PreTokenizerKind::kGpt2},
+    {"llama-bpe", PreTokenizerKind::kLlama3},
+    {"llama3", PreTokenizerKind::kLlama3},
+    {"llama-v3", PreTokenizerKind::kLlama3},
+    {"falcon3", PreTokenizerKind::kLlama3},
+    {"qwen2", PreTokenizerKind::kQwen2},
+    {"deepseek-r1-qwen", PreTokenizerKind::kQwen2},
+    {"stablelm2", PreTokenizerKind::kQwen2},
+    {"falcon", PreTokenizerKind::kFalcon},
+    {"starcoder", PreTokenizerKind::kStarcoder},
+    {"refact", PreTokenizerKind::kStarcoder},
+    {"command-r", PreTokenizerKind::kStarcoder},
+    {"smollm", PreTokenizerKind::kStarcoder},
+    {"deepseek-llm", PreTokenizerKind::kDeepseekLlm},
+};
+
 Result<PreTokenizerKind> pre_tokenizer_from_name(const gguf::GgufFile& file) {
-  if (!file.contains(kPreKey)) return PreTokenizerKind::kGpt2;
+  // llama.cpp reads a missing name as "default" (and warns).
+  if (!file.contains(kPreKey)) return PreTokenizerKind::kDefault;
   FOLIO_ASSIGN_OR_RETURN(std::string_view name, file.get_string(kPreKey));
-  if (name == "default" || name == "gpt-2" || name == "gpt2") return PreTokenizerKind::kGpt2;
-  if (name == "llama-bpe" || name == "llama3") return PreTokenizerKind::kLlama3;
-  if (name == "qwen2") return PreTokenizerKind::kQwen2;
+  std::string known;
+  for (const PreTokenizerName& entry : kPreTokenizerNames) {
+    if (entry.name == name) return entry.kind;
+    known += known.empty() ? "" : ", ";
+    known += entry.name;
+  }
   return invalid_argument(
-      "{}: {} '{}' is not supported (supported: default, gpt-2, llama-bpe, llama3, qwen2)",
-      file.source(), kPreKey, name);
+      "{}: {} '{}' is not a pre-tokenizer Folio knows, so its text would be split into the "
+      "wrong words (known: {})",
+      file.source(), kPreKey, name, known);
 }
 
 Status read_model(const gguf::GgufFile& file, Vocabulary& vocabulary) {
@@ -106,6 +139,26 @@ Status check_special_id(std::string_view name, const std::optional<TokenId>& id,
 
 }  // namespace
 
+std::string_view pre_tokenizer_name(PreTokenizerKind kind) {
+  switch (kind) {
+    case PreTokenizerKind::kGpt2:
+      return "gpt-2";
+    case PreTokenizerKind::kLlama3:
+      return "llama-bpe";
+    case PreTokenizerKind::kQwen2:
+      return "qwen2";
+    case PreTokenizerKind::kDefault:
+      return "default";
+    case PreTokenizerKind::kFalcon:
+      return "falcon";
+    case PreTokenizerKind::kStarcoder:
+      return "starcoder";
+    case PreTokenizerKind::kDeepseekLlm:
+      return "deepseek-llm";
+  }
+  return "default";
+}
+
 std::string_view tokenizer_model_name(TokenizerModel model) {
   switch (model) {
     case TokenizerModel::kSentencePiece:
@@ -144,6 +197,13 @@ Result<Vocabulary> read_vocabulary(const gguf::GgufFile& file) {
     vocabulary.merges.assign(merges.begin(), merges.end());
   }
   FOLIO_RETURN_IF_ERROR(read_special_ids(file, vocabulary));
+  // llama.cpp adds BOS for the Llama 3 names unless the file says otherwise: Llama 3 files
+  // converted before the converter read the tokenizer's post-processor lack the key.
+  if (vocabulary.model == TokenizerModel::kBytePairEncoding &&
+      vocabulary.pre_tokenizer == PreTokenizerKind::kLlama3 &&
+      !file.contains("tokenizer.ggml.add_bos_token") && vocabulary.bos.has_value()) {
+    vocabulary.add_bos = true;
+  }
   Status status = validate_vocabulary(vocabulary);
   if (!status.ok()) return status.with_context(file.source());
   return vocabulary;
@@ -196,18 +256,7 @@ void write_vocabulary_metadata(const Vocabulary& vocabulary, gguf::GgufWriter& w
   writer.set(std::string(kModelKey),
              gguf::GgufValue::of_string(std::string(tokenizer_model_name(vocabulary.model))));
   if (vocabulary.model == TokenizerModel::kBytePairEncoding) {
-    std::string_view pre = "default";
-    switch (vocabulary.pre_tokenizer) {
-      case PreTokenizerKind::kGpt2:
-        pre = "gpt-2";
-        break;
-      case PreTokenizerKind::kLlama3:
-        pre = "llama-bpe";
-        break;
-      case PreTokenizerKind::kQwen2:
-        pre = "qwen2";
-        break;
-    }
+    const std::string_view pre = pre_tokenizer_name(vocabulary.pre_tokenizer);
     writer.set(std::string(kPreKey), gguf::GgufValue::of_string(std::string(pre)));
   }
   writer.set(std::string(kTokensKey), gguf::GgufValue::array_of_strings(vocabulary.tokens));

@@ -48,11 +48,18 @@ enum class TokenType : int32_t {
 
 enum class TokenizerModel { kSentencePiece, kBytePairEncoding };
 
-// How byte-level BPE splits text into words before merging (tokenizer.ggml.pre).
+// How byte-level BPE splits text into words before merging (tokenizer.ggml.pre; the names each
+// value is read from are llama.cpp's, listed in vocabulary.cc, and an unknown name is refused).
 enum class PreTokenizerKind {
-  kGpt2,    // GPT-2's pattern ("default", "gpt-2", "gpt2")
-  kLlama3,  // Llama 3's pattern: digit runs of up to 3 ("llama-bpe", "llama3")
-  kQwen2,   // Llama 3's pattern with single digits ("qwen2")
+  kGpt2,         // GPT-2's pattern ("gpt-2", "gpt2", "phi-2", "mpt", "olmo")
+  kLlama3,       // Llama 3's pattern: digit runs of up to 3; a word that is a whole piece is
+                 // taken unmerged ("llama-bpe", "llama3", ...)
+  kQwen2,        // Llama 3's pattern with single digits ("qwen2", ...)
+  kDefault,      // llama.cpp's default: punctuation runs, GPT-2's, number runs, 3 ASCII digits
+                 // ("default", or no tokenizer.ggml.pre at all)
+  kFalcon,       // punctuation runs (with `), GPT-2's, 3 ASCII digits ("falcon")
+  kStarcoder,    // single digits, then GPT-2's ("starcoder", "refact", "command-r", "smollm")
+  kDeepseekLlm,  // DeepSeek LLM's six patterns ("deepseek-llm")
 };
 
 struct Vocabulary {
@@ -76,12 +83,15 @@ struct Vocabulary {
 };
 
 std::string_view tokenizer_model_name(TokenizerModel model);  // "llama" or "gpt2"
+// The tokenizer.ggml.pre name written for a pre-tokenizer ("gpt-2", "llama-bpe", ...).
+std::string_view pre_tokenizer_name(PreTokenizerKind kind);
 
 // Reads tokenizer.ggml.* with llama.cpp's defaults for absent keys (no scores: all 0; no token
 // types: all normal; SentencePiece: bos 1, eos 2, unknown 0, add BOS, add space prefix;
-// byte-level BPE: no BOS added, no space prefix). Errors name the key: a missing or unsupported
-// model, sizes that disagree, an id outside the vocabulary (a negative or 0xFFFFFFFF id means
-// "none"), a token type outside 0..6, a non-finite score, a merge without a separating space.
+// byte-level BPE: no space prefix, and no BOS added except for the Llama 3 names, as llama.cpp).
+// Errors name the key: a missing or unsupported model or pre-tokenizer, sizes that disagree, an
+// id outside the vocabulary (a negative or 0xFFFFFFFF id means "none"), a token type outside
+// 0..6, a non-finite score, a merge without a separating space.
 Result<Vocabulary> read_vocabulary(const gguf::GgufFile& file);
 
 // The checks read_vocabulary applies, for vocabularies built in code.
