@@ -14,6 +14,7 @@
 #include <cstring>
 #include <string_view>
 #include <type_traits>
+#include <utility>
 
 #include "folio/base/check.h"
 #include "folio/kernels/cpu/matmul.h"
@@ -78,7 +79,26 @@ inline __m512i weight_bytes(const std::byte* block, bool whole) {
   }
 }
 
+#include "folio/kernels/cpu/matmul_weight_decode_avx2.inc"
 #include "folio/kernels/cpu/simd_avx512.inc"
+
+// Two 256-bit halves as one vector.
+inline __m512i concatenate(__m256i low, __m256i high) {
+  return _mm512_inserti64x4(_mm512_castsi256_si512(low), high, 1);
+}
+
+// The other block types' two blocks: the 32-value decoders of
+// matmul_weight_decode_avx2.inc, twice; the upper half is 0 unless `whole`.
+template <DType kDtype, bool kWhole>
+inline __m512i decoded_weight_bytes(const std::byte* block) {
+  const __m256i first = weight_block_bytes<kDtype, 0>(block);
+  if constexpr (!kWhole) {
+    return _mm512_zextsi256_si512(first);
+  } else {
+    return concatenate(first,
+                       weight_block_bytes<kDtype, 0>(block + dtype_info(kDtype).block_bytes));
+  }
+}
 
 struct Simd : SimdAvx512 {
   static constexpr std::string_view kName = "avx512";
@@ -87,6 +107,7 @@ struct Simd : SimdAvx512 {
   static constexpr int kQuantizedTileInputRows = 4;
   static constexpr int kQuantizedTileWeightRows = 4;
   static constexpr int64_t kBlocksPerVector = 2;
+  static constexpr int kStepsPerSuperBlock = 4;
 
   // bf16 is the upper half of an f32.
   static Vector load_bf16(const uint16_t* pointer) {
@@ -96,8 +117,14 @@ struct Simd : SimdAvx512 {
   static Vector to_float(IntegerVector value) { return _mm512_cvtepi32_ps(value); }
 
   struct WeightBlocks {
-    IntegerVector bytes;  // weight_bytes: the unsigned operand of vpdpbusd
+    IntegerVector bytes;  // the unsigned operand of vpdpbusd
     Vector scales;
+    Vector offsets;  // the dtypes with minimums only
+  };
+  // A super-block's 16 (or 8, in lanes 0-7) sub-block scales d * scale and offsets.
+  struct SuperBlockScales {
+    Vector scales;
+    Vector offsets;
   };
   struct ActivationBlocks {
     IntegerVector values;
@@ -107,8 +134,55 @@ struct Simd : SimdAvx512 {
 
   template <DType kDtype, bool kWhole>
   static WeightBlocks load_weight_blocks(const std::byte* block) {
-    return {weight_bytes<kDtype>(block, kWhole),
-            weight_scales(block, dtype_info(kDtype).block_bytes, kWhole)};
+    constexpr int64_t kBlockBytes = dtype_info(kDtype).block_bytes;
+    WeightBlocks weights;
+    if constexpr (kDtype == DType::kQ8_0 || kDtype == DType::kQ4_0) {
+      weights.bytes = weight_bytes<kDtype>(block, kWhole);
+    } else {
+      weights.bytes = decoded_weight_bytes<kDtype, kWhole>(block);
+    }
+    // Every 32-value block starts with its f16 d; q4_1 and q5_1 follow it with their f16 m.
+    weights.scales = weight_scales(block, kBlockBytes, kWhole);
+    if constexpr (has_weight_minimum(kDtype)) {
+      weights.offsets = weight_scales(block + 2, kBlockBytes, kWhole);
+    }
+    return weights;
+  }
+
+  template <DType kDtype>
+  static SuperBlockScales load_super_block_scales(const std::byte* block) {
+    const SubBlockIntegers integers = sub_block_integers<kDtype>(block);
+    SuperBlockScales scales;
+    scales.scales =
+        _mm512_mul_ps(_mm512_cvtepi32_ps(concatenate(integers.scales[0], integers.scales[1])),
+                      _mm512_set1_ps(super_block_scale<kDtype>(block)));
+    if constexpr (has_weight_minimum(kDtype)) {
+      // o = -(dmin * minimum): the product rounded as ggml's dequantizer rounds it.
+      scales.offsets =
+          _mm512_mul_ps(_mm512_cvtepi32_ps(concatenate(integers.minimums[0], integers.minimums[1])),
+                        _mm512_set1_ps(-super_block_minimum_scale<kDtype>(block)));
+    }
+    return scales;
+  }
+
+  // Step kStep covers x-blocks 2 kStep and 2 kStep + 1: lane i (4 values) is in sub-block
+  // 4 kStep + i / 4 (16-value sub-blocks) or 2 kStep + i / 8 (32-value ones).
+  template <DType kDtype, int kStep>
+  static WeightBlocks load_super_block_step(const std::byte* block,
+                                            const SuperBlockScales& scales) {
+    const __m512i lanes = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+    const __m512i sub_block =
+        sub_blocks_per_super_block(kDtype) == 16
+            ? _mm512_add_epi32(_mm512_srli_epi32(lanes, 2), _mm512_set1_epi32(4 * kStep))
+            : _mm512_add_epi32(_mm512_srli_epi32(lanes, 3), _mm512_set1_epi32(2 * kStep));
+    WeightBlocks weights;
+    weights.bytes = concatenate(weight_block_bytes<kDtype, 2 * kStep>(block),
+                                weight_block_bytes<kDtype, 2 * kStep + 1>(block));
+    weights.scales = _mm512_permutexvar_ps(sub_block, scales.scales);
+    if constexpr (has_weight_minimum(kDtype)) {
+      weights.offsets = _mm512_permutexvar_ps(sub_block, scales.offsets);
+    }
+    return weights;
   }
 
   template <DType kDtype, bool kWhole>
@@ -126,10 +200,18 @@ struct Simd : SimdAvx512 {
     }
   }
 
-  // Starting from the correction removes the +128 / +8 offset of the weight bytes exactly.
+  // Starting from the correction removes the offset of the weight bytes (+128, +8, ...)
+  // exactly. The dtypes with minimums store no offset (and their corrections are f32 sums).
   template <DType kDtype>
   static IntegerVector block_dot(const WeightBlocks& weights, const ActivationBlocks& activations) {
-    return _mm512_dpbusd_epi32(activations.corrections, weights.bytes, activations.values);
+    if constexpr (has_weight_minimum(kDtype)) {
+      return _mm512_dpbusd_epi32(_mm512_setzero_si512(), weights.bytes, activations.values);
+    } else {
+      return _mm512_dpbusd_epi32(activations.corrections, weights.bytes, activations.values);
+    }
+  }
+  static Vector scaled_sums(const ActivationBlocks& activations) {
+    return _mm512_castsi512_ps(activations.corrections);
   }
 };
 
@@ -155,14 +237,14 @@ inline __m512 round_half_away(__m512 value) {
 // One block, the same bytes as quantize_activation_block (which takes blocks holding inf or
 // NaN, and is the reference this is tested against).
 void quantize_block(const float* input, int8_t* values, int32_t* corrections, float* lane_scales,
-                    int32_t offset) {
+                    LaneTerm term) {
   const __m512 low = _mm512_loadu_ps(input);
   const __m512 high = _mm512_loadu_ps(input + 16);
   const __m512 magnitude = _mm512_max_ps(_mm512_abs_ps(low), _mm512_abs_ps(high));
   const __m512 infinity = _mm512_set1_ps(__builtin_inff());
   if (_mm512_cmp_ps_mask(_mm512_abs_ps(low), infinity, _CMP_LT_OQ) != 0xffff ||
       _mm512_cmp_ps_mask(_mm512_abs_ps(high), infinity, _CMP_LT_OQ) != 0xffff) {
-    quantize_activation_block(input, values, corrections, lane_scales, offset);
+    quantize_activation_block(input, values, corrections, lane_scales, term);
     return;
   }
   const float scale = _mm512_reduce_max_ps(magnitude) / 127.0f;
@@ -176,8 +258,13 @@ void quantize_block(const float* input, int8_t* values, int32_t* corrections, fl
   _mm256_storeu_si256(reinterpret_cast<__m256i*>(values), bytes);
   // Sum of each lane's 4 bytes: a VNNI dot product with ones.
   const __m256i sums = _mm256_dpbusd_epi32(_mm256_setzero_si256(), _mm256_set1_epi8(1), bytes);
-  _mm256_storeu_si256(reinterpret_cast<__m256i*>(corrections),
-                      _mm256_mullo_epi32(sums, _mm256_set1_epi32(-offset)));
+  if (term.scaled_sums) {
+    _mm256_storeu_ps(reinterpret_cast<float*>(corrections),
+                     _mm256_mul_ps(_mm256_set1_ps(scale), _mm256_cvtepi32_ps(sums)));
+  } else {
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(corrections),
+                        _mm256_mullo_epi32(sums, _mm256_set1_epi32(-term.offset)));
+  }
   _mm256_storeu_ps(lane_scales, _mm256_set1_ps(scale));
 }
 
