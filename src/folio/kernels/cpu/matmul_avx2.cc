@@ -83,10 +83,22 @@ struct Simd : SimdAvx2 {
     Vector scales;
   };
   // A super-block's sub-block scales d * scale and offsets: sub-blocks 0-7 and 8-15.
+  // (offsets: per 16-value granule, 0-7 and 8-15)
   struct SuperBlockScales {
     Vector scales[2];
     Vector offsets[2];
   };
+  struct GranuleSums {
+    Vector sums[2];
+  };
+  static GranuleSums load_granule_sums(const float* sums) {
+    return {{_mm256_loadu_ps(sums), _mm256_loadu_ps(sums + 8)}};
+  }
+  static Vector add_minimum_terms(const SuperBlockScales& scales, const GranuleSums& x,
+                                  Vector sum) {
+    return _mm256_fmadd_ps(scales.offsets[1], x.sums[1],
+                           _mm256_fmadd_ps(scales.offsets[0], x.sums[0], sum));
+  }
 
   // The unsigned-with-offset bytes of the decoders as maddubs operands.
   template <DType kDtype>
@@ -100,19 +112,37 @@ struct Simd : SimdAvx2 {
     }
   }
 
+  // The low 8 bytes as f32.
+  static Vector widen(__m128i eight_bytes) {
+    return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(eight_bytes));
+  }
+
   template <DType kDtype>
   static SuperBlockScales load_super_block_scales(const std::byte* block) {
-    const SubBlockIntegers integers = sub_block_integers<kDtype>(block);
+    const SubBlockBytes bytes = sub_block_bytes<kDtype>(block);
     const Vector d = _mm256_set1_ps(super_block_scale<kDtype>(block));
     SuperBlockScales scales;
-    for (int half = 0; half < 2; ++half) {
-      scales.scales[half] = _mm256_mul_ps(_mm256_cvtepi32_ps(integers.scales[half]), d);
-    }
-    if constexpr (has_weight_minimum(kDtype)) {
-      // o = -(dmin * minimum): the product rounded as ggml's dequantizer rounds it.
-      const Vector minimum = _mm256_set1_ps(-super_block_minimum_scale<kDtype>(block));
-      for (int half = 0; half < 2; ++half) {
-        scales.offsets[half] = _mm256_mul_ps(_mm256_cvtepi32_ps(integers.minimums[half]), minimum);
+    scales.scales[0] = _mm256_mul_ps(widen(bytes.scales), d);
+    const Vector upper = widen(_mm_srli_si128(bytes.scales, 8));
+    if constexpr (sub_blocks_per_super_block(kDtype) == 16) {
+      scales.scales[1] = _mm256_mul_ps(upper, d);
+      if constexpr (has_weight_minimum(kDtype)) {
+        // q2_K: one minimum per 16-value sub-block, i.e. per granule; o = -(dmin * minimum),
+        // the product rounded as ggml's dequantizer rounds it.
+        const Vector minimum = _mm256_set1_ps(-super_block_minimum_scale<kDtype>(block));
+        scales.offsets[0] = _mm256_mul_ps(widen(bytes.minimums), minimum);
+        scales.offsets[1] = _mm256_mul_ps(widen(_mm_srli_si128(bytes.minimums, 8)), minimum);
+      }
+    } else {
+      scales.scales[1] = _mm256_setzero_ps();
+      if constexpr (has_weight_minimum(kDtype)) {
+        // q4_K / q5_K: the 8 minimums follow the 8 scales; granule i is in sub-block i / 2.
+        const Vector sub_blocks =
+            _mm256_mul_ps(upper, _mm256_set1_ps(-super_block_minimum_scale<kDtype>(block)));
+        scales.offsets[0] =
+            _mm256_permutevar8x32_ps(sub_blocks, _mm256_setr_epi32(0, 0, 1, 1, 2, 2, 3, 3));
+        scales.offsets[1] =
+            _mm256_permutevar8x32_ps(sub_blocks, _mm256_setr_epi32(4, 4, 5, 5, 6, 6, 7, 7));
       }
     }
     return scales;
@@ -131,9 +161,6 @@ struct Simd : SimdAvx2 {
     WeightBlocks weights;
     set_weight_bytes<kDtype>(weight_block_bytes<kDtype, kStep>(block), weights);
     weights.scales = _mm256_permutevar8x32_ps(scales.scales[kHalf], sub_block);
-    if constexpr (has_weight_minimum(kDtype)) {
-      weights.offsets = _mm256_permutevar8x32_ps(scales.offsets[kHalf], sub_block);
-    }
     return weights;
   }
 
@@ -170,7 +197,7 @@ struct Simd : SimdAvx2 {
     ActivationBlocks activations;
     activations.values = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(values));
     activations.corrections =
-        adds_correction(kDtype) || has_weight_minimum(kDtype)
+        adds_correction(kDtype) || (has_weight_minimum(kDtype) && !has_granule_minimums(kDtype))
             ? _mm256_loadu_si256(reinterpret_cast<const __m256i*>(corrections))
             : _mm256_setzero_si256();
     activations.scales = _mm256_loadu_ps(lane_scales);

@@ -121,11 +121,17 @@ struct Simd : SimdAvx512 {
     Vector scales;
     Vector offsets;  // the dtypes with minimums only
   };
-  // A super-block's 16 (or 8, in lanes 0-7) sub-block scales d * scale and offsets.
+  // A super-block's 16 (or 8, in lanes 0-7) sub-block scales d * scale, and its offsets per
+  // 16-value granule.
   struct SuperBlockScales {
     Vector scales;
     Vector offsets;
   };
+  using GranuleSums = Vector;
+  static GranuleSums load_granule_sums(const float* sums) { return _mm512_loadu_ps(sums); }
+  static Vector add_minimum_terms(const SuperBlockScales& scales, GranuleSums sums, Vector sum) {
+    return _mm512_fmadd_ps(scales.offsets, sums, sum);
+  }
   struct ActivationBlocks {
     IntegerVector values;
     IntegerVector corrections;
@@ -151,16 +157,30 @@ struct Simd : SimdAvx512 {
 
   template <DType kDtype>
   static SuperBlockScales load_super_block_scales(const std::byte* block) {
-    const SubBlockIntegers integers = sub_block_integers<kDtype>(block);
+    const SubBlockBytes bytes = sub_block_bytes<kDtype>(block);
+    const Vector integers = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(bytes.scales));
     SuperBlockScales scales;
-    scales.scales =
-        _mm512_mul_ps(_mm512_cvtepi32_ps(concatenate(integers.scales[0], integers.scales[1])),
-                      _mm512_set1_ps(super_block_scale<kDtype>(block)));
-    if constexpr (has_weight_minimum(kDtype)) {
-      // o = -(dmin * minimum): the product rounded as ggml's dequantizer rounds it.
-      scales.offsets =
-          _mm512_mul_ps(_mm512_cvtepi32_ps(concatenate(integers.minimums[0], integers.minimums[1])),
-                        _mm512_set1_ps(-super_block_minimum_scale<kDtype>(block)));
+    if constexpr (sub_blocks_per_super_block(kDtype) == 8 && has_weight_minimum(kDtype)) {
+      // q4_K / q5_K: lanes 0-7 the scales times d, lanes 8-15 the minimums times -dmin (the
+      // products rounded as ggml's dequantizer rounds d * scale and dmin * minimum); d and
+      // dmin are adjacent f16.
+      const __m128 both = _mm_cvtph_ps(_mm_cvtsi32_si128(static_cast<int>(load_u32(block))));
+      const __m512 multipliers = _mm512_mul_ps(
+          _mm512_permutexvar_ps(_mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1),
+                                _mm512_castps128_ps512(both)),
+          _mm512_setr_ps(1, 1, 1, 1, 1, 1, 1, 1, -1, -1, -1, -1, -1, -1, -1, -1));
+      scales.scales = _mm512_mul_ps(integers, multipliers);
+      // Granule i is in sub-block i / 2.
+      scales.offsets = _mm512_permutexvar_ps(
+          _mm512_setr_epi32(8, 8, 9, 9, 10, 10, 11, 11, 12, 12, 13, 13, 14, 14, 15, 15),
+          scales.scales);
+    } else {
+      scales.scales = _mm512_mul_ps(integers, _mm512_set1_ps(super_block_scale<kDtype>(block)));
+      if constexpr (has_weight_minimum(kDtype)) {
+        // q2_K: one minimum per 16-value sub-block, i.e. per granule.
+        scales.offsets = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(bytes.minimums)),
+                                       _mm512_set1_ps(-super_block_minimum_scale<kDtype>(block)));
+      }
     }
     return scales;
   }
@@ -179,16 +199,16 @@ struct Simd : SimdAvx512 {
     weights.bytes = concatenate(weight_block_bytes<kDtype, 2 * kStep>(block),
                                 weight_block_bytes<kDtype, 2 * kStep + 1>(block));
     weights.scales = _mm512_permutexvar_ps(sub_block, scales.scales);
-    if constexpr (has_weight_minimum(kDtype)) {
-      weights.offsets = _mm512_permutexvar_ps(sub_block, scales.offsets);
-    }
     return weights;
   }
 
   template <DType kDtype, bool kWhole>
   static ActivationBlocks load_activation_blocks(const int8_t* values, const int32_t* corrections,
                                                  const float* lane_scales) {
-    if constexpr (kWhole) {
+    if constexpr (has_granule_minimums(kDtype)) {
+      // Their corrections are granule sums, added once per super-block.
+      return {_mm512_loadu_si512(values), _mm512_setzero_si512(), _mm512_loadu_ps(lane_scales)};
+    } else if constexpr (kWhole) {
       return {_mm512_loadu_si512(values), _mm512_loadu_si512(corrections),
               _mm512_loadu_ps(lane_scales)};
     } else {
@@ -258,7 +278,14 @@ void quantize_block(const float* input, int8_t* values, int32_t* corrections, fl
   _mm256_storeu_si256(reinterpret_cast<__m256i*>(values), bytes);
   // Sum of each lane's 4 bytes: a VNNI dot product with ones.
   const __m256i sums = _mm256_dpbusd_epi32(_mm256_setzero_si256(), _mm256_set1_epi8(1), bytes);
-  if (term.scaled_sums) {
+  if (term.granule_sums) {
+    // Lanes 0-3 and 4-7 summed (exact in i32), each times d.
+    const __m256i pairs = _mm256_hadd_epi32(sums, sums);
+    const __m256i quads = _mm256_hadd_epi32(pairs, pairs);
+    const float granule_sums[2] = {scale * static_cast<float>(_mm256_extract_epi32(quads, 0)),
+                                   scale * static_cast<float>(_mm256_extract_epi32(quads, 4))};
+    std::memcpy(corrections, granule_sums, sizeof(granule_sums));
+  } else if (term.scaled_sums) {
     _mm256_storeu_ps(reinterpret_cast<float*>(corrections),
                      _mm256_mul_ps(_mm256_set1_ps(scale), _mm256_cvtepi32_ps(sums)));
   } else {

@@ -92,6 +92,10 @@ class Prefetch {
 //   offset exactly.
 //   For weights with a minimum (value = s * u + o, has_weight_minimum(dtype)), the lane instead
 //   holds the f32 bits of d * (sum of the group's 4 q): the kernels add o * that per lane.
+//   For the super-block types with a minimum (q2_K, q4_K, q5_K) the first K / 16 entries of a
+//   row's K / 4 hold the f32 d * (sum of the q of 16 consecutive values) instead (the rest of
+//   the row's entries unused): their kernels add the minimum terms once per super-block, 16
+//   products, rather than once per step.
 // - lane_scales: the block's d repeated in each of its 8 lanes.
 struct QuantizedActivations {
   const int8_t* values = nullptr;        // i8 [num_rows, K]
@@ -183,14 +187,23 @@ constexpr QuantizedActivationsLayout quantized_activations_layout(int64_t num_ro
   return layout;
 }
 
+// Whether the matmul adds a dtype's minimum terms per 16-value granule, once per super-block.
+constexpr bool has_granule_minimums(DType dtype) {
+  return has_weight_minimum(dtype) && dtype_info(dtype).block_elements == kSuperBlockElements;
+}
+
 // What a block quantizer of x writes into the corrections (QuantizedActivations): -offset *
-// lane sum, or with scaled_sums the f32 bits of d * lane sum.
+// lane sum (8 entries); with scaled_sums the f32 bits of d * lane sum (8 entries); with
+// granule_sums the f32 bits of d * (sum of 16 q) (2 entries).
 struct LaneTerm {
   int32_t offset = 0;
   bool scaled_sums = false;
+  bool granule_sums = false;
 };
 constexpr LaneTerm lane_term(DType weight_dtype) {
-  return {weight_offset(weight_dtype), has_weight_minimum(weight_dtype)};
+  return {weight_offset(weight_dtype),
+          has_weight_minimum(weight_dtype) && !has_granule_minimums(weight_dtype),
+          has_granule_minimums(weight_dtype)};
 }
 
 // Quantizes one 32-value block of x: values, its 8 lane corrections (`term`) and lane scales.
@@ -215,7 +228,12 @@ void quantize_activation_rows(const MatmulArguments& arguments, std::byte* works
   const LaneTerm term = lane_term(arguments.weight_dtype);
   for (int64_t element = row_begin * input_features; element < row_end * input_features;
        element += kQuantBlockElements) {
-    quantize_block(arguments.input + element, values + element, corrections + element / 4,
+    // Granule sums of row m start at the row's first entry, m * K / 4.
+    const int64_t row_element = element % input_features;
+    int32_t* block_corrections = term.granule_sums
+                                     ? corrections + (element - row_element) / 4 + row_element / 16
+                                     : corrections + element / 4;
+    quantize_block(arguments.input + element, values + element, block_corrections,
                    lane_scales + element / 4, term);
   }
 }

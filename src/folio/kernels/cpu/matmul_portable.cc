@@ -251,7 +251,15 @@ void quantize_activation_block(const float* input, int8_t* values, int32_t* corr
   for (int64_t lane = 0; lane < kLanesPerBlock; ++lane) {
     const int8_t* group = values + 4 * lane;
     const int32_t lane_sum = group[0] + group[1] + group[2] + group[3];
-    if (term.scaled_sums) {
+    if (term.granule_sums) {
+      if (lane % 4 == 0) {
+        const int8_t* granule = values + 4 * lane;
+        int32_t granule_sum = 0;
+        for (int i = 0; i < 16; ++i) granule_sum += granule[i];
+        const float scaled_sum = scale * static_cast<float>(granule_sum);
+        std::memcpy(&corrections[lane / 4], &scaled_sum, sizeof(scaled_sum));
+      }
+    } else if (term.scaled_sums) {
       const float scaled_sum = scale * static_cast<float>(lane_sum);
       std::memcpy(&corrections[lane], &scaled_sum, sizeof(scaled_sum));
     } else {
