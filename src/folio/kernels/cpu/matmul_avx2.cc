@@ -9,7 +9,8 @@
 // (to 32 bits, so each 32-bit lane sums 4 products, like VNNI): q8_0 as |w| * (x with w's
 // sign), which stays below the 16-bit saturation bound (2 * 128 * 127 < 32767); q4_0 as the
 // stored nibble (value + 8) * x, the offset removed by the per-lane correction of
-// QuantizedActivations.
+// QuantizedActivations. The other block types: their decoded unsigned bytes (all below 64) * x
+// plus the correction; the iq4 grid values (up to 127 in magnitude) with the sign trick.
 #include <immintrin.h>
 
 #include <algorithm>

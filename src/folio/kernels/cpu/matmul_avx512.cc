@@ -6,6 +6,9 @@
 // Register tiles: 4 weight rows x 4 rows of x, one 16-lane f32 accumulator per pair (16 of the
 // 32 zmm registers). Int8 blocks: two per vector (lanes 0-7 hold the first, 8-15 the second),
 // multiplied with VNNI vpdpbusd (unsigned x signed bytes, 4 products summed per 32-bit lane).
+// The other block types are decoded to unsigned bytes by matmul_weight_decode_avx2.inc (two
+// 32-value halves per vector), q4_K / q5_K / q6_K by 512-bit decoders here; a super-block's
+// sub-block scales are converted once and spread over the lanes of each step by a permute.
 #include <immintrin.h>
 
 #include <algorithm>

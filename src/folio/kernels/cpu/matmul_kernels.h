@@ -226,15 +226,16 @@ void quantize_activation_rows(const MatmulArguments& arguments, std::byte* works
   auto* corrections = reinterpret_cast<int32_t*>(workspace + layout.corrections_offset);
   auto* lane_scales = reinterpret_cast<float*>(workspace + layout.lane_scales_offset);
   const LaneTerm term = lane_term(arguments.weight_dtype);
-  for (int64_t element = row_begin * input_features; element < row_end * input_features;
-       element += kQuantBlockElements) {
-    // Granule sums of row m start at the row's first entry, m * K / 4.
-    const int64_t row_element = element % input_features;
-    int32_t* block_corrections = term.granule_sums
-                                     ? corrections + (element - row_element) / 4 + row_element / 16
-                                     : corrections + element / 4;
-    quantize_block(arguments.input + element, values + element, block_corrections,
-                   lane_scales + element / 4, term);
+  for (int64_t row = row_begin; row < row_end; ++row) {
+    const int64_t row_start = row * input_features;
+    for (int64_t k = 0; k < input_features; k += kQuantBlockElements) {
+      const int64_t element = row_start + k;
+      // Granule sums of a row start at the row's first entry.
+      int32_t* block_corrections =
+          term.granule_sums ? corrections + row_start / 4 + k / 16 : corrections + element / 4;
+      quantize_block(arguments.input + element, values + element, block_corrections,
+                     lane_scales + element / 4, term);
+    }
   }
 }
 

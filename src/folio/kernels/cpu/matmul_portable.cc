@@ -1,4 +1,7 @@
-// Portable matmul row kernels (any CPU) and the activation quantizer every level shares.
+// Portable matmul row kernels (any CPU) and the activation quantizer every level shares. The
+// block types other than q8_0 / q4_0 are decoded a block (or super-block) at a time into
+// integers and per-16-value scales and offsets (decode_unit), then multiplied exactly in
+// integers per 16 values.
 #include <algorithm>
 #include <cmath>
 #include <cstring>
