@@ -90,6 +90,22 @@ inline __m512i concatenate(__m256i low, __m256i high) {
   return _mm512_inserti64x4(_mm512_castsi256_si512(low), high, 1);
 }
 
+// The 16 nibble bytes of two 32-value blocks (element i < 16 the low nibble of byte i, i + 16
+// its high nibble) as 64 bytes in element order, as q4_0's weight_bytes.
+inline __m512i nibble_pairs(const std::byte* first, const std::byte* second) {
+  const __m256i packed = _mm256_inserti128_si256(
+      _mm256_castsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(first))),
+      _mm_loadu_si128(reinterpret_cast<const __m128i*>(second)), 1);
+  const __m512i doubled = _mm512_permutexvar_epi64(_mm512_set_epi64(3, 2, 3, 2, 1, 0, 1, 0),
+                                                   _mm512_castsi256_si512(packed));
+  const __m512i shifted = _mm512_srlv_epi64(doubled, _mm512_set_epi64(4, 4, 0, 0, 4, 4, 0, 0));
+  return _mm512_and_si512(shifted, _mm512_set1_epi8(0x0f));
+}
+
+inline __m512i iq4_unsigned_grid_512() {
+  return _mm512_broadcast_i32x4(_mm256_castsi256_si128(iq4_unsigned_grid()));
+}
+
 // 32 bytes in both halves.
 inline __m512i load_twice(const std::byte* pointer) {
   return _mm512_broadcast_i64x4(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(pointer)));
@@ -131,6 +147,10 @@ inline __m512i super_block_step_bytes(const std::byte* block) {
         kStep % 2 == 0 ? _mm512_sllv_epi64(high, _mm512_setr_epi64(4, 4, 4, 4, 2, 2, 2, 2))
                        : _mm512_srlv_epi64(high, _mm512_setr_epi64(0, 0, 0, 0, 2, 2, 2, 2));
     return _mm512_or_si512(low_bits, _mm512_and_si512(high_bits, _mm512_set1_epi8(0x30)));
+  } else if constexpr (kDtype == DType::kIQ4_XS) {
+    // Sub-blocks 2 kStep and 2 kStep + 1: 16 nibble bytes each, back to back.
+    const std::byte* nibbles = block + offsetof(BlockIQ4_XS, nibbles) + 32 * kStep;
+    return _mm512_shuffle_epi8(iq4_unsigned_grid_512(), nibble_pairs(nibbles, nibbles + 16));
   } else {
     return concatenate(weight_block_bytes<kDtype, 2 * kStep>(block),
                        weight_block_bytes<kDtype, 2 * kStep + 1>(block));
@@ -141,12 +161,26 @@ inline __m512i super_block_step_bytes(const std::byte* block) {
 // matmul_weight_decode_avx2.inc, twice; the upper half is 0 unless `whole`.
 template <DType kDtype, bool kWhole>
 inline __m512i decoded_weight_bytes(const std::byte* block) {
-  const __m256i first = weight_block_bytes<kDtype, 0>(block);
+  constexpr int64_t kBytes = dtype_info(kDtype).block_bytes;
   if constexpr (!kWhole) {
-    return _mm512_zextsi256_si512(first);
+    return _mm512_zextsi256_si512(weight_block_bytes<kDtype, 0>(block));
+  } else if constexpr (kDtype == DType::kQ4_1) {
+    return nibble_pairs(block + offsetof(BlockQ4_1, nibbles),
+                        block + kBytes + offsetof(BlockQ4_1, nibbles));
+  } else if constexpr (kDtype == DType::kIQ4_NL) {
+    return _mm512_shuffle_epi8(iq4_unsigned_grid_512(),
+                               nibble_pairs(block + offsetof(BlockIQ4_NL, nibbles),
+                                            block + kBytes + offsetof(BlockIQ4_NL, nibbles)));
   } else {
-    return concatenate(first,
-                       weight_block_bytes<kDtype, 0>(block + dtype_info(kDtype).block_bytes));
+    static_assert(kDtype == DType::kQ5_0 || kDtype == DType::kQ5_1);
+    using Block = std::conditional_t<kDtype == DType::kQ5_0, BlockQ5_0, BlockQ5_1>;
+    const __m512i low_bits =
+        nibble_pairs(block + offsetof(Block, nibbles), block + kBytes + offsetof(Block, nibbles));
+    // Bit i of the mask: element i's fifth bit (the two blocks' 32-bit masks side by side).
+    const __mmask64 fifth_bits =
+        load_u32(block + offsetof(Block, high_bits)) |
+        (uint64_t{load_u32(block + kBytes + offsetof(Block, high_bits))} << 32);
+    return _mm512_mask_add_epi8(low_bits, fifth_bits, low_bits, _mm512_set1_epi8(16));
   }
 }
 
