@@ -54,6 +54,96 @@ void set_block_scale(DecodedUnit& unit, int first_granule, int granules, float s
   }
 }
 
+void decode_iq4_xs(const std::byte* block, DecodedUnit& unit) {
+  const auto& quantized = *reinterpret_cast<const BlockIQ4_XS*>(block);
+  const float d = f16_to_f32(quantized.scale);
+  for (int sub_block = 0; sub_block < 8; ++sub_block) {
+    int32_t* values = unit.values + 32 * sub_block;
+    decode_nibbles(quantized.nibbles + 16 * sub_block, 0, 0, values);
+    for (int i = 0; i < 32; ++i) values[i] = kIq4NonLinearValues[values[i]];
+    const int scale = ((quantized.scales_low[sub_block / 2] >> (4 * (sub_block % 2))) & 0x0f) |
+                      (((quantized.scales_high >> (2 * sub_block)) & 3) << 4);
+    set_block_scale(unit, 2 * sub_block, 2, d * static_cast<float>(scale - 32), 0.0f);
+  }
+}
+
+void decode_q2_k(const std::byte* block, DecodedUnit& unit) {
+  const auto& quantized = *reinterpret_cast<const BlockQ2_K*>(block);
+  const float d = f16_to_f32(quantized.scale);
+  const float minimum = f16_to_f32(quantized.minimum_scale);
+  for (int sub_block = 0; sub_block < 16; ++sub_block) {
+    // Sub-block j: half j / 8, shift 2 * ((j % 8) / 2), bytes 16 * (j % 2) of the half.
+    const uint8_t* quants = quantized.quants + 32 * (sub_block / 8) + 16 * (sub_block % 2);
+    const int shift = 2 * ((sub_block % 8) / 2);
+    for (int l = 0; l < 16; ++l) unit.values[16 * sub_block + l] = (quants[l] >> shift) & 3;
+    const uint8_t packed = quantized.scales[sub_block];
+    unit.scales[sub_block] = d * static_cast<float>(packed & 0x0f);
+    unit.offsets[sub_block] = -(minimum * static_cast<float>(packed >> 4));
+  }
+}
+
+void decode_q3_k(const std::byte* block, DecodedUnit& unit) {
+  const auto& quantized = *reinterpret_cast<const BlockQ3_K*>(block);
+  const float d = f16_to_f32(quantized.scale);
+  int8_t scales[16];
+  q3_k_scales(quantized.scales, scales);
+  for (int sub_block = 0; sub_block < 16; ++sub_block) {
+    const int index = 16 * (sub_block % 2);
+    const uint8_t* quants = quantized.quants + 32 * (sub_block / 8) + index;
+    const int shift = 2 * ((sub_block % 8) / 2);
+    // The high-mask bit of pair (half, shift) is bit 4 * half + shift / 2.
+    const int mask_bit = 4 * (sub_block / 8) + shift / 2;
+    for (int l = 0; l < 16; ++l) {
+      const int high = (quantized.high_mask[index + l] >> mask_bit) & 1;
+      unit.values[16 * sub_block + l] = ((quants[l] >> shift) & 3) + 4 * high - 4;
+    }
+    unit.scales[sub_block] = d * static_cast<float>(scales[sub_block] - 32);
+    unit.offsets[sub_block] = 0.0f;
+  }
+}
+
+void decode_q4_k_or_q5_k(DType dtype, const std::byte* block, DecodedUnit& unit) {
+  const bool five_bits = dtype == DType::kQ5_K;
+  const auto& q4 = *reinterpret_cast<const BlockQ4_K*>(block);
+  const auto& q5 = *reinterpret_cast<const BlockQ5_K*>(block);
+  const uint8_t* scale_bytes = five_bits ? q5.scales : q4.scales;
+  const uint8_t* quants = five_bits ? q5.quants : q4.quants;
+  const float d = f16_to_f32(five_bits ? q5.scale : q4.scale);
+  const float minimum = f16_to_f32(five_bits ? q5.minimum_scale : q4.minimum_scale);
+  for (int sub_block = 0; sub_block < 8; ++sub_block) {
+    const uint8_t* pair = quants + 32 * (sub_block / 2);
+    const int shift = 4 * (sub_block % 2);
+    for (int l = 0; l < 32; ++l) {
+      int value = (pair[l] >> shift) & 0x0f;
+      if (five_bits) value |= ((q5.high_bits[l] >> sub_block) & 1) << 4;
+      unit.values[32 * sub_block + l] = value;
+    }
+    const ScaleAndMinimum packed = k_quant_scale_and_minimum(sub_block, scale_bytes);
+    set_block_scale(unit, 2 * sub_block, 2, d * static_cast<float>(packed.scale),
+                    -(minimum * static_cast<float>(packed.minimum)));
+  }
+}
+
+void decode_q6_k(const std::byte* block, DecodedUnit& unit) {
+  const auto& quantized = *reinterpret_cast<const BlockQ6_K*>(block);
+  const float d = f16_to_f32(quantized.scale);
+  for (int half = 0; half < 2; ++half) {
+    const uint8_t* low = quantized.low + 64 * half;
+    const uint8_t* high = quantized.high + 32 * half;
+    int32_t* values = unit.values + 128 * half;
+    for (int l = 0; l < 32; ++l) {
+      values[l] = ((low[l] & 0x0f) | (((high[l] >> 0) & 3) << 4)) - 32;
+      values[l + 32] = ((low[l + 32] & 0x0f) | (((high[l] >> 2) & 3) << 4)) - 32;
+      values[l + 64] = ((low[l] >> 4) | (((high[l] >> 4) & 3) << 4)) - 32;
+      values[l + 96] = ((low[l + 32] >> 4) | (((high[l] >> 6) & 3) << 4)) - 32;
+    }
+  }
+  for (int sub_block = 0; sub_block < 16; ++sub_block) {
+    unit.scales[sub_block] = d * static_cast<float>(quantized.scales[sub_block]);
+    unit.offsets[sub_block] = 0.0f;
+  }
+}
+
 // Decodes the unit at `block` (block_elements values of dtype, a multiple of 16).
 void decode_unit(DType dtype, const std::byte* block, DecodedUnit& unit) {
   switch (dtype) {
@@ -82,97 +172,17 @@ void decode_unit(DType dtype, const std::byte* block, DecodedUnit& unit) {
       set_block_scale(unit, 0, 2, f16_to_f32(quantized.scale), 0.0f);
       return;
     }
-    case DType::kIQ4_XS: {
-      const auto& quantized = *reinterpret_cast<const BlockIQ4_XS*>(block);
-      const float d = f16_to_f32(quantized.scale);
-      for (int sub_block = 0; sub_block < 8; ++sub_block) {
-        int32_t* values = unit.values + 32 * sub_block;
-        decode_nibbles(quantized.nibbles + 16 * sub_block, 0, 0, values);
-        for (int i = 0; i < 32; ++i) values[i] = kIq4NonLinearValues[values[i]];
-        const int scale = ((quantized.scales_low[sub_block / 2] >> (4 * (sub_block % 2))) & 0x0f) |
-                          (((quantized.scales_high >> (2 * sub_block)) & 3) << 4);
-        set_block_scale(unit, 2 * sub_block, 2, d * static_cast<float>(scale - 32), 0.0f);
-      }
-      return;
-    }
-    case DType::kQ2_K: {
-      const auto& quantized = *reinterpret_cast<const BlockQ2_K*>(block);
-      const float d = f16_to_f32(quantized.scale);
-      const float minimum = f16_to_f32(quantized.minimum_scale);
-      for (int sub_block = 0; sub_block < 16; ++sub_block) {
-        // Sub-block j: half j / 8, shift 2 * ((j % 8) / 2), bytes 16 * (j % 2) of the half.
-        const uint8_t* quants = quantized.quants + 32 * (sub_block / 8) + 16 * (sub_block % 2);
-        const int shift = 2 * ((sub_block % 8) / 2);
-        for (int l = 0; l < 16; ++l) unit.values[16 * sub_block + l] = (quants[l] >> shift) & 3;
-        const uint8_t packed = quantized.scales[sub_block];
-        unit.scales[sub_block] = d * static_cast<float>(packed & 0x0f);
-        unit.offsets[sub_block] = -(minimum * static_cast<float>(packed >> 4));
-      }
-      return;
-    }
-    case DType::kQ3_K: {
-      const auto& quantized = *reinterpret_cast<const BlockQ3_K*>(block);
-      const float d = f16_to_f32(quantized.scale);
-      int8_t scales[16];
-      q3_k_scales(quantized.scales, scales);
-      for (int sub_block = 0; sub_block < 16; ++sub_block) {
-        const int index = 16 * (sub_block % 2);
-        const uint8_t* quants = quantized.quants + 32 * (sub_block / 8) + index;
-        const int shift = 2 * ((sub_block % 8) / 2);
-        // The high-mask bit of pair (half, shift) is bit 4 * half + shift / 2.
-        const int mask_bit = 4 * (sub_block / 8) + shift / 2;
-        for (int l = 0; l < 16; ++l) {
-          const int high = (quantized.high_mask[index + l] >> mask_bit) & 1;
-          unit.values[16 * sub_block + l] = ((quants[l] >> shift) & 3) + 4 * high - 4;
-        }
-        unit.scales[sub_block] = d * static_cast<float>(scales[sub_block] - 32);
-        unit.offsets[sub_block] = 0.0f;
-      }
-      return;
-    }
+    case DType::kIQ4_XS:
+      return decode_iq4_xs(block, unit);
+    case DType::kQ2_K:
+      return decode_q2_k(block, unit);
+    case DType::kQ3_K:
+      return decode_q3_k(block, unit);
     case DType::kQ4_K:
-    case DType::kQ5_K: {
-      const bool five_bits = dtype == DType::kQ5_K;
-      const auto& q4 = *reinterpret_cast<const BlockQ4_K*>(block);
-      const auto& q5 = *reinterpret_cast<const BlockQ5_K*>(block);
-      const uint8_t* scale_bytes = five_bits ? q5.scales : q4.scales;
-      const uint8_t* quants = five_bits ? q5.quants : q4.quants;
-      const float d = f16_to_f32(five_bits ? q5.scale : q4.scale);
-      const float minimum = f16_to_f32(five_bits ? q5.minimum_scale : q4.minimum_scale);
-      for (int sub_block = 0; sub_block < 8; ++sub_block) {
-        const uint8_t* pair = quants + 32 * (sub_block / 2);
-        const int shift = 4 * (sub_block % 2);
-        for (int l = 0; l < 32; ++l) {
-          int value = (pair[l] >> shift) & 0x0f;
-          if (five_bits) value |= ((q5.high_bits[l] >> sub_block) & 1) << 4;
-          unit.values[32 * sub_block + l] = value;
-        }
-        const ScaleAndMinimum packed = k_quant_scale_and_minimum(sub_block, scale_bytes);
-        set_block_scale(unit, 2 * sub_block, 2, d * static_cast<float>(packed.scale),
-                        -(minimum * static_cast<float>(packed.minimum)));
-      }
-      return;
-    }
-    case DType::kQ6_K: {
-      const auto& quantized = *reinterpret_cast<const BlockQ6_K*>(block);
-      const float d = f16_to_f32(quantized.scale);
-      for (int half = 0; half < 2; ++half) {
-        const uint8_t* low = quantized.low + 64 * half;
-        const uint8_t* high = quantized.high + 32 * half;
-        int32_t* values = unit.values + 128 * half;
-        for (int l = 0; l < 32; ++l) {
-          values[l] = ((low[l] & 0x0f) | (((high[l] >> 0) & 3) << 4)) - 32;
-          values[l + 32] = ((low[l + 32] & 0x0f) | (((high[l] >> 2) & 3) << 4)) - 32;
-          values[l + 64] = ((low[l] >> 4) | (((high[l] >> 4) & 3) << 4)) - 32;
-          values[l + 96] = ((low[l + 32] >> 4) | (((high[l] >> 6) & 3) << 4)) - 32;
-        }
-      }
-      for (int sub_block = 0; sub_block < 16; ++sub_block) {
-        unit.scales[sub_block] = d * static_cast<float>(quantized.scales[sub_block]);
-        unit.offsets[sub_block] = 0.0f;
-      }
-      return;
-    }
+    case DType::kQ5_K:
+      return decode_q4_k_or_q5_k(dtype, block, unit);
+    case DType::kQ6_K:
+      return decode_q6_k(block, unit);
     case DType::kF32:
     case DType::kF16:
     case DType::kBF16:
