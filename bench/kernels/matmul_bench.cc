@@ -7,9 +7,12 @@
 //   layers' q, k, v, o, gate, up, down and the 32,000-row LM head) multiplied by M rows of x,
 //   i.e. one decode step of M sequences. Counters: tokens/s (M per step), GB/s of weight bytes
 //   streamed (each weight is read once per step) and roofline = GB/s / read bandwidth
-//   (measured at the start of the same benchmark, best of three passes).
+//   (measured at the start of the same benchmark, best of three passes), and GFLOP/s
+//   (2 M N K per matrix).
 // - decode_cold/base/<dtype>/batch:1/threads:T: the same, cycling through copies of the
 //   weights (>= 1 GiB in all) so that no step finds its weights in the last-level cache.
+//   The block types Folio does not quantize itself (q4_1 ... iq4_xs) have random block bytes
+//   and run on the base model only, cold at batch 1 and warm at batch 32.
 // - prefill/<model>/<dtype>/tokens:M/threads:T: the same matrices for a prompt of M tokens.
 //   Counters: tokens/s and GFLOP/s (2 M N K per matrix).
 // - sgemm_threshold/f32/K:<K>/rows:M: one 2048 x K f32 matrix at M rows around kSgemmMinRows;
@@ -25,6 +28,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstring>
 #include <map>
 #include <memory>
 #include <string>
@@ -34,6 +38,7 @@
 #include "folio/device/host_stream.h"
 #include "folio/kernels/cpu/matmul.h"
 #include "folio/kernels/cpu/simd_level.h"
+#include "folio/tensor/half.h"
 #include "folio/tensor/quantize.h"
 
 // GCC 12 warns inside its own AVX-512 intrinsics in target-attribute functions (bug 105593).
@@ -45,6 +50,11 @@ namespace folio::kernels::cpu {
 namespace {
 
 constexpr int64_t kBandwidthBufferBytes = int64_t{2} << 30;
+
+// The block types of GGUF files that Folio reads but does not quantize itself.
+constexpr DType kBlockDtypes[] = {DType::kQ4_1,   DType::kQ5_0,  DType::kQ5_1, DType::kQ2_K,
+                                  DType::kQ3_K,   DType::kQ4_K,  DType::kQ5_K, DType::kQ6_K,
+                                  DType::kIQ4_NL, DType::kIQ4_XS};
 
 // ---------------------------------------------------------------------------------------------
 // Memory
@@ -186,6 +196,63 @@ std::vector<Linear> forward_pass_matrices(const ModelShape& model) {
   return matrices;
 }
 
+// The f16 fields of a block type (byte offsets of d and of dmin / m; -1: none).
+struct HalfFields {
+  int scale = -1;
+  int minimum = -1;
+};
+
+HalfFields half_fields(DType dtype) {
+  switch (dtype) {
+    case DType::kQ4_1:
+    case DType::kQ5_1:
+    case DType::kQ4_K:
+    case DType::kQ5_K:
+      return {0, 2};
+    case DType::kQ5_0:
+    case DType::kIQ4_NL:
+    case DType::kIQ4_XS:
+      return {0, -1};
+    case DType::kQ2_K:
+      return {80, 82};
+    case DType::kQ3_K:
+      return {108, -1};
+    case DType::kQ6_K:
+      return {208, -1};
+    case DType::kF32:
+    case DType::kF16:
+    case DType::kBF16:
+    case DType::kQ8_0:
+    case DType::kQ4_0:
+    case DType::kI32:
+    case DType::kI8:
+      break;
+  }
+  return {};
+}
+
+// Whether quantize_row writes the dtype; the other block types get random block bytes.
+bool has_quantizer(DType dtype) {
+  return !dtype_info(dtype).quantized || dtype == DType::kQ8_0 || dtype == DType::kQ4_0;
+}
+
+// A row of random blocks: random quant and scale bytes, f16 d and dmin / m small and finite.
+// The speed of the kernels does not depend on the values.
+void random_block_row(DType dtype, std::byte* row, int64_t count, uint32_t& state) {
+  const DTypeInfo info = dtype_info(dtype);
+  const HalfFields fields = half_fields(dtype);
+  const uint16_t small_half = f32_to_f16(0.001f);
+  for (int64_t i = 0; i < row_bytes(dtype, count); ++i) {
+    state = state * 1664525u + 1013904223u;
+    row[i] = static_cast<std::byte>(state >> 24);
+  }
+  for (int64_t block = 0; block < count / info.block_elements; ++block) {
+    std::byte* bytes = row + block * info.block_bytes;
+    std::memcpy(bytes + fields.scale, &small_half, sizeof(small_half));
+    if (fields.minimum >= 0) std::memcpy(bytes + fields.minimum, &small_half, sizeof(small_half));
+  }
+}
+
 // One model's weights in one dtype, each matrix in its own buffer (so a forward pass streams
 // distinct memory, as a real model does), filled with random values quantized to the dtype.
 struct ModelWeights {
@@ -210,6 +277,10 @@ const ModelWeights& weights_for(const ModelShape& model, DType dtype) {
     auto buffer = std::make_unique<AlignedBuffer>(linear.output_features * stride);
     row.resize(linear.input_features);
     for (int64_t n = 0; n < linear.output_features; ++n) {
+      if (!has_quantizer(dtype)) {
+        random_block_row(dtype, buffer->data() + n * stride, linear.input_features, state);
+        continue;
+      }
       for (float& value : row) {
         state = state * 1664525u + 1013904223u;  // LCG: fast, and quality does not matter here
         value = static_cast<float>(static_cast<int32_t>(state)) * (1.0f / 2147483648.0f) * 0.05f;
@@ -316,6 +387,8 @@ void decode(benchmark::State& state, const ModelShape& model, DType dtype, int64
   const double steps = static_cast<double>(state.iterations());
   const double streamed = steps * static_cast<double>(weight_bytes) / seconds;
   state.counters["tokens/s"] = steps * static_cast<double>(batch) / seconds;
+  state.counters["GFLOP/s"] = steps * 2.0 * static_cast<double>(batch) *
+                              static_cast<double>(copies.front()->total_parameters) / seconds / 1e9;
   state.counters["weight_GB/s"] = streamed / 1e9;
   state.counters["read_GB/s"] = bandwidth / 1e9;
   state.counters["roofline"] = streamed / bandwidth;
@@ -346,7 +419,12 @@ void cached_weight(benchmark::State& state, DType dtype, int64_t batch, int thre
   const int64_t stride = row_bytes(dtype, kFeatures);
   AlignedBuffer weight(kFeatures * stride);
   std::vector<float> row(kFeatures);
+  uint32_t random_state = 7;
   for (int64_t n = 0; n < kFeatures; ++n) {
+    if (!has_quantizer(dtype)) {
+      random_block_row(dtype, weight.data() + n * stride, kFeatures, random_state);
+      continue;
+    }
     for (int64_t k = 0; k < kFeatures; ++k)
       row[k] = static_cast<float>((n * 7 + k * 3) % 23) * 0.01f - 0.1f;
     quantize_row(dtype, row.data(), weight.data() + n * stride, kFeatures);
@@ -435,8 +513,34 @@ void register_benchmarks() {
       }
     }
   }
+  // The block types of GGUF files on the base model (the k-quants need K a multiple of 256,
+  // which tiny's 288 is not): cold batch-1 decode against the roofline, and batch 32.
+  for (DType dtype : kBlockDtypes) {
+    for (int threads : {1, 2}) {
+      const std::string suffix = "/threads:" + std::to_string(threads);
+      const std::string prefix = "base/" + std::string(dtype_name(dtype));
+      benchmark::RegisterBenchmark(("decode_cold/" + prefix + "/batch:1" + suffix).c_str(), decode,
+                                   kBase, dtype, int64_t{1}, threads, true)
+          ->UseRealTime()
+          ->Unit(benchmark::kMillisecond);
+      benchmark::RegisterBenchmark(("decode/" + prefix + "/batch:32" + suffix).c_str(), decode,
+                                   kBase, dtype, int64_t{32}, threads, false)
+          ->UseRealTime()
+          ->Unit(benchmark::kMillisecond);
+    }
+  }
   for (DType dtype : {DType::kF32, DType::kF16, DType::kBF16, DType::kQ8_0, DType::kQ4_0}) {
     for (int64_t batch : {1, 4, 32}) {
+      benchmark::RegisterBenchmark(("cached_weight/" + std::string(dtype_name(dtype)) +
+                                    "/batch:" + std::to_string(batch) + "/threads:1")
+                                       .c_str(),
+                                   cached_weight, dtype, batch, 1)
+          ->UseRealTime()
+          ->Unit(benchmark::kMicrosecond);
+    }
+  }
+  for (DType dtype : kBlockDtypes) {
+    for (int64_t batch : {1, 32}) {
       benchmark::RegisterBenchmark(("cached_weight/" + std::string(dtype_name(dtype)) +
                                     "/batch:" + std::to_string(batch) + "/threads:1")
                                        .c_str(),

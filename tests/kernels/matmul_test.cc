@@ -99,9 +99,7 @@ TEST_F(MatmulTest, Q8WeightsOfMinus128AreMultipliedExactly) {
   for (int64_t block = 0; block < 8 * 2; ++block) {
     for (int i = 0; i < 32; ++i) blocks[block].values[i] = (i + block) % 3 == 0 ? -128 : 127;
   }
-  for (int64_t row = 0; row < 8; ++row) {
-    dequantize_row_q8_0(blocks + row * 2, problem.widened_weight.data() + row * 64, 64);
-  }
+  problem.widen();
   for (SimdLevel level : supported_simd_levels()) {
     ScopedSimdLevel scoped(level);
     SCOPED_TRACE(std::string(simd_level_name(level)));

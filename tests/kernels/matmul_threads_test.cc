@@ -80,5 +80,40 @@ TEST_F(MatmulThreadsTest, ReplayOfACapturedLaunchMatchesEagerLaunchOnNewInputs) 
   }
 }
 
+// The block types of GGUF files (random block bytes, K whole super-blocks): 1 vs 2 threads on
+// every level, and a replay on new inputs equals the eager launch.
+TEST_F(MatmulThreadsTest, BlockTypesAreThreadCountIndependentAndReplayable) {
+  device::HostStream one(single_thread_);
+  device::HostStream two(two_threads_);
+  for (DType dtype : kBlockDtypes) {
+    for (SimdLevel level : supported_simd_levels()) {
+      ScopedSimdLevel scoped(level);
+      for (const Shape& shape : {Shape{1, 203, 512}, Shape{17, 203, 256}}) {
+        SCOPED_TRACE(std::string(simd_level_name(level)) + " " + std::string(dtype_name(dtype)) +
+                     " M=" + std::to_string(shape.rows));
+        const Problem problem(shape.rows, shape.output_features, shape.input_features, dtype, true,
+                              5);
+        const std::vector<float> single = problem.run(one);
+        const std::vector<float> parallel = problem.run(two);
+        ASSERT_EQ(std::memcmp(single.data(), parallel.data(), single.size() * sizeof(float)), 0);
+      }
+    }
+    SCOPED_TRACE(std::string(dtype_name(dtype)) + " replay");
+    Problem problem(5, 77, 512, dtype, true, 21);
+    const int64_t workspace_bytes = matmul_workspace_bytes(dtype, 5, 512, 2);
+    AlignedBuffer workspace(workspace_bytes);
+    std::vector<float> replayed(5 * 77, std::numeric_limits<float>::quiet_NaN());
+    two.begin_capture();
+    matmul(two, problem.arguments(replayed.data(), workspace.data(), workspace_bytes));
+    const device::HostGraph graph = two.end_capture();
+    EXPECT_EQ(graph.num_kernels(), 2u);
+    for (float& value : problem.input) value = -0.5f * value + 0.25f;
+    two.replay(graph);
+    const std::vector<float> eager = problem.run(two);
+    ASSERT_EQ(std::memcmp(eager.data(), replayed.data(), eager.size() * sizeof(float)), 0);
+    expect_matches_reference(problem, replayed);
+  }
+}
+
 }  // namespace
 }  // namespace folio::kernels::cpu

@@ -1,7 +1,9 @@
 // Matmul: y[M, N] = x[M, K] · W[N, K]^T (+ bias[N]), the projection every linear layer of a
 // model runs. x and y are f32 row-major; W is a weight in GGUF / ggml layout: N rows of K
-// values each, in f32, f16, bf16, q8_0 or q4_0 (q8_0 / q4_0 rows are K / 32 blocks, see
-// folio/tensor/dtype.h), used in place from the mmapped model file.
+// values each, in any weight dtype (is_weight_dtype: f32, f16, bf16, q8_0, q4_0, q4_1, q5_0,
+// q5_1, q2_K, q3_K, q4_K, q5_K, q6_K, iq4_nl, iq4_xs; a quantized row is K / block_elements
+// blocks, see folio/tensor/dtype.h), used in place from the mmapped model file. K is a
+// multiple of 32 and of the dtype's block_elements: 256 for the k-quants and iq4_xs.
 //
 // Terms: M is the step's padded token count (`num_rows`), K the input features, N the output
 // features. These arguments are backend-independent; kernels/cpu/matmul.h launches them on the
@@ -24,7 +26,7 @@ struct MatmulArguments {
   std::byte* workspace = nullptr;  // scratch, sized by the backend (cpu::matmul_workspace_bytes)
   int64_t workspace_bytes = 0;     // bytes at workspace
   int64_t num_rows = 0;            // M
-  int64_t input_features = 0;      // K; a multiple of 32
+  int64_t input_features = 0;      // K; a multiple of 32 and of weight_dtype's block_elements
   int64_t output_features = 0;     // N
   DType weight_dtype = DType::kF32;
 };

@@ -135,6 +135,11 @@ void check_arguments(const device::HostStream& stream, const MatmulArguments& ar
   FOLIO_CHECK(rows >= 0 && output_features >= 0 && input_features > 0 && input_features % 32 == 0,
               "matmul shape M={} N={} K={}: K must be a positive multiple of 32", rows,
               output_features, input_features);
+  // The k-quants and iq4_xs have 256-value super-blocks: a row is a whole number of them.
+  const int64_t block_elements = dtype_info(arguments.weight_dtype).block_elements;
+  FOLIO_CHECK(input_features % block_elements == 0,
+              "matmul with {} weights and K={}: K must be a multiple of {}",
+              dtype_name(arguments.weight_dtype), input_features, block_elements);
   FOLIO_CHECK(rows == 0 || output_features == 0 ||
                   (arguments.input != nullptr && arguments.weight != nullptr &&
                    arguments.output != nullptr),
@@ -166,8 +171,19 @@ int64_t matmul_workspace_bytes(DType weight_dtype, int64_t num_rows, int64_t inp
       return num_threads * group_scratch_bytes(input_features);
     case DType::kQ8_0:
     case DType::kQ4_0:
+    case DType::kQ4_1:
+    case DType::kQ5_0:
+    case DType::kQ5_1:
+    case DType::kQ2_K:
+    case DType::kQ3_K:
+    case DType::kQ4_K:
+    case DType::kQ5_K:
+    case DType::kQ6_K:
+    case DType::kIQ4_NL:
+    case DType::kIQ4_XS:
       return internal::quantized_activations_layout(num_rows, input_features).total_bytes;
-    default:
+    case DType::kI32:
+    case DType::kI8:
       break;
   }
   FOLIO_UNREACHABLE("matmul_workspace_bytes for weight dtype {}", dtype_name(weight_dtype));
@@ -193,7 +209,7 @@ void matmul(device::HostStream& stream, const MatmulArguments& arguments) {
   const int64_t groups = ceil_div(arguments.output_features, kGroupRows);
   const int64_t group_multiply_adds = kGroupRows * arguments.input_features * rows;
   const int64_t grain = std::max<int64_t>(1, kMinTaskMultiplyAdds / group_multiply_adds);
-  if (dtype == DType::kQ8_0 || dtype == DType::kQ4_0) {
+  if (internal::uses_quantized_activations(dtype)) {
     const int64_t quantize_grain =
         std::max<int64_t>(1, kMinTaskMultiplyAdds / arguments.input_features);
     stream.launch(device::HostKernel::make<RowsLaunch, quantize_activations_body>(

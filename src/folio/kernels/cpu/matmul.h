@@ -11,9 +11,11 @@
 // - f32 / f16 / bf16 weights: SIMD FMA dot products; f16 and bf16 are widened to f32 in
 //   registers (decode) or, from kConvertedGroupMinRows rows of x, once per group into the
 //   per-thread workspace (prefill), so the conversion is not repeated for every tile of x.
-// - q8_0 / q4_0 weights: a first kernel quantizes each row of x to 8 bits (32-value blocks,
-//   scale amax / 127) into the workspace; the second takes int8 dot products per block (AVX-512
-//   VNNI, AVX2 maddubs, or portable) scaled by both blocks' scales and summed in f32.
+// - Quantized weights (q8_0, q4_0 and the other GGUF block types): a first kernel quantizes
+//   each row of x to 8 bits (32-value blocks, scale amax / 127) into the workspace; the second
+//   decodes weight blocks in registers to small integers and per-4-value scales (and offsets,
+//   for the types with minimums), takes int8 dot products (AVX-512 VNNI, AVX2 maddubs, or
+//   portable) scaled by both scales and sums them in f32.
 // - f32 weights with M >= kSgemmMinRows and K >= kSgemmMinInputFeatures: OpenBLAS sgemm on
 //   fixed 2-D tiles of y, one tile per work item, with OpenBLAS itself single-threaded: Folio's
 //   pool is the only source of threads (no oversubscription, the thread count is configured in one
@@ -49,9 +51,10 @@ inline constexpr int64_t kConvertedGroupMinRows = 8;
 int64_t matmul_workspace_bytes(DType weight_dtype, int64_t num_rows, int64_t input_features,
                                int num_threads);
 
-// Launches the matmul: one kernel, or two for q8_0 / q4_0 weights (quantize x, then multiply).
-// Requires: num_rows >= 0, input_features > 0 and a multiple of 32, output_features >= 0;
-// weight_dtype in {f32, f16, bf16, q8_0, q4_0}; workspace 64-byte aligned with
+// Launches the matmul: one kernel, or two for quantized weights (quantize x, then multiply).
+// Requires: num_rows >= 0, input_features > 0 and a multiple of 32 and of the weight dtype's
+// block_elements (256 for the k-quants and iq4_xs), output_features >= 0;
+// is_weight_dtype(weight_dtype); workspace 64-byte aligned with
 // workspace_bytes >= matmul_workspace_bytes(..., stream.pool().num_threads()); output does not
 // overlap input or workspace (all of these checked: a violation aborts, being a programming
 // error fixed for a captured graph), nor weight or bias. x and W should be 64-byte aligned:

@@ -6,6 +6,9 @@
 // Register tiles: 4 weight rows x 4 rows of x, one 16-lane f32 accumulator per pair (16 of the
 // 32 zmm registers). Int8 blocks: two per vector (lanes 0-7 hold the first, 8-15 the second),
 // multiplied with VNNI vpdpbusd (unsigned x signed bytes, 4 products summed per 32-bit lane).
+// The other block types are decoded to unsigned bytes by matmul_weight_decode_avx2.inc (two
+// 32-value halves per vector), q4_K / q5_K / q6_K by 512-bit decoders here; a super-block's
+// sub-block scales are converted once and spread over the lanes of each step by a permute.
 #include <immintrin.h>
 
 #include <algorithm>
@@ -14,6 +17,7 @@
 #include <cstring>
 #include <string_view>
 #include <type_traits>
+#include <utility>
 
 #include "folio/base/check.h"
 #include "folio/kernels/cpu/matmul.h"
@@ -78,7 +82,107 @@ inline __m512i weight_bytes(const std::byte* block, bool whole) {
   }
 }
 
+#include "folio/kernels/cpu/matmul_weight_decode_avx2.inc"
 #include "folio/kernels/cpu/simd_avx512.inc"
+
+// Two 256-bit halves as one vector.
+inline __m512i concatenate(__m256i low, __m256i high) {
+  return _mm512_inserti64x4(_mm512_castsi256_si512(low), high, 1);
+}
+
+// The 16 nibble bytes of two 32-value blocks (element i < 16 the low nibble of byte i, i + 16
+// its high nibble) as 64 bytes in element order, as q4_0's weight_bytes.
+inline __m512i nibble_pairs(const std::byte* first, const std::byte* second) {
+  const __m256i packed = _mm256_inserti128_si256(
+      _mm256_castsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(first))),
+      _mm_loadu_si128(reinterpret_cast<const __m128i*>(second)), 1);
+  const __m512i doubled = _mm512_permutexvar_epi64(_mm512_set_epi64(3, 2, 3, 2, 1, 0, 1, 0),
+                                                   _mm512_castsi256_si512(packed));
+  const __m512i shifted = _mm512_srlv_epi64(doubled, _mm512_set_epi64(4, 4, 0, 0, 4, 4, 0, 0));
+  return _mm512_and_si512(shifted, _mm512_set1_epi8(0x0f));
+}
+
+inline __m512i iq4_unsigned_grid_512() {
+  return _mm512_broadcast_i32x4(_mm256_castsi256_si128(iq4_unsigned_grid()));
+}
+
+// 32 bytes in both halves.
+inline __m512i load_twice(const std::byte* pointer) {
+  return _mm512_broadcast_i64x4(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(pointer)));
+}
+
+// The 64 bytes of step kStep (x-blocks 2 kStep, 2 kStep + 1) of a super-block: for q4_K, q5_K
+// and q6_K decoded in 512-bit registers (each loaded byte feeds both halves: fewer operations
+// than two 256-bit decodes, measured), the others as two weight_block_bytes.
+template <DType kDtype, int kStep>
+inline __m512i super_block_step_bytes(const std::byte* block) {
+  const __m512i nibble = _mm512_set1_epi8(0x0f);
+  if constexpr (kDtype == DType::kQ4_K || kDtype == DType::kQ5_K) {
+    // Pair kStep: low nibbles (x-block 2 kStep) in the lower half, high ones in the upper.
+    using Block = std::conditional_t<kDtype == DType::kQ4_K, BlockQ4_K, BlockQ5_K>;
+    constexpr __mmask32 kUpperWords = 0xffff0000u;
+    const __m512i packed = load_twice(block + offsetof(Block, quants) + 32 * kStep);
+    const __m512i low_bits =
+        _mm512_and_si512(_mm512_mask_srli_epi16(packed, kUpperWords, packed, 4), nibble);
+    if constexpr (kDtype == DType::kQ4_K) {
+      return low_bits;
+    } else {
+      // Bit 2 kStep of high_bits[l] for the lower half, bit 2 kStep + 1 for the upper.
+      const __m512i high = load_twice(block + offsetof(BlockQ5_K, high_bits));
+      const __m512i bit =
+          _mm512_inserti64x4(_mm512_set1_epi8(static_cast<char>(1 << (2 * kStep))),
+                             _mm256_set1_epi8(static_cast<char>(2 << (2 * kStep))), 1);
+      return _mm512_mask_add_epi8(low_bits, _mm512_test_epi8_mask(high, bit), low_bits,
+                                  _mm512_set1_epi8(16));
+    }
+  } else if constexpr (kDtype == DType::kQ6_K) {
+    // Half kStep / 2; parts 2p, 2p + 1 (p = kStep % 2) take the low (p = 0) or high nibbles of
+    // its 64 low bytes, and bits (4p, 4p + 1), (4p + 2, 4p + 3) of its 32 high bytes.
+    constexpr int kHalf = kStep / 2;
+    const __m512i packed = _mm512_loadu_si512(block + 64 * kHalf);
+    const __m512i low_bits =
+        _mm512_and_si512(kStep % 2 == 0 ? packed : _mm512_srli_epi16(packed, 4), nibble);
+    const __m512i high = load_twice(block + offsetof(BlockQ6_K, high) + 32 * kHalf);
+    const __m512i high_bits =
+        kStep % 2 == 0 ? _mm512_sllv_epi64(high, _mm512_setr_epi64(4, 4, 4, 4, 2, 2, 2, 2))
+                       : _mm512_srlv_epi64(high, _mm512_setr_epi64(0, 0, 0, 0, 2, 2, 2, 2));
+    return _mm512_or_si512(low_bits, _mm512_and_si512(high_bits, _mm512_set1_epi8(0x30)));
+  } else if constexpr (kDtype == DType::kIQ4_XS) {
+    // Sub-blocks 2 kStep and 2 kStep + 1: 16 nibble bytes each, back to back.
+    const std::byte* nibbles = block + offsetof(BlockIQ4_XS, nibbles) + 32 * kStep;
+    return _mm512_shuffle_epi8(iq4_unsigned_grid_512(), nibble_pairs(nibbles, nibbles + 16));
+  } else {
+    return concatenate(weight_block_bytes<kDtype, 2 * kStep>(block),
+                       weight_block_bytes<kDtype, 2 * kStep + 1>(block));
+  }
+}
+
+// The other block types' two blocks: the 32-value decoders of
+// matmul_weight_decode_avx2.inc, twice; the upper half is 0 unless `whole`.
+template <DType kDtype, bool kWhole>
+inline __m512i decoded_weight_bytes(const std::byte* block) {
+  constexpr int64_t kBytes = dtype_info(kDtype).block_bytes;
+  if constexpr (!kWhole) {
+    return _mm512_zextsi256_si512(weight_block_bytes<kDtype, 0>(block));
+  } else if constexpr (kDtype == DType::kQ4_1) {
+    return nibble_pairs(block + offsetof(BlockQ4_1, nibbles),
+                        block + kBytes + offsetof(BlockQ4_1, nibbles));
+  } else if constexpr (kDtype == DType::kIQ4_NL) {
+    return _mm512_shuffle_epi8(iq4_unsigned_grid_512(),
+                               nibble_pairs(block + offsetof(BlockIQ4_NL, nibbles),
+                                            block + kBytes + offsetof(BlockIQ4_NL, nibbles)));
+  } else {
+    static_assert(kDtype == DType::kQ5_0 || kDtype == DType::kQ5_1);
+    using Block = std::conditional_t<kDtype == DType::kQ5_0, BlockQ5_0, BlockQ5_1>;
+    const __m512i low_bits =
+        nibble_pairs(block + offsetof(Block, nibbles), block + kBytes + offsetof(Block, nibbles));
+    // Bit i of the mask: element i's fifth bit (the two blocks' 32-bit masks side by side).
+    const __mmask64 fifth_bits =
+        load_u32(block + offsetof(Block, high_bits)) |
+        (uint64_t{load_u32(block + kBytes + offsetof(Block, high_bits))} << 32);
+    return _mm512_mask_add_epi8(low_bits, fifth_bits, low_bits, _mm512_set1_epi8(16));
+  }
+}
 
 struct Simd : SimdAvx512 {
   static constexpr std::string_view kName = "avx512";
@@ -87,6 +191,7 @@ struct Simd : SimdAvx512 {
   static constexpr int kQuantizedTileInputRows = 4;
   static constexpr int kQuantizedTileWeightRows = 4;
   static constexpr int64_t kBlocksPerVector = 2;
+  static constexpr int kStepsPerSuperBlock = 4;
 
   // bf16 is the upper half of an f32.
   static Vector load_bf16(const uint16_t* pointer) {
@@ -96,9 +201,21 @@ struct Simd : SimdAvx512 {
   static Vector to_float(IntegerVector value) { return _mm512_cvtepi32_ps(value); }
 
   struct WeightBlocks {
-    IntegerVector bytes;  // weight_bytes: the unsigned operand of vpdpbusd
+    IntegerVector bytes;  // the unsigned operand of vpdpbusd
     Vector scales;
+    Vector offsets;  // the dtypes with minimums only
   };
+  // A super-block's 16 (or 8, in lanes 0-7) sub-block scales d * scale, and its offsets per
+  // 16-value granule.
+  struct SuperBlockScales {
+    Vector scales;
+    Vector offsets;
+  };
+  using GranuleSums = Vector;
+  static GranuleSums load_granule_sums(const float* sums) { return _mm512_loadu_ps(sums); }
+  static Vector add_minimum_terms(const SuperBlockScales& scales, GranuleSums sums, Vector sum) {
+    return _mm512_fmadd_ps(scales.offsets, sums, sum);
+  }
   struct ActivationBlocks {
     IntegerVector values;
     IntegerVector corrections;
@@ -107,14 +224,74 @@ struct Simd : SimdAvx512 {
 
   template <DType kDtype, bool kWhole>
   static WeightBlocks load_weight_blocks(const std::byte* block) {
-    return {weight_bytes<kDtype>(block, kWhole),
-            weight_scales(block, dtype_info(kDtype).block_bytes, kWhole)};
+    constexpr int64_t kBlockBytes = dtype_info(kDtype).block_bytes;
+    WeightBlocks weights;
+    if constexpr (kDtype == DType::kQ8_0 || kDtype == DType::kQ4_0) {
+      weights.bytes = weight_bytes<kDtype>(block, kWhole);
+    } else {
+      weights.bytes = decoded_weight_bytes<kDtype, kWhole>(block);
+    }
+    // Every 32-value block starts with its f16 d; q4_1 and q5_1 follow it with their f16 m.
+    weights.scales = weight_scales(block, kBlockBytes, kWhole);
+    if constexpr (has_weight_minimum(kDtype)) {
+      weights.offsets = weight_scales(block + 2, kBlockBytes, kWhole);
+    }
+    return weights;
+  }
+
+  template <DType kDtype>
+  static SuperBlockScales load_super_block_scales(const std::byte* block) {
+    const SubBlockBytes bytes = sub_block_bytes<kDtype>(block);
+    const Vector integers = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(bytes.scales));
+    SuperBlockScales scales;
+    if constexpr (sub_blocks_per_super_block(kDtype) == 8 && has_weight_minimum(kDtype)) {
+      // q4_K / q5_K: lanes 0-7 the scales times d, lanes 8-15 the minimums times -dmin (the
+      // products rounded as ggml's dequantizer rounds d * scale and dmin * minimum); d and
+      // dmin are adjacent f16.
+      const __m128 both = _mm_cvtph_ps(_mm_cvtsi32_si128(static_cast<int>(load_u32(block))));
+      const __m512 multipliers = _mm512_mul_ps(
+          _mm512_permutexvar_ps(_mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1),
+                                _mm512_castps128_ps512(both)),
+          _mm512_setr_ps(1, 1, 1, 1, 1, 1, 1, 1, -1, -1, -1, -1, -1, -1, -1, -1));
+      scales.scales = _mm512_mul_ps(integers, multipliers);
+      // Granule i is in sub-block i / 2.
+      scales.offsets = _mm512_permutexvar_ps(
+          _mm512_setr_epi32(8, 8, 9, 9, 10, 10, 11, 11, 12, 12, 13, 13, 14, 14, 15, 15),
+          scales.scales);
+    } else {
+      scales.scales = _mm512_mul_ps(integers, _mm512_set1_ps(super_block_scale<kDtype>(block)));
+      if constexpr (has_weight_minimum(kDtype)) {
+        // q2_K: one minimum per 16-value sub-block, i.e. per granule.
+        scales.offsets = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(bytes.minimums)),
+                                       _mm512_set1_ps(-super_block_minimum_scale<kDtype>(block)));
+      }
+    }
+    return scales;
+  }
+
+  // Step kStep covers x-blocks 2 kStep and 2 kStep + 1: lane i (4 values) is in sub-block
+  // 4 kStep + i / 4 (16-value sub-blocks) or 2 kStep + i / 8 (32-value ones).
+  template <DType kDtype, int kStep>
+  static WeightBlocks load_super_block_step(const std::byte* block,
+                                            const SuperBlockScales& scales) {
+    const __m512i lanes = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+    const __m512i sub_block =
+        sub_blocks_per_super_block(kDtype) == 16
+            ? _mm512_add_epi32(_mm512_srli_epi32(lanes, 2), _mm512_set1_epi32(4 * kStep))
+            : _mm512_add_epi32(_mm512_srli_epi32(lanes, 3), _mm512_set1_epi32(2 * kStep));
+    WeightBlocks weights;
+    weights.bytes = super_block_step_bytes<kDtype, kStep>(block);
+    weights.scales = _mm512_permutexvar_ps(sub_block, scales.scales);
+    return weights;
   }
 
   template <DType kDtype, bool kWhole>
   static ActivationBlocks load_activation_blocks(const int8_t* values, const int32_t* corrections,
                                                  const float* lane_scales) {
-    if constexpr (kWhole) {
+    if constexpr (has_granule_minimums(kDtype)) {
+      // Their corrections are granule sums, added once per super-block.
+      return {_mm512_loadu_si512(values), _mm512_setzero_si512(), _mm512_loadu_ps(lane_scales)};
+    } else if constexpr (kWhole) {
       return {_mm512_loadu_si512(values), _mm512_loadu_si512(corrections),
               _mm512_loadu_ps(lane_scales)};
     } else {
@@ -126,10 +303,18 @@ struct Simd : SimdAvx512 {
     }
   }
 
-  // Starting from the correction removes the +128 / +8 offset of the weight bytes exactly.
+  // Starting from the correction removes the offset of the weight bytes (+128, +8, ...)
+  // exactly. The dtypes with minimums store no offset (and their corrections are f32 sums).
   template <DType kDtype>
   static IntegerVector block_dot(const WeightBlocks& weights, const ActivationBlocks& activations) {
-    return _mm512_dpbusd_epi32(activations.corrections, weights.bytes, activations.values);
+    if constexpr (has_weight_minimum(kDtype)) {
+      return _mm512_dpbusd_epi32(_mm512_setzero_si512(), weights.bytes, activations.values);
+    } else {
+      return _mm512_dpbusd_epi32(activations.corrections, weights.bytes, activations.values);
+    }
+  }
+  static Vector scaled_sums(const ActivationBlocks& activations) {
+    return _mm512_castsi512_ps(activations.corrections);
   }
 };
 
@@ -155,14 +340,14 @@ inline __m512 round_half_away(__m512 value) {
 // One block, the same bytes as quantize_activation_block (which takes blocks holding inf or
 // NaN, and is the reference this is tested against).
 void quantize_block(const float* input, int8_t* values, int32_t* corrections, float* lane_scales,
-                    int32_t offset) {
+                    LaneTerm term) {
   const __m512 low = _mm512_loadu_ps(input);
   const __m512 high = _mm512_loadu_ps(input + 16);
   const __m512 magnitude = _mm512_max_ps(_mm512_abs_ps(low), _mm512_abs_ps(high));
   const __m512 infinity = _mm512_set1_ps(__builtin_inff());
   if (_mm512_cmp_ps_mask(_mm512_abs_ps(low), infinity, _CMP_LT_OQ) != 0xffff ||
       _mm512_cmp_ps_mask(_mm512_abs_ps(high), infinity, _CMP_LT_OQ) != 0xffff) {
-    quantize_activation_block(input, values, corrections, lane_scales, offset);
+    quantize_activation_block(input, values, corrections, lane_scales, term);
     return;
   }
   const float scale = _mm512_reduce_max_ps(magnitude) / 127.0f;
@@ -176,8 +361,20 @@ void quantize_block(const float* input, int8_t* values, int32_t* corrections, fl
   _mm256_storeu_si256(reinterpret_cast<__m256i*>(values), bytes);
   // Sum of each lane's 4 bytes: a VNNI dot product with ones.
   const __m256i sums = _mm256_dpbusd_epi32(_mm256_setzero_si256(), _mm256_set1_epi8(1), bytes);
-  _mm256_storeu_si256(reinterpret_cast<__m256i*>(corrections),
-                      _mm256_mullo_epi32(sums, _mm256_set1_epi32(-offset)));
+  if (term.granule_sums) {
+    // Lanes 0-3 and 4-7 summed (exact in i32), each times d.
+    const __m256i pairs = _mm256_hadd_epi32(sums, sums);
+    const __m256i quads = _mm256_hadd_epi32(pairs, pairs);
+    const float granule_sums[2] = {scale * static_cast<float>(_mm256_extract_epi32(quads, 0)),
+                                   scale * static_cast<float>(_mm256_extract_epi32(quads, 4))};
+    std::memcpy(corrections, granule_sums, sizeof(granule_sums));
+  } else if (term.scaled_sums) {
+    _mm256_storeu_ps(reinterpret_cast<float*>(corrections),
+                     _mm256_mul_ps(_mm256_set1_ps(scale), _mm256_cvtepi32_ps(sums)));
+  } else {
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(corrections),
+                        _mm256_mullo_epi32(sums, _mm256_set1_epi32(-term.offset)));
+  }
   _mm256_storeu_ps(lane_scales, _mm256_set1_ps(scale));
 }
 

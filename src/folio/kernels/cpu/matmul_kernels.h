@@ -85,16 +85,88 @@ class Prefetch {
 // x quantized per 32-value block: q = round(x / d), d = amax / 127 (kept in f32). Two derived
 // arrays serve the SIMD kernels, per group of 4 consecutive values (one 32-bit lane of an
 // int8 dot product):
-// - corrections: -c * (sum of the group's 4 q), with c = 128 for q8_0 weights (whose int8
-//   values the AVX-512 kernel offsets by +128 to make them unsigned) and c = 8 for q4_0 (whose
-//   nibbles are stored offset by +8). Starting a lane's integer sum from it removes the offset
-//   exactly.
+// - corrections, for weights stored as unsigned integers offset by c (value = s * (u - c)):
+//   -c * (sum of the group's 4 q), with c = weight_offset(dtype): 128 for q8_0 (whose int8
+//   values the AVX-512 kernel offsets by +128 to make them unsigned), 8 for q4_0 (whose nibbles
+//   are stored offset by +8), and so on. Starting a lane's integer sum from it removes the
+//   offset exactly.
+//   For weights with a minimum (value = s * u + o, has_weight_minimum(dtype)), the lane instead
+//   holds the f32 bits of d * (sum of the group's 4 q): the kernels add o * that per lane.
+//   For the super-block types with a minimum (q2_K, q4_K, q5_K) the first K / 16 entries of a
+//   row's K / 4 hold the f32 d * (sum of the q of 16 consecutive values) instead (the rest of
+//   the row's entries unused): their kernels add the minimum terms once per super-block, 16
+//   products, rather than once per step.
 // - lane_scales: the block's d repeated in each of its 8 lanes.
 struct QuantizedActivations {
   const int8_t* values = nullptr;        // i8 [num_rows, K]
   const int32_t* corrections = nullptr;  // i32 [num_rows, K / 4]
   const float* lane_scales = nullptr;    // f32 [num_rows, K / 4]
 };
+
+// The offset c the SIMD kernels remove from a weight dtype's unsigned integers through the
+// corrections (0 when they need none). The AVX2 kernels multiply q8_0 and the iq4 grid values
+// with the sign trick instead and ignore the corrections of those dtypes.
+constexpr int32_t weight_offset(DType dtype) {
+  switch (dtype) {
+    case DType::kQ8_0:
+    case DType::kIQ4_NL:
+    case DType::kIQ4_XS:
+      return 128;  // int8 values (grid values) made unsigned by +128
+    case DType::kQ4_0:
+      return 8;
+    case DType::kQ5_0:
+      return 16;
+    case DType::kQ3_K:
+      return 4;
+    case DType::kQ6_K:
+      return 32;
+    case DType::kF32:
+    case DType::kF16:
+    case DType::kBF16:
+    case DType::kI32:
+    case DType::kI8:
+    case DType::kQ4_1:
+    case DType::kQ5_1:
+    case DType::kQ2_K:
+    case DType::kQ4_K:
+    case DType::kQ5_K:
+      return 0;
+  }
+  return 0;
+}
+
+// Whether a weight dtype's values are s * u + o with a per-(sub-)block offset o (ggml's
+// minimum): x's corrections then hold d * (lane sum of q) instead (QuantizedActivations).
+constexpr bool has_weight_minimum(DType dtype) {
+  switch (dtype) {
+    case DType::kQ4_1:
+    case DType::kQ5_1:
+    case DType::kQ2_K:
+    case DType::kQ4_K:
+    case DType::kQ5_K:
+      return true;
+    case DType::kF32:
+    case DType::kF16:
+    case DType::kBF16:
+    case DType::kI32:
+    case DType::kI8:
+    case DType::kQ8_0:
+    case DType::kQ4_0:
+    case DType::kQ5_0:
+    case DType::kQ3_K:
+    case DType::kQ6_K:
+    case DType::kIQ4_NL:
+    case DType::kIQ4_XS:
+      return false;
+  }
+  return false;
+}
+
+// Whether the matmul multiplies a weight dtype through x quantized to int8 (every quantized
+// weight dtype; f32 / f16 / bf16 take f32 dot products).
+constexpr bool uses_quantized_activations(DType dtype) {
+  return dtype_info(dtype).quantized;
+}
 
 // Byte offsets of the three arrays in the workspace, and the total.
 struct QuantizedActivationsLayout {
@@ -115,11 +187,30 @@ constexpr QuantizedActivationsLayout quantized_activations_layout(int64_t num_ro
   return layout;
 }
 
-// Quantizes one 32-value block of x: values, its 8 lane corrections (offset c) and lane scales.
+// Whether the matmul adds a dtype's minimum terms per 16-value granule, once per super-block.
+constexpr bool has_granule_minimums(DType dtype) {
+  return has_weight_minimum(dtype) && dtype_info(dtype).block_elements == kSuperBlockElements;
+}
+
+// What a block quantizer of x writes into the corrections (QuantizedActivations): -offset *
+// lane sum (8 entries); with scaled_sums the f32 bits of d * lane sum (8 entries); with
+// granule_sums the f32 bits of d * (sum of 16 q) (2 entries).
+struct LaneTerm {
+  int32_t offset = 0;
+  bool scaled_sums = false;
+  bool granule_sums = false;
+};
+constexpr LaneTerm lane_term(DType weight_dtype) {
+  return {weight_offset(weight_dtype),
+          has_weight_minimum(weight_dtype) && !has_granule_minimums(weight_dtype),
+          has_granule_minimums(weight_dtype)};
+}
+
+// Quantizes one 32-value block of x: values, its 8 lane corrections (`term`) and lane scales.
 // A block holding inf or NaN gets a NaN scale and zero values, so the non-finite value reaches
-// the output as NaN instead of vanishing into an int8.
+// the output as NaN instead of vanishing into an int8 (a scaled sum is then NaN too).
 void quantize_activation_block(const float* input, int8_t* values, int32_t* corrections,
-                               float* lane_scales, int32_t offset);
+                               float* lane_scales, LaneTerm term);
 
 // Quantizes rows [row_begin, row_end) of arguments.input into the QuantizedActivations arrays
 // laid out in `workspace` (quantized_activations_layout for all num_rows rows), block by block
@@ -134,11 +225,17 @@ void quantize_activation_rows(const MatmulArguments& arguments, std::byte* works
   auto* values = reinterpret_cast<int8_t*>(workspace + layout.values_offset);
   auto* corrections = reinterpret_cast<int32_t*>(workspace + layout.corrections_offset);
   auto* lane_scales = reinterpret_cast<float*>(workspace + layout.lane_scales_offset);
-  const int32_t offset = arguments.weight_dtype == DType::kQ8_0 ? 128 : 8;
-  for (int64_t element = row_begin * input_features; element < row_end * input_features;
-       element += kQuantBlockElements) {
-    quantize_block(arguments.input + element, values + element, corrections + element / 4,
-                   lane_scales + element / 4, offset);
+  const LaneTerm term = lane_term(arguments.weight_dtype);
+  for (int64_t row = row_begin; row < row_end; ++row) {
+    const int64_t row_start = row * input_features;
+    for (int64_t k = 0; k < input_features; k += kQuantBlockElements) {
+      const int64_t element = row_start + k;
+      // Granule sums of a row start at the row's first entry.
+      int32_t* block_corrections =
+          term.granule_sums ? corrections + row_start / 4 + k / 16 : corrections + element / 4;
+      quantize_block(arguments.input + element, values + element, block_corrections,
+                     lane_scales + element / 4, term);
+    }
   }
 }
 
@@ -154,7 +251,7 @@ void quantize_activation_rows_avx512(const MatmulArguments& arguments, std::byte
 // widened into it when num_rows >= kConvertedGroupMinRows) or is unused for f32.
 using FloatRowsFunction = void (*)(const MatmulArguments& arguments, int64_t row_begin,
                                    int64_t row_end, float* group_scratch);
-// q8_0 / q4_0 weights against x quantized by quantize_activation_rows.
+// Quantized weights (every quantized dtype) against x quantized by quantize_activation_rows.
 using QuantizedRowsFunction = void (*)(const MatmulArguments& arguments,
                                        const QuantizedActivations& activations, int64_t row_begin,
                                        int64_t row_end);
