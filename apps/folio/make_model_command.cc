@@ -69,8 +69,32 @@ struct MakeModelOptions {
   // Overrides of the preset; 0 (or a non-positive float) keeps the preset's value.
   int64_t vocab = 0, hidden = 0, layers = 0, heads = 0, kv_heads = 0, ffn = 0, context = 0;
   double rope_theta = 0;
+  // NAME=DTYPE: the matrix NAME in another dtype than --dtype; a `*` in NAME stands for every
+  // layer number ("blk.*.attn_v.weight=f16").
+  std::vector<std::string> tensor_dtypes;
   std::string from_weights;  // interchange directory; empty: random weights
 };
+
+// One --tensor-dtype NAME=DTYPE into shape.tensor_dtypes, a `*` in NAME expanded to each layer.
+Status add_tensor_dtype(std::string_view entry, model::LlamaShape& shape) {
+  const size_t equals = entry.find('=');
+  if (equals == std::string_view::npos) {
+    return invalid_argument("--tensor-dtype '{}' is not NAME=DTYPE", entry);
+  }
+  const std::string_view name = entry.substr(0, equals);
+  const std::optional<DType> dtype = dtype_from_name(entry.substr(equals + 1));
+  if (!dtype) return invalid_argument("--tensor-dtype '{}': unknown dtype", entry);
+  const size_t star = name.find('*');
+  if (star == std::string_view::npos) {
+    shape.tensor_dtypes[std::string(name)] = *dtype;
+    return Status();
+  }
+  for (int64_t layer = 0; layer < shape.num_layers; ++layer) {
+    shape.tensor_dtypes[fmt::format("{}{}{}", name.substr(0, star), layer, name.substr(star + 1))] =
+        *dtype;
+  }
+  return Status();
+}
 
 Result<model::LlamaShape> shape_from(const MakeModelOptions& options) {
   auto preset = named_shapes().find(options.preset);
@@ -99,6 +123,9 @@ Result<model::LlamaShape> shape_from(const MakeModelOptions& options) {
   override_with(options.ffn, shape.ffn_size);
   override_with(options.context, shape.context_length);
   if (options.rope_theta > 0) shape.rope_theta = static_cast<float>(options.rope_theta);
+  for (const std::string& entry : options.tensor_dtypes) {
+    FOLIO_RETURN_IF_ERROR(add_tensor_dtype(entry, shape));
+  }
   FOLIO_RETURN_IF_ERROR(model::validate_llama_shape(shape));
   return shape;
 }
@@ -234,6 +261,9 @@ void add_make_model_command(CLI::App& app) {
   command->add_option("--ffn", options->ffn, "Feed-forward size");
   command->add_option("--context", options->context, "Context length");
   command->add_option("--rope-theta", options->rope_theta, "RoPE frequency base");
+  command->add_option("--tensor-dtype", options->tensor_dtypes,
+                      "NAME=DTYPE: write matrix NAME in DTYPE instead of --dtype; `*` in NAME "
+                      "stands for every layer (blk.*.attn_v.weight=f16); repeatable");
   command->add_option("--from-weights", options->from_weights,
                       "Write trained weights from this interchange directory (manifest.json + "
                       "weights.bin) instead of random ones; the shape comes from the manifest");

@@ -37,15 +37,26 @@ struct ReferenceModel {
   uint64_t seed;
   // Largest |engine - reference| allowed, relative to max(1, largest |reference| logit).
   double tolerance;
+  // Changes to the default shape beyond the fields above (make-model's other options).
+  void (*customize)(LlamaShape& shape) = nullptr;
 };
 
+// A file as model hubs ship them: matrices of several dtypes (make-model --tensor-dtype).
+void mix_dtypes(LlamaShape& shape) {
+  shape.tensor_dtypes = {
+      {"token_embd.weight", DType::kQ8_0},     {"output.weight", DType::kQ8_0},
+      {"blk.0.attn_v.weight", DType::kF16},    {"blk.1.attn_v.weight", DType::kF16},
+      {"blk.0.ffn_down.weight", DType::kQ4_0}, {"blk.1.attn_q.weight", DType::kBF16}};
+}
+
 // Keep in sync with tests/data/reference/regenerate.sh. Tolerances: f32 and f16 weights are
-// exact in f32, so only f32 rounding remains; q8_0 matmuls quantize activations to 8 bits
-// (as ggml does), about 1/254 of each row's largest value per product.
+// exact in f32, so only f32 rounding remains; q8_0 and q4_0 matmuls quantize activations to 8
+// bits (as ggml does), about 1/254 of each row's largest value per product.
 constexpr ReferenceModel kReferenceModels[] = {
     {"llama_f32_gqa", LlamaArchitecture::kLlama, DType::kF32, false, 11, 1e-4},
     {"llama_q8_0_gqa", LlamaArchitecture::kLlama, DType::kQ8_0, false, 12, 5e-2},
     {"qwen2_f16_tied", LlamaArchitecture::kQwen2, DType::kF16, true, 13, 1e-4},
+    {"llama_mixed_dtypes", LlamaArchitecture::kLlama, DType::kF32, false, 14, 5e-2, mix_dtypes},
 };
 
 // Keep in sync with the adapters table of tests/data/reference/regenerate.sh.
@@ -127,6 +138,7 @@ class ForwardHarness {
     shape.architecture = reference.architecture;
     shape.weight_dtype = reference.dtype;
     shape.tie_embeddings = reference.tie_embeddings;
+    if (reference.customize != nullptr) reference.customize(shape);
     FOLIO_ASSIGN_OR_RETURN(gguf::GgufWriter writer,
                            make_random_llama_writer(shape, reference.seed));
     FOLIO_ASSIGN_OR_RETURN(std::vector<uint8_t> bytes, writer.write_to_buffer());

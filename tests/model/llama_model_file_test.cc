@@ -146,6 +146,120 @@ TEST(LlamaModelFileTest, ShapeReadsBackForEveryDtypeAndArchitecture) {
   }
 }
 
+TEST(LlamaModelFileTest, MixedDtypesAreWrittenAndReadBackPerTensor) {
+  LlamaShape shape = small_shape(DType::kQ4_0);
+  shape.tensor_dtypes = {{"output.weight", DType::kQ8_0},
+                         {"blk.1.attn_v.weight", DType::kF16},
+                         {"blk.0.ffn_down.weight", DType::kF32}};
+  const std::vector<uint8_t> bytes = model_bytes(shape, 4);
+  const gguf::GgufFile file = *gguf::GgufFile::parse(bytes);
+  EXPECT_EQ(file.tensor("output.weight")->dtype, DType::kQ8_0);
+  EXPECT_EQ(file.tensor("blk.1.attn_v.weight")->dtype, DType::kF16);
+  EXPECT_EQ(file.tensor("blk.0.attn_v.weight")->dtype, DType::kQ4_0);
+  EXPECT_EQ(file.tensor("blk.0.ffn_down.weight")->dtype, DType::kF32);
+  EXPECT_EQ(file.tensor("blk.0.ffn_norm.weight")->dtype, DType::kF32);
+  EXPECT_EQ(*file.get<uint32_t>("general.file_type"), 2u);  // the weight dtype's, q4_0
+  Result<LlamaShape> read = read_llama_shape(file);
+  ASSERT_TRUE(read.ok()) << read.status();
+  EXPECT_EQ(*read, shape);
+}
+
+TEST(LlamaModelFileTest, InvalidTensorDtypesAreRejectedNamingTheTensor) {
+  LlamaShape shape = small_shape(DType::kF32);
+  shape.tensor_dtypes = {{"blk.0.attn_norm.weight", DType::kF16}};
+  EXPECT_THAT(validate_llama_shape(shape).message(),
+              HasSubstr("blk.0.attn_norm.weight, which is no matrix"));
+  shape.tensor_dtypes = {{"blk.7.attn_q.weight", DType::kF16}};
+  EXPECT_THAT(validate_llama_shape(shape).message(), HasSubstr("blk.7.attn_q.weight"));
+  shape.tensor_dtypes = {{"blk.1.ffn_up.weight", DType::kI32}};
+  EXPECT_THAT(validate_llama_shape(shape).message(),
+              HasSubstr("tensor blk.1.ffn_up.weight: dtype i32"));
+  shape.ffn_size = 80;  // f32 is fine with any row length, q8_0 is not
+  shape.tensor_dtypes = {{"blk.1.ffn_down.weight", DType::kQ8_0}};
+  EXPECT_THAT(validate_llama_shape(shape).message(),
+              HasSubstr("blk.1.ffn_down.weight has rows of 80 values; q8_0 weights need"));
+}
+
+// The bytes of a generated model rewritten tensor by tensor: `edit` may change a tensor's name,
+// dtype or dimensions (its bytes are then zeros of the new size), or return false to drop it.
+using TensorEdit = bool (*)(std::string& name, DType& dtype, std::vector<int64_t>& dimensions);
+std::vector<uint8_t> edited_model(const std::vector<uint8_t>& bytes, TensorEdit edit) {
+  const gguf::GgufFile file = *gguf::GgufFile::parse(bytes);
+  gguf::GgufWriter writer;
+  for (const gguf::GgufKeyValue& entry : file.metadata()) writer.set(entry.key, entry.value);
+  for (const gguf::GgufTensorInfo& info : file.tensors()) {
+    std::string name = info.name;
+    DType dtype = file.tensor(info.name)->dtype;
+    std::vector<int64_t> dimensions = info.dimensions;
+    if (!edit(name, dtype, dimensions)) continue;
+    const std::span<const std::byte> original = file.tensor_bytes(info);
+    std::vector<std::byte> data(original.begin(), original.end());
+    if (name != info.name || dtype != file.tensor(info.name)->dtype ||
+        dimensions != info.dimensions) {
+      int64_t rows = 1;
+      for (size_t d = 1; d < dimensions.size(); ++d) rows *= dimensions[d];
+      data.assign(static_cast<size_t>(rows * row_bytes(dtype, dimensions[0])), std::byte{0});
+    }
+    FOLIO_CHECK(writer.add_tensor_bytes(name, dtype, dimensions, std::move(data)).ok());
+  }
+  return *writer.write_to_buffer();
+}
+
+TEST(LlamaModelFileTest, ReadingRefusesTensorsThatDoNotFitNamingThem) {
+  const std::vector<uint8_t> bytes = model_bytes(small_shape(DType::kF16), 6);
+  struct Case {
+    TensorEdit edit;
+    const char* message;
+  };
+  const Case cases[] = {
+      {[](std::string& name, DType&, std::vector<int64_t>&) {
+         return name != "blk.1.ffn_up.weight";
+       },
+       "tensor blk.1.ffn_up.weight is missing"},
+      {[](std::string& name, DType&, std::vector<int64_t>& dimensions) {
+         if (name == "blk.0.attn_k.weight") dimensions = {64, 64};
+         return true;
+       },
+       "tensor blk.0.attn_k.weight has shape [64, 64], the model's metadata needs [64, 32]"},
+      {[](std::string& name, DType& dtype, std::vector<int64_t>&) {
+         if (name == "output_norm.weight") dtype = DType::kF16;
+         return true;
+       },
+       "tensor output_norm.weight is f16; Folio reads norms and biases in f32"},
+      {[](std::string& name, DType&, std::vector<int64_t>& dimensions) {
+         // A mixture-of-experts file: the FFN's experts in one 3-D tensor.
+         if (name == "blk.1.ffn_gate.weight") {
+           name = "blk.1.ffn_gate_exps.weight";
+           dimensions = {64, 96, 4};
+         }
+         return true;
+       },
+       "tensor blk.1.ffn_gate.weight is missing"},
+      {[](std::string& name, DType&, std::vector<int64_t>&) {
+         if (name == "blk.1.ffn_norm.weight") name = "blk.1.ffn_gate_inp.weight";
+         return name != "blk.1.ffn_norm.weight";
+       },
+       "tensor blk.1.ffn_norm.weight is missing"},
+  };
+  for (const Case& c : cases) {
+    const gguf::GgufFile file = *gguf::GgufFile::parse_owned(edited_model(bytes, c.edit), "m.gguf");
+    const Status status = read_llama_shape(file).status();
+    EXPECT_EQ(status.code(), StatusCode::kInvalidArgument) << c.message;
+    EXPECT_THAT(status.message(), HasSubstr(c.message));
+    EXPECT_THAT(status.message(), HasSubstr("m.gguf"));
+  }
+  // A tensor the architecture does not have, beside all those it has.
+  Result<gguf::GgufWriter> writer = make_random_llama_writer(small_shape(DType::kF16), 6);
+  ASSERT_TRUE(writer.ok());
+  ASSERT_TRUE(writer
+                  ->add_tensor_bytes("blk.0.ffn_gate_exps.weight", DType::kF32, {64, 96, 4},
+                                     std::vector<std::byte>(64 * 96 * 4 * 4))
+                  .ok());
+  const gguf::GgufFile file = *gguf::GgufFile::parse_owned(*writer->write_to_buffer());
+  EXPECT_THAT(read_llama_shape(file).status().message(),
+              HasSubstr("tensor blk.0.ffn_gate_exps.weight is not part of a llama model"));
+}
+
 TEST(LlamaModelFileTest, ValuesAreWellConditioned) {
   LlamaShape shape = small_shape(DType::kF32);
   shape.hidden_size = 256;

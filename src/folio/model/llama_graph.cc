@@ -62,9 +62,10 @@ class LlamaEmitter {
 
   Result<ir::Graph> emit() {
     FOLIO_ASSIGN_OR_RETURN(inputs_, declare_inputs(builder_, step_, kv_cache_, options_.adapters));
-    FOLIO_ASSIGN_OR_RETURN(TensorId table,
-                           builder_.weight("token_embd.weight", model_.weight_dtype,
-                                           {model_.vocab_size, model_.hidden_size}));
+    FOLIO_ASSIGN_OR_RETURN(
+        TensorId table,
+        builder_.weight("token_embd.weight", model_.matrix_dtype("token_embd.weight"),
+                        {model_.vocab_size, model_.hidden_size}));
     FOLIO_ASSIGN_OR_RETURN(TensorId hidden, builder_.embedding(inputs_.token_ids, table, "embed"));
     for (int64_t layer = 0; layer < model_.num_layers; ++layer) {
       builder_.set_layer(static_cast<int32_t>(layer));
@@ -77,8 +78,9 @@ class LlamaEmitter {
                            builder_.gather_rows(normed, inputs_.logit_indices, "logit_rows"));
     TensorId head = table;
     if (!model_.tie_embeddings) {
-      FOLIO_ASSIGN_OR_RETURN(head, builder_.weight("output.weight", model_.weight_dtype,
-                                                   {model_.vocab_size, model_.hidden_size}));
+      FOLIO_ASSIGN_OR_RETURN(head,
+                             builder_.weight("output.weight", model_.matrix_dtype("output.weight"),
+                                             {model_.vocab_size, model_.hidden_size}));
     }
     const std::optional<int32_t> head_target = llama_output_adapter_target_index(model_);
     const bool adapted_head = inputs_.token_adapter_slots.has_value() && head_target.has_value();
@@ -106,8 +108,9 @@ class LlamaEmitter {
   Result<TensorId> projection(TensorId x, int64_t layer, LlamaProjection projection,
                               int64_t out_features, int64_t in_features, bool bias) {
     const std::string name = fmt::format("blk.{}.{}", layer, llama_projection_name(projection));
-    FOLIO_ASSIGN_OR_RETURN(TensorId weight, builder_.weight(name + ".weight", model_.weight_dtype,
-                                                            {out_features, in_features}));
+    FOLIO_ASSIGN_OR_RETURN(TensorId weight,
+                           builder_.weight(name + ".weight", model_.matrix_dtype(name + ".weight"),
+                                           {out_features, in_features}));
     TensorId projected;
     if (bias) {
       FOLIO_ASSIGN_OR_RETURN(TensorId bias_tensor,

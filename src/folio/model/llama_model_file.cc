@@ -128,7 +128,9 @@ void add_shape_metadata(const LlamaShape& shape, const std::string& name,
   writer.set("general.architecture", gguf::GgufValue::of_string(arch));
   writer.set("general.name", gguf::GgufValue::of_string(name));
   writer.set("general.file_type", gguf::GgufValue::of(llama_file_type(shape.weight_dtype)));
-  if (dtype_info(shape.weight_dtype).quantized) {
+  bool quantized = dtype_info(shape.weight_dtype).quantized;
+  for (const auto& entry : shape.tensor_dtypes) quantized |= dtype_info(entry.second).quantized;
+  if (quantized) {
     writer.set("general.quantization_version", gguf::GgufValue::of<uint32_t>(2));
   }
   writer.set(arch + ".context_length", u32(shape.context_length));
@@ -153,7 +155,7 @@ Status add_random_tensors(const LlamaShape& shape, uint64_t seed, gguf::GgufWrit
     DType dtype = DType::kF32;
     if (spec.matrix) {
       // Deviation 1/sqrt(row length): each output of x·W has the variance of one input.
-      dtype = shape.weight_dtype;
+      dtype = shape.matrix_dtype(spec.name);
       fill = random_fill(dtype, row_length, rows, stream, 0.0,
                          1.0 / std::sqrt(static_cast<double>(row_length)));
     } else if (spec.name.ends_with(".bias")) {
@@ -182,7 +184,7 @@ Result<std::vector<std::byte>> convert_tensor(const LlamaWeights& weights, const
     if (!std::isfinite(value))
       return invalid_argument("tensor {} has a non-finite value", spec.name);
   }
-  const DType dtype = spec.matrix ? weights.shape.weight_dtype : DType::kF32;
+  const DType dtype = spec.matrix ? weights.shape.matrix_dtype(spec.name) : DType::kF32;
   const int64_t bytes_per_row = row_bytes(dtype, row_length);
   std::vector<std::byte> bytes(static_cast<size_t>(bytes_per_row * rows));
   for (int64_t row = 0; row < rows; ++row) {
@@ -196,6 +198,76 @@ Status check_size(std::string_view field, int64_t value) {
   if (value <= 0 || value > std::numeric_limits<uint32_t>::max()) {
     return invalid_argument("{} = {} must be between 1 and {}", field, value,
                             std::numeric_limits<uint32_t>::max());
+  }
+  return Status();
+}
+
+// Every matrix's dtype is a weight dtype whose quantization blocks tile its rows, and every
+// tensor_dtypes entry names a matrix of the shape.
+Status validate_matrix_dtypes(const LlamaShape& shape) {
+  const std::vector<TensorSpec> specs = tensor_specs(shape);
+  for (const auto& entry : shape.tensor_dtypes) {
+    const std::string& name = entry.first;
+    auto named = [&](const TensorSpec& spec) { return spec.matrix && spec.name == name; };
+    if (std::find_if(specs.begin(), specs.end(), named) == specs.end()) {
+      return invalid_argument(
+          "tensor_dtypes names {}, which is no matrix of a {} model of this "
+          "shape",
+          name, llama_architecture_name(shape.architecture));
+    }
+    if (!is_weight_dtype(entry.second)) {
+      return invalid_argument("tensor {}: dtype {} is not a dtype Folio computes matrices in", name,
+                              dtype_name(entry.second));
+    }
+  }
+  for (const TensorSpec& spec : specs) {
+    if (!spec.matrix) continue;
+    const DType dtype = shape.matrix_dtype(spec.name);
+    const int64_t block = dtype_info(dtype).block_elements;
+    if (spec.dimensions[0] % block != 0) {
+      return invalid_argument(
+          "tensor {} has rows of {} values; {} weights need multiples of {} (hidden_size {}, "
+          "ffn_size {})",
+          spec.name, spec.dimensions[0], dtype_name(dtype), block, shape.hidden_size,
+          shape.ffn_size);
+    }
+  }
+  return Status();
+}
+
+// Checks the file's tensors against the shape's list (each present, of its shape, norms and
+// biases f32, nothing else) and records the dtype of every matrix that is not the weight dtype.
+Status read_tensor_dtypes(const gguf::GgufFile& file, LlamaShape& shape) {
+  const std::vector<TensorSpec> specs = tensor_specs(shape);
+  for (const TensorSpec& spec : specs) {
+    const gguf::GgufTensorInfo* info = file.find_tensor(spec.name);
+    if (info == nullptr) {
+      return invalid_argument("tensor {} is missing; a {} model of this shape has it", spec.name,
+                              llama_architecture_name(shape.architecture));
+    }
+    if (info->dimensions != spec.dimensions) {
+      return invalid_argument("tensor {} has shape [{}], the model's metadata needs [{}]",
+                              spec.name, fmt::join(info->dimensions, ", "),
+                              fmt::join(spec.dimensions, ", "));
+    }
+    FOLIO_ASSIGN_OR_RETURN(gguf::GgufTensor tensor, file.tensor(spec.name));
+    if (!spec.matrix) {
+      if (tensor.dtype != DType::kF32) {
+        return invalid_argument("tensor {} is {}; Folio reads norms and biases in f32", spec.name,
+                                dtype_name(tensor.dtype));
+      }
+    } else if (tensor.dtype != shape.weight_dtype) {
+      shape.tensor_dtypes.emplace(spec.name, tensor.dtype);
+    }
+  }
+  for (const gguf::GgufTensorInfo& info : file.tensors()) {
+    auto named = [&](const TensorSpec& spec) { return spec.name == info.name; };
+    if (std::find_if(specs.begin(), specs.end(), named) == specs.end()) {
+      return invalid_argument(
+          "tensor {} is not part of a {} model as Folio runs it; refusing the "
+          "file rather than ignoring the tensor",
+          info.name, llama_architecture_name(shape.architecture));
+    }
   }
   return Status();
 }
@@ -224,6 +296,11 @@ int64_t LlamaShape::parameter_count() const {
       2 * hidden + 2 * hidden * hidden + 2 * hidden * kv_dim() + 3 * hidden * ffn_size;
   if (architecture == LlamaArchitecture::kQwen2) per_layer += hidden + 2 * kv_dim();
   return hidden * vocab_size * (tie_embeddings ? 1 : 2) + num_layers * per_layer + hidden;
+}
+
+DType LlamaShape::matrix_dtype(std::string_view name) const {
+  auto found = tensor_dtypes.find(name);
+  return found == tensor_dtypes.end() ? weight_dtype : found->second;
 }
 
 Status validate_llama_shape(const LlamaShape& shape) {
@@ -255,16 +332,10 @@ Status validate_llama_shape(const LlamaShape& shape) {
                             shape.num_heads, shape.num_kv_heads);
   }
   if (!is_weight_dtype(shape.weight_dtype)) {
-    return invalid_argument("weight dtype {} is not one of f32, f16, bf16, q8_0, q4_0",
+    return invalid_argument("weight dtype {} is not a dtype Folio computes matrices in",
                             dtype_name(shape.weight_dtype));
   }
-  const int64_t block = dtype_info(shape.weight_dtype).block_elements;
-  if (shape.hidden_size % block != 0 || shape.ffn_size % block != 0) {
-    return invalid_argument(
-        "{} weights need hidden_size ({}) and ffn_size ({}) to be multiples "
-        "of {}",
-        dtype_name(shape.weight_dtype), shape.hidden_size, shape.ffn_size, block);
-  }
+  FOLIO_RETURN_IF_ERROR(validate_matrix_dtypes(shape));
   if (!(std::isfinite(shape.rope_theta) && shape.rope_theta > 0)) {
     return invalid_argument("rope_theta = {} must be positive and finite", shape.rope_theta);
   }
@@ -310,7 +381,7 @@ Result<gguf::GgufWriter> make_llama_writer(const LlamaWeights& weights) {
   tokenizer::write_vocabulary_metadata(weights.vocabulary, writer);
   for (const TensorSpec& spec : specs) {
     FOLIO_ASSIGN_OR_RETURN(std::vector<std::byte> bytes, convert_tensor(weights, spec));
-    const DType dtype = spec.matrix ? weights.shape.weight_dtype : DType::kF32;
+    const DType dtype = spec.matrix ? weights.shape.matrix_dtype(spec.name) : DType::kF32;
     FOLIO_RETURN_IF_ERROR(
         writer.add_tensor_bytes(spec.name, dtype, spec.dimensions, std::move(bytes)));
   }
@@ -361,6 +432,8 @@ Result<LlamaShape> read_llama_shape(const gguf::GgufFile& file) {
   shape.weight_dtype = query.dtype;
   shape.tie_embeddings = file.find_tensor("output.weight") == nullptr;
   Status status = validate_llama_shape(shape);
+  if (status.ok()) status = read_tensor_dtypes(file, shape);
+  if (status.ok()) status = validate_llama_shape(shape);
   if (!status.ok()) return status.with_context(file.source());
   return shape;
 }

@@ -10,7 +10,8 @@
 //              .rope.dimension_count, .attention.layer_norm_rms_epsilon, .vocab_size,
 //              tokenizer.ggml.* (random models: a generated SentencePiece vocabulary,
 //              spm_vocabulary_builder.h; trained models: their own), folio.random_seed (random)
-//   tensors    (ggml order: [row length, rows]; `dtype` is the shape's weight dtype)
+//   tensors    (ggml order: [row length, rows]; `dtype` is the matrix's dtype: the shape's
+//              weight dtype, or its entry in tensor_dtypes)
 //     token_embd.weight             dtype [hidden, vocab]
 //     blk.N.attn_norm.weight        f32   [hidden]
 //     blk.N.attn_q.weight           dtype [hidden, heads * head_dim]
@@ -62,8 +63,17 @@ struct LlamaShape {
   int64_t context_length = 256;
   float rope_theta = 10000.0f;  // rope.freq_base
   float rms_norm_epsilon = 1e-5f;
-  DType weight_dtype = DType::kF32;  // of the matrices; norms and biases are always f32
-  bool tie_embeddings = false;       // output projection reuses token_embd.weight
+  // Of the matrices not named in tensor_dtypes (read from blk.0.attn_q.weight); it also sets
+  // the written general.file_type. Norms and biases are always f32.
+  DType weight_dtype = DType::kF32;
+  bool tie_embeddings = false;  // output projection reuses token_embd.weight
+  // Matrices stored in a dtype other than weight_dtype, by GGUF name: files on model hubs mix
+  // dtypes (a Q4_K_M file has a q6_K output.weight and some attn_v / ffn_down, q4_K elsewhere).
+  // Empty for a file of one weight dtype.
+  std::map<std::string, DType, std::less<>> tensor_dtypes;
+
+  // The dtype of the matrix named `name` (its tensor_dtypes entry, or weight_dtype).
+  DType matrix_dtype(std::string_view name) const;
 
   int64_t head_dim() const { return hidden_size / num_heads; }
   int64_t kv_dim() const { return num_kv_heads * head_dim(); }
@@ -75,9 +85,11 @@ struct LlamaShape {
 
 // kInvalidArgument naming the field: a size that is not positive or not < 2^32; vocab_size <
 // 259 (the generated vocabulary's minimum); hidden_size not a multiple of num_heads; an odd
-// head_dim (RoPE rotates pairs); num_heads not a multiple of num_kv_heads; a weight dtype other
-// than f32, f16, bf16, q8_0, q4_0; for q8_0 / q4_0, hidden_size or ffn_size not a multiple of
-// 32; rope_theta or rms_norm_epsilon not positive and finite.
+// head_dim (RoPE rotates pairs); num_heads not a multiple of num_kv_heads; a matrix dtype
+// (weight_dtype or a tensor_dtypes entry) that is not a weight dtype (tensor/quantize.h); a
+// matrix whose rows are not a whole number of its dtype's quantization blocks (naming the
+// tensor); a tensor_dtypes entry naming no matrix of the shape; rope_theta or rms_norm_epsilon
+// not positive and finite.
 Status validate_llama_shape(const LlamaShape& shape);
 
 // A writer holding the whole model; tensor bytes are generated while it writes.
@@ -93,7 +105,7 @@ struct LlamaWeights {
   std::map<std::string, std::vector<float>> tensors;  // GGUF name -> values
 };
 
-// A writer holding the model: matrices converted to shape.weight_dtype with tensor/'s
+// A writer holding the model: matrices converted to their dtype (shape.matrix_dtype) with tensor/'s
 // ggml-exact quantizers, 1-D tensors kept f32. kInvalidArgument: an invalid shape or
 // vocabulary; a vocabulary size other than shape.vocab_size; a missing or unexpected tensor; a
 // tensor whose value count does not match its shape; a non-finite value.
@@ -101,8 +113,12 @@ Result<gguf::GgufWriter> make_llama_writer(const LlamaWeights& weights);
 
 // Reads the shape back from a file's metadata and tensors (vocabulary size from
 // token_embd.weight, weight dtype from blk.0.attn_q.weight, tied embeddings from the absence of
-// output.weight). Optional keys take llama.cpp's defaults (head_count_kv = head_count,
-// rope.freq_base = 10000). Errors name the missing or malformed key or tensor.
+// output.weight, every other matrix's dtype from its tensor into tensor_dtypes). Optional keys
+// take llama.cpp's defaults (head_count_kv = head_count, rope.freq_base = 10000). Every tensor
+// is checked against the header's list: errors name the missing or malformed key, a missing
+// tensor, a tensor of another shape, a norm or bias that is not f32, and a tensor that is not
+// part of the architecture (e.g. a mixture-of-experts tensor), which Folio refuses rather than
+// ignoring.
 Result<LlamaShape> read_llama_shape(const gguf::GgufFile& file);
 
 }  // namespace folio::model
