@@ -68,6 +68,7 @@ struct MakeModelOptions {
   bool tie_embeddings = false;
   // Overrides of the preset; 0 (or a non-positive float) keeps the preset's value.
   int64_t vocab = 0, hidden = 0, layers = 0, heads = 0, kv_heads = 0, ffn = 0, context = 0;
+  int64_t head_dim = 0;  // attention.key_length = value_length
   double rope_theta = 0;
   // NAME=DTYPE: the matrix NAME in another dtype than --dtype; a `*` in NAME stands for every
   // layer number ("blk.*.attn_v.weight=f16").
@@ -122,6 +123,7 @@ Result<model::LlamaShape> shape_from(const MakeModelOptions& options) {
   override_with(options.kv_heads, shape.num_kv_heads);
   override_with(options.ffn, shape.ffn_size);
   override_with(options.context, shape.context_length);
+  override_with(options.head_dim, shape.key_length);
   if (options.rope_theta > 0) shape.rope_theta = static_cast<float>(options.rope_theta);
   for (const std::string& entry : options.tensor_dtypes) {
     FOLIO_RETURN_IF_ERROR(add_tensor_dtype(entry, shape));
@@ -259,6 +261,9 @@ void add_make_model_command(CLI::App& app) {
   command->add_option("--heads", options->heads, "Attention heads");
   command->add_option("--kv-heads", options->kv_heads, "Key/value heads (grouped-query attention)");
   command->add_option("--ffn", options->ffn, "Feed-forward size");
+  command->add_option("--head-dim", options->head_dim,
+                      "Width of each attention head (attention.key_length = value_length), when "
+                      "it is not hidden / heads");
   command->add_option("--context", options->context, "Context length");
   command->add_option("--rope-theta", options->rope_theta, "RoPE frequency base");
   command->add_option("--tensor-dtype", options->tensor_dtypes,

@@ -52,11 +52,18 @@ void mix_dtypes(LlamaShape& shape) {
 // Keep in sync with tests/data/reference/regenerate.sh. Tolerances: f32 and f16 weights are
 // exact in f32, so only f32 rounding remains; q8_0 and q4_0 matmuls quantize activations to 8
 // bits (as ggml does), about 1/254 of each row's largest value per product.
+// Heads wider than hidden / heads (attention.key_length, as Gemma and Qwen 3 have): q is
+// [T, 4 * 32] over a hidden size of 64.
+void widen_heads(LlamaShape& shape) {
+  shape.key_length = 32;
+}
+
 constexpr ReferenceModel kReferenceModels[] = {
     {"llama_f32_gqa", LlamaArchitecture::kLlama, DType::kF32, false, 11, 1e-4},
     {"llama_q8_0_gqa", LlamaArchitecture::kLlama, DType::kQ8_0, false, 12, 5e-2},
     {"qwen2_f16_tied", LlamaArchitecture::kQwen2, DType::kF16, true, 13, 1e-4},
     {"llama_mixed_dtypes", LlamaArchitecture::kLlama, DType::kF32, false, 14, 5e-2, mix_dtypes},
+    {"llama_head_dim_32", LlamaArchitecture::kLlama, DType::kF16, false, 15, 1e-4, widen_heads},
 };
 
 // Keep in sync with the adapters table of tests/data/reference/regenerate.sh.

@@ -260,6 +260,52 @@ TEST(LlamaModelFileTest, ReadingRefusesTensorsThatDoNotFitNamingThem) {
               HasSubstr("tensor blk.0.ffn_gate_exps.weight is not part of a llama model"));
 }
 
+TEST(LlamaModelFileTest, HeadsWiderThanHiddenOverHeadsAreWrittenAndReadBack) {
+  LlamaShape shape = small_shape(DType::kQ8_0);
+  shape.architecture = LlamaArchitecture::kQwen2;
+  shape.key_length = 48;  // 4 heads of 48 over a hidden size of 64
+  const std::vector<uint8_t> bytes = model_bytes(shape, 8);
+  const gguf::GgufFile file = *gguf::GgufFile::parse(bytes);
+  EXPECT_EQ(file.find_tensor("blk.0.attn_q.weight")->dimensions, (std::vector<int64_t>{64, 192}));
+  EXPECT_EQ(file.find_tensor("blk.0.attn_k.weight")->dimensions, (std::vector<int64_t>{64, 96}));
+  EXPECT_EQ(file.find_tensor("blk.0.attn_q.bias")->dimensions, std::vector<int64_t>{192});
+  EXPECT_EQ(file.find_tensor("blk.0.attn_output.weight")->dimensions,
+            (std::vector<int64_t>{192, 64}));
+  EXPECT_EQ(*file.get<uint32_t>("qwen2.attention.key_length"), 48u);
+  EXPECT_EQ(*file.get<uint32_t>("qwen2.attention.value_length"), 48u);
+  EXPECT_EQ(*file.get<uint32_t>("qwen2.rope.dimension_count"), 48u);
+  int64_t parameters = 0;
+  for (const gguf::GgufTensorInfo& info : file.tensors()) parameters += info.element_count;
+  EXPECT_EQ(parameters, shape.parameter_count());
+  Result<LlamaShape> read = read_llama_shape(file);
+  ASSERT_TRUE(read.ok()) << read.status();
+  EXPECT_EQ(*read, shape);
+  EXPECT_EQ(read->head_dim(), 48);
+}
+
+TEST(LlamaModelFileTest, ReadingRefusesHeadWidthsFolioCannotRunNamingTheKey) {
+  struct Case {
+    const char* key;
+    uint32_t value;
+    const char* message;
+  };
+  const Case cases[] = {
+      {"llama.attention.value_length", 32,
+       "llama.attention.key_length = 16 differs from llama.attention.value_length = 32"},
+      {"llama.rope.dimension_count", 8, "llama.rope.dimension_count = 8 rotates part of each head"},
+      {"llama.attention.key_length", 0, "llama.attention.key_length = 0 must be positive"},
+  };
+  for (const Case& c : cases) {
+    Result<gguf::GgufWriter> writer = make_random_llama_writer(small_shape(DType::kF32), 3);
+    ASSERT_TRUE(writer.ok());
+    writer->set(c.key, gguf::GgufValue::of(c.value));
+    const gguf::GgufFile file = *gguf::GgufFile::parse_owned(*writer->write_to_buffer());
+    const Status status = read_llama_shape(file).status();
+    EXPECT_EQ(status.code(), StatusCode::kInvalidArgument) << c.key;
+    EXPECT_THAT(status.message(), HasSubstr(c.message));
+  }
+}
+
 TEST(LlamaModelFileTest, ValuesAreWellConditioned) {
   LlamaShape shape = small_shape(DType::kF32);
   shape.hidden_size = 256;
@@ -330,6 +376,8 @@ TEST(LlamaModelFileTest, InvalidShapesAreRejectedNamingTheField) {
       {[](LlamaShape& s) { s.num_layers = int64_t{1} << 33; }, "num_layers = 8589934592"},
       {[](LlamaShape& s) { s.num_heads = 3; }, "hidden_size = 64 is not a multiple of num_heads"},
       {[](LlamaShape& s) { s.num_heads = 64; }, "head dimension 1"},
+      {[](LlamaShape& s) { s.key_length = 15; }, "head dimension 15 is odd"},
+      {[](LlamaShape& s) { s.key_length = -2; }, "key_length = -2 must not be negative"},
       {[](LlamaShape& s) { s.num_kv_heads = 3; }, "not a multiple of num_kv_heads = 3"},
       {[](LlamaShape& s) { s.weight_dtype = DType::kI8; }, "weight dtype i8"},
       {[](LlamaShape& s) { s.ffn_size = 48; }, "multiples of 32"},

@@ -88,6 +88,7 @@ struct TensorSpec {
 // Every tensor of a file of `shape`, in file order (the list in the header comment).
 std::vector<TensorSpec> tensor_specs(const LlamaShape& shape) {
   const int64_t hidden = shape.hidden_size;
+  const int64_t q_dim = shape.q_dim();
   const int64_t kv_dim = shape.kv_dim();
   std::vector<TensorSpec> specs;
   auto matrix = [&](std::string name, int64_t row_length, int64_t rows) {
@@ -100,15 +101,15 @@ std::vector<TensorSpec> tensor_specs(const LlamaShape& shape) {
   for (int64_t layer = 0; layer < shape.num_layers; ++layer) {
     const std::string prefix = fmt::format("blk.{}.", layer);
     vector(prefix + "attn_norm.weight", hidden);
-    matrix(prefix + "attn_q.weight", hidden, hidden);
+    matrix(prefix + "attn_q.weight", hidden, q_dim);
     matrix(prefix + "attn_k.weight", hidden, kv_dim);
     matrix(prefix + "attn_v.weight", hidden, kv_dim);
     if (shape.architecture == LlamaArchitecture::kQwen2) {
-      vector(prefix + "attn_q.bias", hidden);
+      vector(prefix + "attn_q.bias", q_dim);
       vector(prefix + "attn_k.bias", kv_dim);
       vector(prefix + "attn_v.bias", kv_dim);
     }
-    matrix(prefix + "attn_output.weight", hidden, hidden);
+    matrix(prefix + "attn_output.weight", q_dim, hidden);
     vector(prefix + "ffn_norm.weight", hidden);
     matrix(prefix + "ffn_gate.weight", hidden, shape.ffn_size);
     matrix(prefix + "ffn_up.weight", hidden, shape.ffn_size);
@@ -144,6 +145,10 @@ void add_shape_metadata(const LlamaShape& shape, const std::string& name,
   writer.set(arch + ".attention.layer_norm_rms_epsilon",
              gguf::GgufValue::of(shape.rms_norm_epsilon));
   writer.set(arch + ".vocab_size", u32(shape.vocab_size));
+  if (shape.key_length > 0) {
+    writer.set(arch + ".attention.key_length", u32(shape.key_length));
+    writer.set(arch + ".attention.value_length", u32(shape.key_length));
+  }
 }
 
 Status add_random_tensors(const LlamaShape& shape, uint64_t seed, gguf::GgufWriter& writer) {
@@ -272,6 +277,43 @@ Status read_tensor_dtypes(const gguf::GgufFile& file, LlamaShape& shape) {
   return Status();
 }
 
+// attention.key_length / value_length (into key_length when either is present) and
+// rope.dimension_count, which must be the head dimension: the attention kernel reads keys and
+// values of one width, and Folio rotates whole heads.
+Status read_head_dimensions(const gguf::GgufFile& file, const std::string& prefix,
+                            LlamaShape& shape) {
+  const std::string key_key = prefix + "attention.key_length";
+  const std::string value_key = prefix + "attention.value_length";
+  if (file.contains(key_key) || file.contains(value_key)) {
+    const int64_t derived = shape.num_heads > 0 ? shape.hidden_size / shape.num_heads : 0;
+    int64_t key_length = derived;
+    int64_t value_length = derived;
+    if (file.contains(key_key)) {
+      FOLIO_ASSIGN_OR_RETURN(key_length, file.get_integer(key_key));
+    }
+    if (file.contains(value_key)) {
+      FOLIO_ASSIGN_OR_RETURN(value_length, file.get_integer(value_key));
+    }
+    if (key_length <= 0) return invalid_argument("{} = {} must be positive", key_key, key_length);
+    if (key_length != value_length) {
+      return invalid_argument(
+          "{} = {} differs from {} = {}; Folio's attention needs keys and values of one width",
+          key_key, key_length, value_key, value_length);
+    }
+    shape.key_length = key_length;
+  }
+  const std::string rotary_key = prefix + "rope.dimension_count";
+  if (file.contains(rotary_key)) {
+    FOLIO_ASSIGN_OR_RETURN(int64_t rotary_dim, file.get_integer(rotary_key));
+    if (rotary_dim != shape.head_dim()) {
+      return invalid_argument(
+          "{} = {} rotates part of each head of {}; Folio rotates whole heads only", rotary_key,
+          rotary_dim, shape.head_dim());
+    }
+  }
+  return Status();
+}
+
 }  // namespace
 
 std::string_view llama_architecture_name(LlamaArchitecture architecture) {
@@ -293,8 +335,8 @@ std::optional<LlamaArchitecture> llama_architecture_from_name(std::string_view n
 int64_t LlamaShape::parameter_count() const {
   const int64_t hidden = hidden_size;
   int64_t per_layer =
-      2 * hidden + 2 * hidden * hidden + 2 * hidden * kv_dim() + 3 * hidden * ffn_size;
-  if (architecture == LlamaArchitecture::kQwen2) per_layer += hidden + 2 * kv_dim();
+      2 * hidden + 2 * hidden * q_dim() + 2 * hidden * kv_dim() + 3 * hidden * ffn_size;
+  if (architecture == LlamaArchitecture::kQwen2) per_layer += q_dim() + 2 * kv_dim();
   return hidden * vocab_size * (tie_embeddings ? 1 : 2) + num_layers * per_layer + hidden;
 }
 
@@ -317,15 +359,17 @@ Status validate_llama_shape(const LlamaShape& shape) {
         "special and 256 byte tokens",
         shape.vocab_size, tokenizer::kMinGeneratedVocabularySize);
   }
-  if (shape.hidden_size % shape.num_heads != 0) {
+  if (shape.key_length < 0) {
+    return invalid_argument("key_length = {} must not be negative (0: hidden_size / num_heads)",
+                            shape.key_length);
+  }
+  if (shape.key_length > 0) FOLIO_RETURN_IF_ERROR(check_size("key_length", shape.key_length));
+  if (shape.key_length == 0 && shape.hidden_size % shape.num_heads != 0) {
     return invalid_argument("hidden_size = {} is not a multiple of num_heads = {}",
                             shape.hidden_size, shape.num_heads);
   }
   if (shape.head_dim() % 2 != 0) {
-    return invalid_argument(
-        "head dimension {} (hidden_size / num_heads) is odd; RoPE needs "
-        "pairs",
-        shape.head_dim());
+    return invalid_argument("head dimension {} is odd; RoPE needs pairs", shape.head_dim());
   }
   if (shape.num_heads % shape.num_kv_heads != 0) {
     return invalid_argument("num_heads = {} is not a multiple of num_kv_heads = {}",
@@ -420,6 +464,7 @@ Result<LlamaShape> read_llama_shape(const gguf::GgufFile& file) {
   FOLIO_ASSIGN_OR_RETURN(double epsilon,
                          file.get_floating(prefix + "attention.layer_norm_rms_epsilon"));
   shape.rms_norm_epsilon = static_cast<float>(epsilon);
+  FOLIO_RETURN_IF_ERROR(read_head_dimensions(file, prefix, shape));
 
   FOLIO_ASSIGN_OR_RETURN(gguf::GgufTensor embedding, file.tensor("token_embd.weight"));
   const std::vector<int64_t>& dimensions = embedding.info->dimensions;

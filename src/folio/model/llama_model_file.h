@@ -8,13 +8,14 @@
 //              <arch>.context_length, .embedding_length, .block_count, .feed_forward_length,
 //              .attention.head_count, .attention.head_count_kv, .rope.freq_base,
 //              .rope.dimension_count, .attention.layer_norm_rms_epsilon, .vocab_size,
+//              .attention.key_length and .value_length (only when key_length is set),
 //              tokenizer.ggml.* (random models: a generated SentencePiece vocabulary,
 //              spm_vocabulary_builder.h; trained models: their own), folio.random_seed (random)
 //   tensors    (ggml order: [row length, rows]; `dtype` is the matrix's dtype: the shape's
 //              weight dtype, or its entry in tensor_dtypes)
 //     token_embd.weight             dtype [hidden, vocab]
 //     blk.N.attn_norm.weight        f32   [hidden]
-//     blk.N.attn_q.weight           dtype [hidden, heads * head_dim]
+//     blk.N.attn_q.weight           dtype [hidden, heads * head_dim]   (head_dim: head_dim())
 //     blk.N.attn_k.weight           dtype [hidden, kv_heads * head_dim]
 //     blk.N.attn_v.weight           dtype [hidden, kv_heads * head_dim]
 //     blk.N.attn_q/k/v.bias         f32   [heads * head_dim] / [kv_heads * head_dim]  (qwen2)
@@ -59,6 +60,9 @@ struct LlamaShape {
   int64_t num_layers = 2;    // block_count
   int64_t num_heads = 4;
   int64_t num_kv_heads = 2;
+  // attention.key_length (= value_length): each head's width, when it is not hidden_size /
+  // num_heads (Gemma, Qwen 3); 0: hidden_size / num_heads, and the keys are not written.
+  int64_t key_length = 0;
   int64_t ffn_size = 128;  // feed_forward_length
   int64_t context_length = 256;
   float rope_theta = 10000.0f;  // rope.freq_base
@@ -75,7 +79,8 @@ struct LlamaShape {
   // The dtype of the matrix named `name` (its tensor_dtypes entry, or weight_dtype).
   DType matrix_dtype(std::string_view name) const;
 
-  int64_t head_dim() const { return hidden_size / num_heads; }
+  int64_t head_dim() const { return key_length > 0 ? key_length : hidden_size / num_heads; }
+  int64_t q_dim() const { return num_heads * head_dim(); }
   int64_t kv_dim() const { return num_kv_heads * head_dim(); }
   // Parameters of the generated file (every tensor's elements).
   int64_t parameter_count() const;
@@ -84,7 +89,8 @@ struct LlamaShape {
 };
 
 // kInvalidArgument naming the field: a size that is not positive or not < 2^32; vocab_size <
-// 259 (the generated vocabulary's minimum); hidden_size not a multiple of num_heads; an odd
+// 259 (the generated vocabulary's minimum); without key_length, hidden_size not a multiple of
+// num_heads; a negative key_length; an odd
 // head_dim (RoPE rotates pairs); num_heads not a multiple of num_kv_heads; a matrix dtype
 // (weight_dtype or a tensor_dtypes entry) that is not a weight dtype (tensor/quantize.h); a
 // matrix whose rows are not a whole number of its dtype's quantization blocks (naming the
@@ -114,7 +120,10 @@ Result<gguf::GgufWriter> make_llama_writer(const LlamaWeights& weights);
 // Reads the shape back from a file's metadata and tensors (vocabulary size from
 // token_embd.weight, weight dtype from blk.0.attn_q.weight, tied embeddings from the absence of
 // output.weight, every other matrix's dtype from its tensor into tensor_dtypes). Optional keys
-// take llama.cpp's defaults (head_count_kv = head_count, rope.freq_base = 10000). Every tensor
+// take llama.cpp's defaults (head_count_kv = head_count, rope.freq_base = 10000,
+// attention.key_length = value_length = embedding_length / head_count). A value_length other
+// than key_length, and a rope.dimension_count other than the head dimension (partial
+// rotation), are refused naming the key. Every tensor
 // is checked against the header's list: errors name the missing or malformed key, a missing
 // tensor, a tensor of another shape, a norm or bias that is not f32, and a tensor that is not
 // part of the architecture (e.g. a mixture-of-experts tensor), which Folio refuses rather than

@@ -166,7 +166,9 @@ def forward(metadata, tensors, tokens):
     positions = torch.arange(len(tokens))
     x = weight("token_embd.weight")[ids]
     hidden = x.shape[-1]
-    head_dim = hidden // heads
+    head_dim = metadata.get(f"{arch}.attention.key_length", hidden // heads)
+    if metadata.get(f"{arch}.attention.value_length", head_dim) != head_dim:
+        raise ValueError("value_length != key_length is not implemented")
     mask = torch.full((len(tokens), len(tokens)), float("-inf"), dtype=torch.float64).triu(1)
     for layer in range(layers):
         prefix = f"blk.{layer}."
@@ -186,7 +188,8 @@ def forward(metadata, tensors, tokens):
         v = v.repeat_interleave(group, dim=1)
         scores = torch.einsum("qhd,khd->hqk", q, k) / (head_dim ** 0.5) + mask
         attention = torch.einsum("hqk,khd->qhd", torch.softmax(scores, dim=-1), v)
-        x = x + attention.reshape(len(tokens), hidden) @ weight(prefix + "attn_output.weight").T
+        x = x + attention.reshape(len(tokens), heads * head_dim) @ weight(
+            prefix + "attn_output.weight").T
         h = rms_norm(x, weight(prefix + "ffn_norm.weight"), eps)
         gate = h @ weight(prefix + "ffn_gate.weight").T
         up = h @ weight(prefix + "ffn_up.weight").T

@@ -29,6 +29,7 @@ models=(
   "llama_q8_0_gqa|--preset small --dtype q8_0 --seed 12"
   "qwen2_f16_tied|--preset small --arch qwen2 --dtype f16 --tie-embeddings --seed 13"
   "llama_mixed_dtypes|--preset small --dtype f32 --seed 14 --tensor-dtype token_embd.weight=q8_0 --tensor-dtype output.weight=q8_0 --tensor-dtype blk.*.attn_v.weight=f16 --tensor-dtype blk.0.ffn_down.weight=q4_0 --tensor-dtype blk.1.attn_q.weight=bf16"
+  "llama_head_dim_32|--preset small --dtype f16 --seed 15 --head-dim 32"
 )
 for entry in "${models[@]}"; do
   name=${entry%%|*}
