@@ -70,6 +70,10 @@ struct MakeModelOptions {
   int64_t vocab = 0, hidden = 0, layers = 0, heads = 0, kv_heads = 0, ffn = 0, context = 0;
   int64_t head_dim = 0;  // attention.key_length = value_length
   double rope_theta = 0;
+  std::string rope_scaling = "none";  // none, linear, llama3, yarn
+  double rope_scaling_factor = 0;     // 0: the scaling's default
+  int64_t rope_original_context = 0;  // llama3 / yarn; 0: the default
+  bool rope_frequency_factors = false;
   // NAME=DTYPE: the matrix NAME in another dtype than --dtype; a `*` in NAME stands for every
   // layer number ("blk.*.attn_v.weight=f16").
   std::vector<std::string> tensor_dtypes;
@@ -94,6 +98,31 @@ Status add_tensor_dtype(std::string_view entry, model::LlamaShape& shape) {
     shape.tensor_dtypes[fmt::format("{}{}{}", name.substr(0, star), layer, name.substr(star + 1))] =
         *dtype;
   }
+  return Status();
+}
+
+// --rope-scaling and its parameters; the other parameters keep RopeScaling's defaults.
+Status set_rope_scaling(const MakeModelOptions& options, model::LlamaShape& shape) {
+  ir::RopeScaling& scaling = shape.rope_scaling;
+  if (options.rope_scaling == "none") {
+    scaling.kind = ir::RopeScalingKind::kNone;
+  } else if (options.rope_scaling == "linear") {
+    scaling.kind = ir::RopeScalingKind::kLinear;
+  } else if (options.rope_scaling == "llama3") {
+    scaling.kind = ir::RopeScalingKind::kLlama3;
+  } else if (options.rope_scaling == "yarn") {
+    scaling.kind = ir::RopeScalingKind::kYarn;
+  } else {
+    return invalid_argument("unknown --rope-scaling '{}': use none, linear, llama3 or yarn",
+                            options.rope_scaling);
+  }
+  if (options.rope_scaling_factor > 0) {
+    scaling.factor = static_cast<float>(options.rope_scaling_factor);
+  }
+  if (options.rope_original_context > 0) {
+    scaling.original_context_length = options.rope_original_context;
+  }
+  shape.rope_frequency_factors = options.rope_frequency_factors;
   return Status();
 }
 
@@ -125,6 +154,7 @@ Result<model::LlamaShape> shape_from(const MakeModelOptions& options) {
   override_with(options.context, shape.context_length);
   override_with(options.head_dim, shape.key_length);
   if (options.rope_theta > 0) shape.rope_theta = static_cast<float>(options.rope_theta);
+  FOLIO_RETURN_IF_ERROR(set_rope_scaling(options, shape));
   for (const std::string& entry : options.tensor_dtypes) {
     FOLIO_RETURN_IF_ERROR(add_tensor_dtype(entry, shape));
   }
@@ -266,6 +296,16 @@ void add_make_model_command(CLI::App& app) {
                       "it is not hidden / heads");
   command->add_option("--context", options->context, "Context length");
   command->add_option("--rope-theta", options->rope_theta, "RoPE frequency base");
+  command
+      ->add_option("--rope-scaling", options->rope_scaling,
+                   "RoPE scaling: none, linear, llama3 or yarn")
+      ->capture_default_str();
+  command->add_option("--rope-scaling-factor", options->rope_scaling_factor,
+                      "RoPE scaling factor (rope.scaling.factor)");
+  command->add_option("--rope-original-context", options->rope_original_context,
+                      "Original context length of llama3 or yarn RoPE scaling");
+  command->add_flag("--rope-freqs", options->rope_frequency_factors,
+                    "Write a rope_freqs.weight tensor of per-pair frequency divisors");
   command->add_option("--tensor-dtype", options->tensor_dtypes,
                       "NAME=DTYPE: write matrix NAME in DTYPE instead of --dtype; `*` in NAME "
                       "stands for every layer (blk.*.attn_v.weight=f16); repeatable");

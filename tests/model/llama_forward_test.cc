@@ -58,12 +58,42 @@ void widen_heads(LlamaShape& shape) {
   shape.key_length = 32;
 }
 
+// RoPE scaling from metadata (rope.scaling.*) and from a rope_freqs.weight tensor. The original
+// context of 64 puts the llama3 and yarn ramps inside the 8 pairs of a 16-wide head.
+void scale_rope_linearly(LlamaShape& shape) {
+  shape.rope_scaling.kind = ir::RopeScalingKind::kLinear;
+  shape.rope_scaling.factor = 4.0f;
+}
+void scale_rope_as_llama3(LlamaShape& shape) {
+  shape.rope_scaling.kind = ir::RopeScalingKind::kLlama3;
+  shape.rope_scaling.factor = 8.0f;
+  shape.rope_scaling.original_context_length = 64;
+}
+void scale_rope_with_yarn(LlamaShape& shape) {
+  shape.rope_scaling.kind = ir::RopeScalingKind::kYarn;
+  shape.rope_scaling.factor = 4.0f;
+  shape.rope_scaling.original_context_length = 64;
+}
+void divide_rope_frequencies(LlamaShape& shape) {
+  shape.rope_frequency_factors = true;
+  scale_rope_linearly(shape);
+  shape.rope_scaling.factor = 2.0f;
+}
+
 constexpr ReferenceModel kReferenceModels[] = {
     {"llama_f32_gqa", LlamaArchitecture::kLlama, DType::kF32, false, 11, 1e-4},
     {"llama_q8_0_gqa", LlamaArchitecture::kLlama, DType::kQ8_0, false, 12, 5e-2},
     {"qwen2_f16_tied", LlamaArchitecture::kQwen2, DType::kF16, true, 13, 1e-4},
     {"llama_mixed_dtypes", LlamaArchitecture::kLlama, DType::kF32, false, 14, 5e-2, mix_dtypes},
     {"llama_head_dim_32", LlamaArchitecture::kLlama, DType::kF16, false, 15, 1e-4, widen_heads},
+    {"llama_rope_linear", LlamaArchitecture::kLlama, DType::kF32, false, 16, 1e-4,
+     scale_rope_linearly},
+    {"llama_rope_llama3", LlamaArchitecture::kLlama, DType::kF32, false, 17, 1e-4,
+     scale_rope_as_llama3},
+    {"qwen2_rope_yarn", LlamaArchitecture::kQwen2, DType::kF32, false, 18, 1e-4,
+     scale_rope_with_yarn},
+    {"llama_rope_freqs", LlamaArchitecture::kLlama, DType::kF32, false, 19, 1e-4,
+     divide_rope_frequencies},
 };
 
 // Keep in sync with the adapters table of tests/data/reference/regenerate.sh.

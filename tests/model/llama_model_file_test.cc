@@ -306,6 +306,124 @@ TEST(LlamaModelFileTest, ReadingRefusesHeadWidthsFolioCannotRunNamingTheKey) {
   }
 }
 
+TEST(LlamaModelFileTest, RopeScalingIsWrittenAndReadBackForEveryKind) {
+  std::vector<LlamaShape> shapes(5, small_shape(DType::kF32));
+  shapes[0].rope_scaling = {.kind = ir::RopeScalingKind::kLinear, .factor = 4.0f};
+  shapes[1].rope_scaling = {.kind = ir::RopeScalingKind::kLlama3,
+                            .factor = 8.0f,
+                            .low_frequency_factor = 2.0f,
+                            .high_frequency_factor = 6.0f,
+                            .original_context_length = 64};
+  shapes[2].rope_scaling = {.kind = ir::RopeScalingKind::kYarn,
+                            .factor = 4.0f,
+                            .original_context_length = 32,
+                            .extrapolation_factor = 0.5f,
+                            .attention_factor = 1.5f,
+                            .beta_fast = 16.0f,
+                            .beta_slow = 2.0f};
+  shapes[3].rope_frequency_factors = true;
+  shapes[4].rope_frequency_factors = true;
+  shapes[4].rope_scaling = shapes[0].rope_scaling;
+  for (const LlamaShape& shape : shapes) {
+    const std::vector<uint8_t> bytes = model_bytes(shape, 10);
+    const gguf::GgufFile file = *gguf::GgufFile::parse(bytes);
+    Result<LlamaShape> read = read_llama_shape(file);
+    ASSERT_TRUE(read.ok()) << read.status();
+    EXPECT_EQ(*read, shape);
+    EXPECT_EQ(file.find_tensor("rope_freqs.weight") != nullptr, shape.rope_frequency_factors);
+  }
+}
+
+// A generated f32 model with metadata `edit`ed: the shape read back, or its error.
+Result<LlamaShape> read_with_metadata(void (*edit)(gguf::GgufWriter& writer),
+                                      bool rope_frequency_factors = false) {
+  LlamaShape shape = small_shape(DType::kF32);
+  shape.rope_frequency_factors = rope_frequency_factors;
+  Result<gguf::GgufWriter> writer = make_random_llama_writer(shape, 3);
+  FOLIO_CHECK(writer.ok());
+  edit(*writer);
+  const gguf::GgufFile file = *gguf::GgufFile::parse_owned(*writer->write_to_buffer());
+  return read_llama_shape(file);
+}
+
+TEST(LlamaModelFileTest, RopeScalingKeysAreReadAsLlamaCppReadsThem) {
+  // No type: linear, from rope.scaling.factor or the older rope.scale_linear.
+  Result<LlamaShape> shape = read_with_metadata([](gguf::GgufWriter& writer) {
+    writer.set("llama.rope.scale_linear", gguf::GgufValue::of(2.0f));
+  });
+  ASSERT_TRUE(shape.ok()) << shape.status();
+  EXPECT_EQ(shape->rope_scaling.kind, ir::RopeScalingKind::kLinear);
+  EXPECT_EQ(shape->rope_scaling.factor, 2.0f);
+  // A factor of 1 scales nothing.
+  shape = read_with_metadata([](gguf::GgufWriter& writer) {
+    writer.set("llama.rope.scaling.factor", gguf::GgufValue::of(1.0f));
+  });
+  EXPECT_EQ(shape->rope_scaling.kind, ir::RopeScalingKind::kNone);
+  // yarn's defaults: the model's context length, ext and attn factors 1, betas 32 and 1; the
+  // older rope.scaling.attn_factor multiplies yarn_attn_factor.
+  shape = read_with_metadata([](gguf::GgufWriter& writer) {
+    writer.set("llama.rope.scaling.type", gguf::GgufValue::of_string("yarn"));
+    writer.set("llama.rope.scaling.factor", gguf::GgufValue::of(4.0f));
+    writer.set("llama.rope.scaling.attn_factor", gguf::GgufValue::of(0.5f));
+  });
+  ASSERT_TRUE(shape.ok()) << shape.status();
+  const ir::RopeScaling yarn{.kind = ir::RopeScalingKind::kYarn,
+                             .factor = 4.0f,
+                             .original_context_length = 128,
+                             .attention_factor = 0.5f};
+  EXPECT_EQ(shape->rope_scaling, yarn);
+  // Beside rope_freqs.weight, llama3 keys are the same factors: the tensor is used.
+  shape = read_with_metadata(
+      [](gguf::GgufWriter& writer) {
+        writer.set("llama.rope.scaling.type", gguf::GgufValue::of_string("llama3"));
+        writer.set("llama.rope.scaling.factor", gguf::GgufValue::of(8.0f));
+      },
+      /*rope_frequency_factors=*/true);
+  ASSERT_TRUE(shape.ok()) << shape.status();
+  EXPECT_EQ(shape->rope_scaling.kind, ir::RopeScalingKind::kNone);
+  EXPECT_TRUE(shape->rope_frequency_factors);
+}
+
+TEST(LlamaModelFileTest, RopeScalingFolioDoesNotImplementIsRefusedNamingTheKey) {
+  struct Case {
+    void (*edit)(gguf::GgufWriter& writer);
+    bool rope_frequency_factors;
+    const char* message;
+  };
+  const Case cases[] = {
+      {[](gguf::GgufWriter& writer) {
+         writer.set("llama.rope.scaling.type", gguf::GgufValue::of_string("longrope"));
+       },
+       false, "llama.rope.scaling.type = 'longrope' is not a RoPE scaling Folio implements"},
+      {[](gguf::GgufWriter& writer) {
+         writer.set("llama.rope.scaling.type", gguf::GgufValue::of_string("yarn"));
+         writer.set("llama.rope.scaling.factor", gguf::GgufValue::of(4.0f));
+         writer.set("llama.rope.scaling.yarn_log_multiplier", gguf::GgufValue::of(0.1f));
+       },
+       false, "llama.rope.scaling.yarn_log_multiplier (DeepSeek's YaRN) is not implemented"},
+      {[](gguf::GgufWriter& writer) {
+         writer.set("llama.rope.scaling.type", gguf::GgufValue::of_string("llama3"));
+       },
+       false, "llama.rope.scaling.type = 'llama3' needs llama.rope.scaling.factor"},
+      {[](gguf::GgufWriter& writer) {
+         writer.set("llama.rope.scaling.type", gguf::GgufValue::of_string("yarn"));
+         writer.set("llama.rope.scaling.factor", gguf::GgufValue::of(4.0f));
+       },
+       true, "rope_freqs.weight with yarn RoPE scaling"},
+      {[](gguf::GgufWriter& writer) {
+         writer.set("llama.rope.scaling.type", gguf::GgufValue::of_string("llama3"));
+         writer.set("llama.rope.scaling.factor", gguf::GgufValue::of(8.0f));
+         writer.set("llama.rope.scaling.high_freq_factor", gguf::GgufValue::of(0.5f));
+       },
+       false, "llama3 RoPE scaling needs 0 < low_freq_factor (1) < high_freq_factor (0.5)"},
+  };
+  for (const Case& c : cases) {
+    const Status status = read_with_metadata(c.edit, c.rope_frequency_factors).status();
+    EXPECT_EQ(status.code(), StatusCode::kInvalidArgument) << c.message;
+    EXPECT_THAT(status.message(), HasSubstr(c.message));
+  }
+}
+
 TEST(LlamaModelFileTest, ValuesAreWellConditioned) {
   LlamaShape shape = small_shape(DType::kF32);
   shape.hidden_size = 256;

@@ -144,7 +144,12 @@ void launch_rope(const OpOperands& operands, const PreparedOp& prepared,
   arguments.query_row_stride = x.shape[1];
   arguments.key_row_stride = x.shape[1];
   arguments.positions = operands.input_data<const int32_t>(ir::rope_input::kPositions);
-  arguments.frequency_factors = prepared.rope_frequency_factors;
+  // A frequency factor operand (GGUF's rope_freqs) is a weight; llama3 and yarn scaling
+  // computed theirs when the graph was prepared (the op signature allows one or the other).
+  arguments.frequency_factors =
+      prepared.op->inputs.size() > ir::rope_input::kFrequencyFactors
+          ? operands.input_data<const float>(ir::rope_input::kFrequencyFactors)
+          : prepared.rope_frequency_factors;
   arguments.num_tokens = x.shape[0];
   arguments.num_heads = static_cast<int32_t>(attributes.num_heads);
   arguments.num_kv_heads = 0;
@@ -154,6 +159,7 @@ void launch_rope(const OpOperands& operands, const PreparedOp& prepared,
                                                                   : kernels::RopeStyle::kNormal;
   arguments.theta_base = attributes.theta;
   arguments.position_scale = prepared.rope_position_scale;
+  arguments.magnitude_scale = prepared.rope_magnitude_scale;
   const int64_t elements_per_token = attributes.num_heads * attributes.rotary_dim;
   stream.launch(device::HostKernel::make<kernels::cpu::RopeArguments, &kernels::cpu::rope_body>(
       "rope", arguments, arguments.num_tokens, kernels::cpu::grain_for(4 * elements_per_token)));

@@ -38,6 +38,8 @@ std::string_view rope_scaling_name(RopeScalingKind kind) {
       return "linear";
     case RopeScalingKind::kLlama3:
       return "llama3";
+    case RopeScalingKind::kYarn:
+      return "yarn";
   }
   return "invalid";
 }

@@ -17,7 +17,10 @@
 //   add, mul        a float [..], b same dtype and shape                 -> a.dtype, a.shape
 //   silu            x float [..]                                         -> x.dtype, x.shape
 //   swiglu          gate float [T, F], up same dtype and shape           -> silu(gate) * up
-//   rope            x float [T, heads * head_dim], positions i32 [T]     -> x.dtype [T, ...]
+//   rope            x float [T, heads * head_dim], positions i32 [T], (frequency_factors f32
+//                   [rotary_dim / 2], a weight: GGUF's rope_freqs, dividing each pair's
+//                   frequency; not with llama3 or yarn scaling, which make their own)
+//                                                                        -> x.dtype [T, ...]
 //   kv_cache_write  key float [T, kv_heads * head_dim], value (same), slot_mapping i32 [T];
 //                   updates key_cache, value_cache float [blocks, block_size, kv_heads,
 //                   head_dim]: token t goes to slot s = slot_mapping[t], i.e. block
@@ -85,7 +88,7 @@ namespace matmul_input {
 inline constexpr int kX = 0, kWeight = 1, kBias = 2;
 }
 namespace rope_input {
-inline constexpr int kX = 0, kPositions = 1;
+inline constexpr int kX = 0, kPositions = 1, kFrequencyFactors = 2;
 }
 namespace kv_cache_write_input {
 inline constexpr int kKey = 0, kValue = 1, kSlotMapping = 2;
@@ -122,6 +125,12 @@ enum class RopeScalingKind : uint8_t {
   kNone,
   kLinear,  // positions divided by `factor`
   kLlama3,  // Llama 3.1 frequency-dependent scaling
+  // YaRN as ggml computes it: per pair, the angle blends the interpolated (divided by `factor`)
+  // and the original one by a ramp between the dimensions where beta_fast and beta_slow
+  // rotations fit in original_context_length, times extrapolation_factor; cosines and sines
+  // are scaled by attention_factor * (1 + 0.1 ln factor) (the last term only when
+  // extrapolation_factor != 0).
+  kYarn,
 };
 
 struct RopeScaling {
@@ -129,7 +138,11 @@ struct RopeScaling {
   float factor = 1.0f;
   float low_frequency_factor = 1.0f;       // kLlama3 only
   float high_frequency_factor = 4.0f;      // kLlama3 only
-  int64_t original_context_length = 8192;  // kLlama3 only
+  int64_t original_context_length = 8192;  // kLlama3 and kYarn
+  float extrapolation_factor = 1.0f;       // kYarn only: ggml's ext_factor, >= 0
+  float attention_factor = 1.0f;           // kYarn only: ggml's attn_factor, > 0
+  float beta_fast = 32.0f;                 // kYarn only: > beta_slow
+  float beta_slow = 1.0f;                  // kYarn only: > 0
   friend bool operator==(const RopeScaling&, const RopeScaling&) = default;
 };
 

@@ -161,7 +161,7 @@ Result<Specs> infer_elementwise(const SignatureChecker& check, int num_inputs, b
 }
 
 Result<Specs> infer_rope(const SignatureChecker& check) {
-  FOLIO_RETURN_IF_ERROR(check.counts(2, 2, 0));
+  FOLIO_RETURN_IF_ERROR(check.counts(2, 3, 0));
   FOLIO_ASSIGN_OR_RETURN(const auto attributes, check.attributes<RopeAttributes>());
   const TensorInfo& x = check.input(rope_input::kX);
   const TensorInfo& positions = check.input(rope_input::kPositions);
@@ -195,6 +195,29 @@ Result<Specs> infer_rope(const SignatureChecker& check) {
         "high_frequency_factor ({}) and a positive original context length ({})",
         scaling.low_frequency_factor, scaling.high_frequency_factor,
         scaling.original_context_length);
+  }
+  if (scaling.kind == RopeScalingKind::kYarn &&
+      !(scaling.extrapolation_factor >= 0.0f && scaling.attention_factor > 0.0f &&
+        scaling.beta_slow > 0.0f && scaling.beta_fast > scaling.beta_slow &&
+        scaling.original_context_length > 0)) {
+    return check.error(
+        "yarn RoPE scaling needs extrapolation_factor ({}) >= 0, attention_factor ({}) > 0, "
+        "0 < beta_slow ({}) < beta_fast ({}) and a positive original context length ({})",
+        scaling.extrapolation_factor, scaling.attention_factor, scaling.beta_slow,
+        scaling.beta_fast, scaling.original_context_length);
+  }
+  if (check.num_inputs() == 3) {
+    const TensorInfo& factors = check.input(rope_input::kFrequencyFactors);
+    FOLIO_RETURN_IF_ERROR(check.has_residency(factors, Residency::kWeight, "frequency factors"));
+    FOLIO_RETURN_IF_ERROR(check.has_dtype(factors, DType::kF32, "frequency factors"));
+    FOLIO_RETURN_IF_ERROR(check.has_rank(factors, 1, "frequency factors"));
+    FOLIO_RETURN_IF_ERROR(check.has_dim(factors, 0, attributes.rotary_dim / 2, "frequency factors",
+                                        "rotary_dim / 2"));
+    if (scaling.kind == RopeScalingKind::kLlama3 || scaling.kind == RopeScalingKind::kYarn) {
+      return check.error("frequency factors '{}' with {} scaling, which makes its own",
+                         factors.name,
+                         scaling.kind == RopeScalingKind::kLlama3 ? "llama3" : "yarn");
+    }
   }
   return Specs{{x.dtype, x.shape}};
 }

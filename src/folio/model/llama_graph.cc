@@ -67,6 +67,11 @@ class LlamaEmitter {
         builder_.weight("token_embd.weight", model_.matrix_dtype("token_embd.weight"),
                         {model_.vocab_size, model_.hidden_size}));
     FOLIO_ASSIGN_OR_RETURN(TensorId hidden, builder_.embedding(inputs_.token_ids, table, "embed"));
+    if (model_.rope_frequency_factors) {
+      FOLIO_ASSIGN_OR_RETURN(
+          rope_frequency_factors_,
+          builder_.weight("rope_freqs.weight", DType::kF32, {model_.head_dim() / 2}));
+    }
     for (int64_t layer = 0; layer < model_.num_layers; ++layer) {
       builder_.set_layer(static_cast<int32_t>(layer));
       FOLIO_ASSIGN_OR_RETURN(hidden, attention_block(layer, hidden));
@@ -124,6 +129,14 @@ class LlamaEmitter {
                          llama_adapter_target_index(layer, projection), name + ".lora");
   }
 
+  // RoPE on x with the model's frequency factors (rope_freqs.weight) when it has them.
+  Result<TensorId> apply_rope(TensorId x, const ir::RopeAttributes& rope, std::string name) {
+    if (rope_frequency_factors_) {
+      return builder_.rope(x, inputs_.positions, *rope_frequency_factors_, rope, std::move(name));
+    }
+    return builder_.rope(x, inputs_.positions, rope, std::move(name));
+  }
+
   Result<TensorId> attention_block(int64_t layer, TensorId hidden) {
     const std::string prefix = fmt::format("blk.{}", layer);
     const int64_t head_dim = model_.head_dim();
@@ -145,11 +158,10 @@ class LlamaEmitter {
     rope.theta = model_.rope_theta;
     rope.style = model_.architecture == LlamaArchitecture::kQwen2 ? kernels::RopeStyle::kNeox
                                                                   : kernels::RopeStyle::kNormal;
-    FOLIO_ASSIGN_OR_RETURN(TensorId q_rope,
-                           builder_.rope(q, inputs_.positions, rope, prefix + ".q_rope"));
+    rope.scaling = model_.rope_scaling;
+    FOLIO_ASSIGN_OR_RETURN(TensorId q_rope, apply_rope(q, rope, prefix + ".q_rope"));
     rope.num_heads = model_.num_kv_heads;
-    FOLIO_ASSIGN_OR_RETURN(TensorId k_rope,
-                           builder_.rope(k, inputs_.positions, rope, prefix + ".k_rope"));
+    FOLIO_ASSIGN_OR_RETURN(TensorId k_rope, apply_rope(k, rope, prefix + ".k_rope"));
     const ir::Shape cache_shape{kv_cache_.num_blocks, kv_cache_.geometry.block_size,
                                 model_.num_kv_heads, head_dim};
     FOLIO_ASSIGN_OR_RETURN(
@@ -192,6 +204,7 @@ class LlamaEmitter {
   const LlamaGraphOptions options_;
   GraphBuilder builder_;
   StepInputs inputs_;
+  std::optional<TensorId> rope_frequency_factors_;  // f32 [head_dim / 2], rope_freqs.weight
 };
 
 Status validate_step_shape(const LlamaShape& model, const ir::StepShape& step,

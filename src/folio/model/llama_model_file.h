@@ -9,10 +9,15 @@
 //              .attention.head_count, .attention.head_count_kv, .rope.freq_base,
 //              .rope.dimension_count, .attention.layer_norm_rms_epsilon, .vocab_size,
 //              .attention.key_length and .value_length (only when key_length is set),
+//              .rope.scaling.type, .factor and the kind's own keys (only with scaling: llama3
+//              .low_freq_factor, .high_freq_factor, .original_context_length; yarn
+//              .original_context_length, .yarn_ext_factor, .yarn_attn_factor,
+//              .yarn_beta_fast, .yarn_beta_slow),
 //              tokenizer.ggml.* (random models: a generated SentencePiece vocabulary,
 //              spm_vocabulary_builder.h; trained models: their own), folio.random_seed (random)
 //   tensors    (ggml order: [row length, rows]; `dtype` is the matrix's dtype: the shape's
 //              weight dtype, or its entry in tensor_dtypes)
+//     rope_freqs.weight             f32   [head_dim / 2]   (with rope_frequency_factors)
 //     token_embd.weight             dtype [hidden, vocab]
 //     blk.N.attn_norm.weight        f32   [hidden]
 //     blk.N.attn_q.weight           dtype [hidden, heads * head_dim]   (head_dim: head_dim())
@@ -43,6 +48,7 @@
 
 #include "folio/base/result.h"
 #include "folio/gguf/gguf_writer.h"
+#include "folio/ir/op.h"
 #include "folio/tensor/dtype.h"
 #include "folio/tokenizer/vocabulary.h"
 
@@ -66,6 +72,12 @@ struct LlamaShape {
   int64_t ffn_size = 128;  // feed_forward_length
   int64_t context_length = 256;
   float rope_theta = 10000.0f;  // rope.freq_base
+  // rope.scaling.*: none, linear (positions divided by factor), llama3 or yarn (op.h).
+  ir::RopeScaling rope_scaling;
+  // The file has rope_freqs.weight, f32 [head_dim / 2]: each pair's frequency is divided by its
+  // entry (what llama.cpp's converter writes for Llama 3.1 instead of scaling keys). Not with
+  // llama3 or yarn scaling.
+  bool rope_frequency_factors = false;
   float rms_norm_epsilon = 1e-5f;
   // Of the matrices not named in tensor_dtypes (read from blk.0.attn_q.weight); it also sets
   // the written general.file_type. Norms and biases are always f32.
@@ -123,7 +135,13 @@ Result<gguf::GgufWriter> make_llama_writer(const LlamaWeights& weights);
 // take llama.cpp's defaults (head_count_kv = head_count, rope.freq_base = 10000,
 // attention.key_length = value_length = embedding_length / head_count). A value_length other
 // than key_length, and a rope.dimension_count other than the head dimension (partial
-// rotation), are refused naming the key. Every tensor
+// rotation), are refused naming the key. RoPE scaling as llama.cpp reads it: rope.scaling.type
+// (default linear), rope.scaling.factor (or the older rope.scale_linear; absent or 1: no
+// scaling); llama3 and yarn read their keys with llama.cpp's defaults (yarn: ext_factor 1,
+// attn_factor 1 times rope.scaling.attn_factor, beta_fast 32, beta_slow 1, original context
+// length = context_length); any other type (longrope, ...) and yarn_log_multiplier are refused
+// naming the key. rope_freqs.weight sets rope_frequency_factors (and, beside llama3 scaling,
+// replaces it: it holds the same factors). Every tensor
 // is checked against the header's list: errors name the missing or malformed key, a missing
 // tensor, a tensor of another shape, a norm or bias that is not f32, and a tensor that is not
 // part of the architecture (e.g. a mixture-of-experts tensor), which Folio refuses rather than

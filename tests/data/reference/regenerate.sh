@@ -30,6 +30,10 @@ models=(
   "qwen2_f16_tied|--preset small --arch qwen2 --dtype f16 --tie-embeddings --seed 13"
   "llama_mixed_dtypes|--preset small --dtype f32 --seed 14 --tensor-dtype token_embd.weight=q8_0 --tensor-dtype output.weight=q8_0 --tensor-dtype blk.*.attn_v.weight=f16 --tensor-dtype blk.0.ffn_down.weight=q4_0 --tensor-dtype blk.1.attn_q.weight=bf16"
   "llama_head_dim_32|--preset small --dtype f16 --seed 15 --head-dim 32"
+  "llama_rope_linear|--preset small --seed 16 --rope-scaling linear --rope-scaling-factor 4"
+  "llama_rope_llama3|--preset small --seed 17 --rope-scaling llama3 --rope-scaling-factor 8 --rope-original-context 64"
+  "qwen2_rope_yarn|--preset small --arch qwen2 --seed 18 --rope-scaling yarn --rope-scaling-factor 4 --rope-original-context 64"
+  "llama_rope_freqs|--preset small --seed 19 --rope-freqs --rope-scaling linear --rope-scaling-factor 2"
 )
 for entry in "${models[@]}"; do
   name=${entry%%|*}
