@@ -134,7 +134,8 @@ Result<model::LlamaShape> shape_from(const MakeModelOptions& options) {
   model::LlamaShape shape = preset->second;
   auto architecture = model::llama_architecture_from_name(options.architecture);
   if (!architecture) {
-    return invalid_argument("unknown architecture '{}': use llama or qwen2", options.architecture);
+    return invalid_argument("unknown architecture '{}': use one of {}", options.architecture,
+                            model::llama_architecture_names());
   }
   shape.architecture = *architecture;
   std::optional<DType> dtype = dtype_from_name(options.dtype);
@@ -279,7 +280,7 @@ void add_make_model_command(CLI::App& app) {
       ->capture_default_str();
   command->add_option("--dtype", options->dtype, "Weight type: f32, f16, bf16, q8_0, q4_0")
       ->capture_default_str();
-  command->add_option("--arch", options->architecture, "Architecture: llama or qwen2")
+  command->add_option("--arch", options->architecture, "Architecture: llama, qwen2 or qwen3")
       ->capture_default_str();
   command->add_option("--seed", options->seed, "Random seed (same seed, same bytes)")
       ->capture_default_str();

@@ -107,6 +107,11 @@ TEST_F(BuilderTest, RmsNormRejectsWrongWeightOrEpsilon) {
   expect_rejected(builder_.rms_norm(hidden_, short_weight, 1e-5f, "n").status(),
                   "dimension 0 must be 64");
   expect_rejected(builder_.rms_norm(hidden_, weight, 0.0f, "n").status(), "epsilon");
+  // A weight of a divisor of the columns normalizes each group of that many (per-head norms).
+  const TensorId head_weight = builder_.weight("head_norm", DType::kF32, {16}).value();
+  const Result<TensorId> heads = builder_.rms_norm(hidden_, head_weight, 1e-5f, "heads");
+  ASSERT_TRUE(heads.ok()) << heads.status();
+  EXPECT_EQ(builder_.graph().tensor(*heads).shape, builder_.graph().tensor(hidden_).shape);
 }
 
 TEST_F(BuilderTest, RopeRejectsBadHeadsPositionsAndRotaryDim) {

@@ -94,6 +94,7 @@ constexpr ReferenceModel kReferenceModels[] = {
      scale_rope_with_yarn},
     {"llama_rope_freqs", LlamaArchitecture::kLlama, DType::kF32, false, 19, 1e-4,
      divide_rope_frequencies},
+    {"qwen3_f16_head_dim_32", LlamaArchitecture::kQwen3, DType::kF16, false, 20, 1e-4, widen_heads},
 };
 
 // Keep in sync with the adapters table of tests/data/reference/regenerate.sh.

@@ -131,6 +131,25 @@ TEST(LlamaModelFileTest, TiedQwen2ModelHasBiasesAndNoOutputMatrix) {
   EXPECT_EQ(parameters, shape.parameter_count());
 }
 
+TEST(LlamaModelFileTest, Qwen3ModelHasPerHeadQueryKeyNormsAndNoBiases) {
+  LlamaShape shape = small_shape(DType::kF16);
+  shape.architecture = LlamaArchitecture::kQwen3;
+  shape.key_length = 32;
+  const std::vector<uint8_t> bytes = model_bytes(shape, 5);
+  const gguf::GgufFile file = *gguf::GgufFile::parse(bytes);
+  EXPECT_EQ(*file.get_string("general.architecture"), "qwen3");
+  EXPECT_EQ(file.find_tensor("blk.1.attn_q_norm.weight")->dimensions, std::vector<int64_t>{32});
+  EXPECT_EQ(file.find_tensor("blk.1.attn_k_norm.weight")->dimensions, std::vector<int64_t>{32});
+  EXPECT_EQ(file.tensor("blk.1.attn_k_norm.weight")->dtype, DType::kF32);
+  EXPECT_EQ(file.find_tensor("blk.0.attn_q.bias"), nullptr);
+  int64_t parameters = 0;
+  for (const gguf::GgufTensorInfo& info : file.tensors()) parameters += info.element_count;
+  EXPECT_EQ(parameters, shape.parameter_count());
+  Result<LlamaShape> read = read_llama_shape(file);
+  ASSERT_TRUE(read.ok()) << read.status();
+  EXPECT_EQ(*read, shape);
+}
+
 TEST(LlamaModelFileTest, ShapeReadsBackForEveryDtypeAndArchitecture) {
   for (DType dtype : {DType::kF32, DType::kF16, DType::kBF16, DType::kQ8_0, DType::kQ4_0}) {
     for (bool qwen2 : {false, true}) {
@@ -523,7 +542,8 @@ TEST(LlamaModelFileTest, ReadingANonLlamaFileNamesWhatIsMissing) {
   gguf::GgufWriter other;
   other.set("general.architecture", gguf::GgufValue::of_string("mamba"));
   const gguf::GgufFile mamba = *gguf::GgufFile::parse_owned(*other.write_to_buffer());
-  EXPECT_THAT(read_llama_shape(mamba).status().message(), HasSubstr("'mamba' is not one"));
+  EXPECT_THAT(read_llama_shape(mamba).status().message(),
+              HasSubstr("'mamba' is not one Folio runs (llama, qwen2, qwen3)"));
 }
 
 }  // namespace

@@ -78,8 +78,11 @@ void launch_rms_norm(const OpOperands& operands, const ir::Op& op, device::HostS
   arguments.input = operands.input_data<const float>(ir::rms_norm_input::kX);
   arguments.weight = operands.input_data<const float>(ir::rms_norm_input::kWeight);
   arguments.output = operands.output_data();
-  arguments.num_rows = x.shape[0];
-  arguments.hidden = x.shape[1];
+  // Groups of the weight's length are rows of their own (per-head norms): the rows are
+  // contiguous either way.
+  const int64_t group = operands.input(ir::rms_norm_input::kWeight).shape[0];
+  arguments.num_rows = x.shape[0] * (x.shape[1] / group);
+  arguments.hidden = group;
   arguments.epsilon = std::get<ir::RmsNormAttributes>(op.attributes).epsilon;
   kernels::cpu::rms_norm(stream, arguments);
 }

@@ -11,7 +11,9 @@
 //
 //   kind            inputs                                              -> output
 //   embedding       token_ids i32 [T], table any [vocab, hidden]        -> float [T, hidden]
-//   rms_norm        x float [T, H], weight f32|x.dtype [H]              -> x.dtype [T, H]
+//   rms_norm        x float [T, G * H], weight f32|x.dtype [H]          -> x.dtype [T, G * H]
+//                   each group of H columns normalized on its own (G = 1: the hidden state;
+//                   G = heads: Qwen 3's per-head q/k norms)
 //   matmul          x float [T, K], weight any [N, K], (bias f32|x.dtype [N]) -> x.dtype [T, N]
 //                   y = x * weight^T + bias; the weight is stored as N rows of K (GGUF layout)
 //   add, mul        a float [..], b same dtype and shape                 -> a.dtype, a.shape

@@ -112,7 +112,12 @@ Result<Specs> infer_rms_norm(const SignatureChecker& check) {
     return check.error("weight '{}' is {}; expected f32 or {}", weight.name,
                        dtype_name(weight.dtype), dtype_name(x.dtype));
   }
-  FOLIO_RETURN_IF_ERROR(check.has_dim(weight, 0, x.shape[1], "weight", "the input's columns"));
+  if (weight.shape[0] <= 0 || x.shape[1] % weight.shape[0] != 0) {
+    return check.error(
+        "weight '{}' has shape {}; dimension 0 must be {} or a divisor of it (the input's "
+        "columns, normalized in groups of the weight's length)",
+        weight.name, weight.shape.to_string(), x.shape[1]);
+  }
   if (!(attributes.epsilon > 0.0f)) {
     return check.error("epsilon {} is not positive", attributes.epsilon);
   }

@@ -108,6 +108,14 @@ class LlamaEmitter {
     return builder_.rms_norm(x, weight, model_.rms_norm_epsilon, name);
   }
 
+  // RMSNorm of each head of x [T, heads * head_dim] with the f32 weight "<name>.weight"
+  // [head_dim] (Qwen 3's q and k norms).
+  Result<TensorId> head_norm(TensorId x, const std::string& name) {
+    FOLIO_ASSIGN_OR_RETURN(TensorId weight,
+                           builder_.weight(name + ".weight", DType::kF32, {model_.head_dim()}));
+    return builder_.rms_norm(x, weight, model_.rms_norm_epsilon, name);
+  }
+
   // x [T, in] * "blk.<layer>.<projection>.weight" [out, in]^T, plus the f32 bias when `bias`,
   // plus each token's adapter update when the graph has adapters.
   Result<TensorId> projection(TensorId x, int64_t layer, LlamaProjection projection,
@@ -142,7 +150,7 @@ class LlamaEmitter {
     const int64_t head_dim = model_.head_dim();
     const int64_t q_width = model_.num_heads * head_dim;
     const int64_t kv_width = model_.kv_dim();
-    const bool bias = model_.architecture == LlamaArchitecture::kQwen2;
+    const bool bias = llama_has_attention_bias(model_.architecture);
     FOLIO_ASSIGN_OR_RETURN(TensorId normed, norm(hidden, prefix + ".attn_norm"));
     const int64_t hidden_size = model_.hidden_size;
     FOLIO_ASSIGN_OR_RETURN(
@@ -156,8 +164,11 @@ class LlamaEmitter {
     rope.head_dim = head_dim;
     rope.rotary_dim = head_dim;
     rope.theta = model_.rope_theta;
-    rope.style = model_.architecture == LlamaArchitecture::kQwen2 ? kernels::RopeStyle::kNeox
-                                                                  : kernels::RopeStyle::kNormal;
+    rope.style = llama_rope_style(model_.architecture);
+    if (llama_has_query_key_norm(model_.architecture)) {
+      FOLIO_ASSIGN_OR_RETURN(q, head_norm(q, prefix + ".attn_q_norm"));
+      FOLIO_ASSIGN_OR_RETURN(k, head_norm(k, prefix + ".attn_k_norm"));
+    }
     rope.scaling = model_.rope_scaling;
     FOLIO_ASSIGN_OR_RETURN(TensorId q_rope, apply_rope(q, rope, prefix + ".q_rope"));
     rope.num_heads = model_.num_kv_heads;

@@ -106,7 +106,11 @@ std::vector<TensorSpec> tensor_specs(const LlamaShape& shape) {
     matrix(prefix + "attn_q.weight", hidden, q_dim);
     matrix(prefix + "attn_k.weight", hidden, kv_dim);
     matrix(prefix + "attn_v.weight", hidden, kv_dim);
-    if (shape.architecture == LlamaArchitecture::kQwen2) {
+    if (llama_has_query_key_norm(shape.architecture)) {
+      vector(prefix + "attn_q_norm.weight", shape.head_dim());
+      vector(prefix + "attn_k_norm.weight", shape.head_dim());
+    }
+    if (llama_has_attention_bias(shape.architecture)) {
       vector(prefix + "attn_q.bias", q_dim);
       vector(prefix + "attn_k.bias", kv_dim);
       vector(prefix + "attn_v.bias", kv_dim);
@@ -496,13 +500,53 @@ std::string_view llama_architecture_name(LlamaArchitecture architecture) {
       return "llama";
     case LlamaArchitecture::kQwen2:
       return "qwen2";
+    case LlamaArchitecture::kQwen3:
+      return "qwen3";
   }
   return "invalid";
+}
+
+std::string llama_architecture_names() {
+  return "llama, qwen2, qwen3";
+}
+
+bool llama_has_attention_bias(LlamaArchitecture architecture) {
+  switch (architecture) {
+    case LlamaArchitecture::kQwen2:
+      return true;
+    case LlamaArchitecture::kLlama:
+    case LlamaArchitecture::kQwen3:
+      return false;
+  }
+  return false;
+}
+
+bool llama_has_query_key_norm(LlamaArchitecture architecture) {
+  switch (architecture) {
+    case LlamaArchitecture::kQwen3:
+      return true;
+    case LlamaArchitecture::kLlama:
+    case LlamaArchitecture::kQwen2:
+      return false;
+  }
+  return false;
+}
+
+kernels::RopeStyle llama_rope_style(LlamaArchitecture architecture) {
+  switch (architecture) {
+    case LlamaArchitecture::kLlama:
+      return kernels::RopeStyle::kNormal;
+    case LlamaArchitecture::kQwen2:
+    case LlamaArchitecture::kQwen3:
+      return kernels::RopeStyle::kNeox;
+  }
+  return kernels::RopeStyle::kNormal;
 }
 
 std::optional<LlamaArchitecture> llama_architecture_from_name(std::string_view name) {
   if (name == "llama") return LlamaArchitecture::kLlama;
   if (name == "qwen2") return LlamaArchitecture::kQwen2;
+  if (name == "qwen3") return LlamaArchitecture::kQwen3;
   return std::nullopt;
 }
 
@@ -510,7 +554,8 @@ int64_t LlamaShape::parameter_count() const {
   const int64_t hidden = hidden_size;
   int64_t per_layer =
       2 * hidden + 2 * hidden * q_dim() + 2 * hidden * kv_dim() + 3 * hidden * ffn_size;
-  if (architecture == LlamaArchitecture::kQwen2) per_layer += q_dim() + 2 * kv_dim();
+  if (llama_has_attention_bias(architecture)) per_layer += q_dim() + 2 * kv_dim();
+  if (llama_has_query_key_norm(architecture)) per_layer += 2 * head_dim();
   return hidden * vocab_size * (tie_embeddings ? 1 : 2) + num_layers * per_layer + hidden;
 }
 
@@ -616,8 +661,8 @@ Result<LlamaShape> read_llama_shape(const gguf::GgufFile& file) {
   FOLIO_ASSIGN_OR_RETURN(std::string_view name, file.get_string("general.architecture"));
   const std::optional<LlamaArchitecture> architecture = llama_architecture_from_name(name);
   if (!architecture) {
-    return invalid_argument("{}: general.architecture '{}' is not one Folio runs (llama, qwen2)",
-                            file.source(), name);
+    return invalid_argument("{}: general.architecture '{}' is not one Folio runs ({})",
+                            file.source(), name, llama_architecture_names());
   }
   LlamaShape shape;
   shape.architecture = *architecture;

@@ -24,6 +24,8 @@
 //     blk.N.attn_k.weight           dtype [hidden, kv_heads * head_dim]
 //     blk.N.attn_v.weight           dtype [hidden, kv_heads * head_dim]
 //     blk.N.attn_q/k/v.bias         f32   [heads * head_dim] / [kv_heads * head_dim]  (qwen2)
+//     blk.N.attn_q_norm.weight      f32   [head_dim]                                  (qwen3)
+//     blk.N.attn_k_norm.weight      f32   [head_dim]                                  (qwen3)
 //     blk.N.attn_output.weight      dtype [heads * head_dim, hidden]
 //     blk.N.ffn_norm.weight         f32   [hidden]
 //     blk.N.ffn_gate.weight         dtype [hidden, ffn]
@@ -54,10 +56,23 @@
 
 namespace folio::model {
 
-enum class LlamaArchitecture { kLlama, kQwen2 };
+// The Llama-family architectures Folio runs, by general.architecture:
+//   llama  Llama, Mistral-style files: normal (adjacent-pair) RoPE, no biases.
+//   qwen2  Q/K/V biases, NeoX RoPE.
+//   qwen3  no biases, NeoX RoPE, and an RMSNorm of each query and key head before RoPE
+//          (blk.N.attn_q_norm / attn_k_norm, f32 [head_dim]).
+enum class LlamaArchitecture { kLlama, kQwen2, kQwen3 };
 
-std::string_view llama_architecture_name(LlamaArchitecture architecture);  // "llama", "qwen2"
+std::string_view llama_architecture_name(LlamaArchitecture architecture);  // "llama", "qwen2", ...
 std::optional<LlamaArchitecture> llama_architecture_from_name(std::string_view name);
+// The names of every architecture, for messages ("llama, qwen2, qwen3").
+std::string llama_architecture_names();
+// Whether Q, K and V projections have biases (qwen2).
+bool llama_has_attention_bias(LlamaArchitecture architecture);
+// Whether each query and key head is RMS-normalized before RoPE (qwen3).
+bool llama_has_query_key_norm(LlamaArchitecture architecture);
+// Which values RoPE pairs (kNormal for llama, kNeox for the Qwens).
+kernels::RopeStyle llama_rope_style(LlamaArchitecture architecture);
 
 struct LlamaShape {
   LlamaArchitecture architecture = LlamaArchitecture::kLlama;

@@ -204,7 +204,7 @@ def forward(metadata, tensors, tokens):
     kv_heads = metadata.get(f"{arch}.attention.head_count_kv", heads)
     eps = key("attention.layer_norm_rms_epsilon")
     theta = metadata.get(f"{arch}.rope.freq_base", 10000.0)
-    neox = arch in ("qwen2",)
+    neox = arch in ("qwen2", "qwen3")
     weight = lambda name: torch.from_numpy(tensors[name])
     optional = lambda name: torch.from_numpy(tensors[name]) if name in tensors else None
 
@@ -228,6 +228,10 @@ def forward(metadata, tensors, tokens):
         q = projections[0].view(len(tokens), heads, head_dim)
         k = projections[1].view(len(tokens), kv_heads, head_dim)
         v = projections[2].view(len(tokens), kv_heads, head_dim)
+        q_norm = optional(prefix + "attn_q_norm.weight")  # qwen3: per-head RMSNorm before RoPE
+        if q_norm is not None:
+            q = rms_norm(q, q_norm, eps)
+            k = rms_norm(k, weight(prefix + "attn_k_norm.weight"), eps)
         q = rope(q, positions, frequencies, magnitude, neox)
         k = rope(k, positions, frequencies, magnitude, neox)
         group = heads // kv_heads

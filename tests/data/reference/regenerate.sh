@@ -34,6 +34,7 @@ models=(
   "llama_rope_llama3|--preset small --seed 17 --rope-scaling llama3 --rope-scaling-factor 8 --rope-original-context 64"
   "qwen2_rope_yarn|--preset small --arch qwen2 --seed 18 --rope-scaling yarn --rope-scaling-factor 4 --rope-original-context 64"
   "llama_rope_freqs|--preset small --seed 19 --rope-freqs --rope-scaling linear --rope-scaling-factor 2"
+  "qwen3_f16_head_dim_32|--preset small --arch qwen3 --dtype f16 --head-dim 32 --seed 20"
 )
 for entry in "${models[@]}"; do
   name=${entry%%|*}
