@@ -69,6 +69,7 @@ struct MakeModelOptions {
   // Overrides of the preset; 0 (or a non-positive float) keeps the preset's value.
   int64_t vocab = 0, hidden = 0, layers = 0, heads = 0, kv_heads = 0, ffn = 0, context = 0;
   int64_t head_dim = 0;  // attention.key_length = value_length
+  int64_t sliding_window = 0;
   double rope_theta = 0;
   std::string rope_scaling = "none";  // none, linear, llama3, yarn
   double rope_scaling_factor = 0;     // 0: the scaling's default
@@ -154,6 +155,7 @@ Result<model::LlamaShape> shape_from(const MakeModelOptions& options) {
   override_with(options.ffn, shape.ffn_size);
   override_with(options.context, shape.context_length);
   override_with(options.head_dim, shape.key_length);
+  override_with(options.sliding_window, shape.sliding_window);
   if (options.rope_theta > 0) shape.rope_theta = static_cast<float>(options.rope_theta);
   FOLIO_RETURN_IF_ERROR(set_rope_scaling(options, shape));
   for (const std::string& entry : options.tensor_dtypes) {
@@ -292,6 +294,8 @@ void add_make_model_command(CLI::App& app) {
   command->add_option("--heads", options->heads, "Attention heads");
   command->add_option("--kv-heads", options->kv_heads, "Key/value heads (grouped-query attention)");
   command->add_option("--ffn", options->ffn, "Feed-forward size");
+  command->add_option("--sliding-window", options->sliding_window,
+                      "Attention window in tokens (attention.sliding_window; Mistral)");
   command->add_option("--head-dim", options->head_dim,
                       "Width of each attention head (attention.key_length = value_length), when "
                       "it is not hidden / heads");

@@ -80,6 +80,11 @@ void divide_rope_frequencies(LlamaShape& shape) {
   shape.rope_scaling.factor = 2.0f;
 }
 
+// Mistral's sliding-window attention, with a window shorter than the longest prompt.
+void slide_attention_window(LlamaShape& shape) {
+  shape.sliding_window = 6;
+}
+
 constexpr ReferenceModel kReferenceModels[] = {
     {"llama_f32_gqa", LlamaArchitecture::kLlama, DType::kF32, false, 11, 1e-4},
     {"llama_q8_0_gqa", LlamaArchitecture::kLlama, DType::kQ8_0, false, 12, 5e-2},
@@ -95,6 +100,8 @@ constexpr ReferenceModel kReferenceModels[] = {
     {"llama_rope_freqs", LlamaArchitecture::kLlama, DType::kF32, false, 19, 1e-4,
      divide_rope_frequencies},
     {"qwen3_f16_head_dim_32", LlamaArchitecture::kQwen3, DType::kF16, false, 20, 1e-4, widen_heads},
+    {"llama_sliding_window_6", LlamaArchitecture::kLlama, DType::kF32, false, 21, 1e-4,
+     slide_attention_window},
 };
 
 // Keep in sync with the adapters table of tests/data/reference/regenerate.sh.

@@ -443,6 +443,28 @@ TEST(LlamaModelFileTest, RopeScalingFolioDoesNotImplementIsRefusedNamingTheKey) 
   }
 }
 
+TEST(LlamaModelFileTest, SlidingWindowIsWrittenAndReadBack) {
+  LlamaShape shape = small_shape(DType::kF32);
+  shape.sliding_window = 4096;
+  const std::vector<uint8_t> bytes = model_bytes(shape, 12);
+  const gguf::GgufFile file = *gguf::GgufFile::parse(bytes);
+  EXPECT_EQ(*file.get<uint32_t>("llama.attention.sliding_window"), 4096u);
+  Result<LlamaShape> read = read_llama_shape(file);
+  ASSERT_TRUE(read.ok()) << read.status();
+  EXPECT_EQ(*read, shape);
+}
+
+TEST(LlamaModelFileTest, MixtureOfExpertsIsRefusedNamingTheKey) {
+  const Status status = read_with_metadata([](gguf::GgufWriter& writer) {
+                          writer.set("llama.expert_count", gguf::GgufValue::of<uint32_t>(8));
+                        }).status();
+  EXPECT_EQ(status.code(), StatusCode::kInvalidArgument);
+  EXPECT_THAT(status.message(), HasSubstr("llama.expert_count = 8: mixture-of-experts"));
+  EXPECT_TRUE(read_with_metadata([](gguf::GgufWriter& writer) {
+                writer.set("llama.expert_count", gguf::GgufValue::of<uint32_t>(0));
+              }).ok());
+}
+
 TEST(LlamaModelFileTest, ValuesAreWellConditioned) {
   LlamaShape shape = small_shape(DType::kF32);
   shape.hidden_size = 256;

@@ -239,6 +239,7 @@ kernels::cpu::PagedAttentionArguments PreparedGraph::attention_arguments(
   arguments.max_sequences = static_cast<int32_t>(tables.shape[0]);
   arguments.max_blocks_per_sequence = static_cast<int32_t>(tables.shape[1]);
   arguments.scale = attributes.scale;
+  arguments.sliding_window = static_cast<int32_t>(attributes.sliding_window);
   arguments.num_sequences = inputs_.num_sequences();
   arguments.query_start = operands.input_data<const int32_t>(ir::attention_input::kQueryStartLoc);
   arguments.seq_lens = operands.input_data<const int32_t>(ir::attention_input::kSeqLens);

@@ -32,7 +32,8 @@
 //                   [S + 1] (first query row of each sequence; the last entry is the number of
 //                   real tokens), block_tables i32 [S, max_blocks]  -> query.dtype [T, heads *
 //                   head_dim]; causal: query row i of a sequence sees its KV tokens
-//                   0 .. seq_len - rows_of_sequence + i.
+//                   0 .. seq_len - rows_of_sequence + i (the last sliding_window of them when
+//                   the attributes set one).
 //   gather_rows     x float [T, H], indices i32 [R]                      -> x.dtype [R, H]
 //   lora            x float [T, K], base float [T, N] (the projection of x), token_adapter_slots
 //                   i32 [T]                                              -> base.dtype [T, N]
@@ -163,6 +164,9 @@ struct AttentionAttributes {
   int64_t num_kv_heads = 0;  // divides num_heads (grouped-query attention)
   int64_t head_dim = 0;
   float scale = 0.0f;  // softmax scale, > 0 (usually 1 / sqrt(head_dim))
+  // > 0: a query at position p sees keys at positions (p - sliding_window, p] only (Mistral's
+  // and Gemma's local layers); 0: the whole past.
+  int64_t sliding_window = 0;
   friend bool operator==(const AttentionAttributes&, const AttentionAttributes&) = default;
 };
 

@@ -1,5 +1,6 @@
 #include "folio/ir/op_signature.h"
 
+#include <limits>
 #include <string>
 #include <utility>
 
@@ -278,6 +279,11 @@ Status check_attention_attributes(const SignatureChecker& check,
                        attributes.num_kv_heads);
   }
   if (!(attributes.scale > 0.0f)) return check.error("scale {} is not positive", attributes.scale);
+  if (attributes.sliding_window < 0 ||
+      attributes.sliding_window > std::numeric_limits<int32_t>::max()) {
+    return check.error("sliding_window {} must be in 0..2^31 - 1 (0: no window)",
+                       attributes.sliding_window);
+  }
   return Status();
 }
 

@@ -184,7 +184,8 @@ class LlamaEmitter {
     FOLIO_RETURN_IF_ERROR(builder_.kv_cache_write(k_rope, v, inputs_.slot_mapping, k_cache, v_cache,
                                                   prefix + ".kv_write"));
     const ir::AttentionAttributes attention{model_.num_heads, model_.num_kv_heads, head_dim,
-                                            1.0f / std::sqrt(static_cast<float>(head_dim))};
+                                            1.0f / std::sqrt(static_cast<float>(head_dim)),
+                                            model_.sliding_window};
     FOLIO_ASSIGN_OR_RETURN(TensorId attended,
                            builder_.paged_attention(q_rope, k_cache, v_cache, inputs_.attention,
                                                     attention, prefix + ".attention"));

@@ -198,6 +198,9 @@ void add_shape_metadata(const LlamaShape& shape, const std::string& name,
     writer.set(arch + ".attention.key_length", u32(shape.key_length));
     writer.set(arch + ".attention.value_length", u32(shape.key_length));
   }
+  if (shape.sliding_window > 0) {
+    writer.set(arch + ".attention.sliding_window", u32(shape.sliding_window));
+  }
   add_rope_scaling_metadata(shape, arch + ".rope.scaling.", writer);
 }
 
@@ -578,6 +581,10 @@ Status validate_llama_shape(const LlamaShape& shape) {
         "special and 256 byte tokens",
         shape.vocab_size, tokenizer::kMinGeneratedVocabularySize);
   }
+  if (shape.sliding_window < 0 || shape.sliding_window > std::numeric_limits<int32_t>::max()) {
+    return invalid_argument("sliding_window = {} must be in 0..2^31 - 1 (0: no window)",
+                            shape.sliding_window);
+  }
   if (shape.key_length < 0) {
     return invalid_argument("key_length = {} must not be negative (0: hidden_size / num_heads)",
                             shape.key_length);
@@ -686,6 +693,18 @@ Result<LlamaShape> read_llama_shape(const gguf::GgufFile& file) {
   shape.rms_norm_epsilon = static_cast<float>(epsilon);
   FOLIO_RETURN_IF_ERROR(read_head_dimensions(file, prefix, shape));
   FOLIO_RETURN_IF_ERROR(read_rope_scaling(file, prefix, shape));
+  if (file.contains(prefix + "attention.sliding_window")) {
+    FOLIO_ASSIGN_OR_RETURN(shape.sliding_window,
+                           file.get_integer(prefix + "attention.sliding_window"));
+  }
+  if (file.contains(prefix + "expert_count")) {
+    FOLIO_ASSIGN_OR_RETURN(int64_t experts, file.get_integer(prefix + "expert_count"));
+    if (experts > 0) {
+      return invalid_argument(
+          "{}: {}expert_count = {}: mixture-of-experts feed-forward layers are not implemented",
+          file.source(), prefix, experts);
+    }
+  }
 
   FOLIO_ASSIGN_OR_RETURN(gguf::GgufTensor embedding, file.tensor("token_embd.weight"));
   const std::vector<int64_t>& dimensions = embedding.info->dimensions;

@@ -9,6 +9,7 @@
 //              .attention.head_count, .attention.head_count_kv, .rope.freq_base,
 //              .rope.dimension_count, .attention.layer_norm_rms_epsilon, .vocab_size,
 //              .attention.key_length and .value_length (only when key_length is set),
+//              .attention.sliding_window (only when set),
 //              .rope.scaling.type, .factor and the kind's own keys (only with scaling: llama3
 //              .low_freq_factor, .high_freq_factor, .original_context_length; yarn
 //              .original_context_length, .yarn_ext_factor, .yarn_attn_factor,
@@ -86,6 +87,9 @@ struct LlamaShape {
   int64_t key_length = 0;
   int64_t ffn_size = 128;  // feed_forward_length
   int64_t context_length = 256;
+  // attention.sliding_window: > 0, each token attends to itself and the sliding_window - 1
+  // tokens before it only (Mistral); 0: the whole past, and the key is not written.
+  int64_t sliding_window = 0;
   float rope_theta = 10000.0f;  // rope.freq_base
   // rope.scaling.*: none, linear (positions divided by factor), llama3 or yarn (op.h).
   ir::RopeScaling rope_scaling;

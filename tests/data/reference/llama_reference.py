@@ -217,6 +217,9 @@ def forward(metadata, tensors, tokens):
         raise ValueError("value_length != key_length is not implemented")
     frequencies, magnitude = rope_inverse_frequencies(metadata, arch, head_dim, theta, tensors)
     mask = torch.full((len(tokens), len(tokens)), float("-inf"), dtype=torch.float64).triu(1)
+    window = metadata.get(f"{arch}.attention.sliding_window", 0)
+    if window > 0:  # query p sees keys (p - window, p]
+        mask = mask + torch.full_like(mask, float("-inf")).tril(-window)
     for layer in range(layers):
         prefix = f"blk.{layer}."
         h = rms_norm(x, weight(prefix + "attn_norm.weight"), eps)

@@ -35,6 +35,7 @@ models=(
   "qwen2_rope_yarn|--preset small --arch qwen2 --seed 18 --rope-scaling yarn --rope-scaling-factor 4 --rope-original-context 64"
   "llama_rope_freqs|--preset small --seed 19 --rope-freqs --rope-scaling linear --rope-scaling-factor 2"
   "qwen3_f16_head_dim_32|--preset small --arch qwen3 --dtype f16 --head-dim 32 --seed 20"
+  "llama_sliding_window_6|--preset small --seed 21 --sliding-window 6"
 )
 for entry in "${models[@]}"; do
   name=${entry%%|*}
