@@ -282,7 +282,7 @@ void add_make_model_command(CLI::App& app) {
       ->capture_default_str();
   command->add_option("--dtype", options->dtype, "Weight type: f32, f16, bf16, q8_0, q4_0")
       ->capture_default_str();
-  command->add_option("--arch", options->architecture, "Architecture: llama, qwen2 or qwen3")
+  command->add_option("--arch", options->architecture, "Architecture: llama, qwen2, qwen3 or phi3")
       ->capture_default_str();
   command->add_option("--seed", options->seed, "Random seed (same seed, same bytes)")
       ->capture_default_str();

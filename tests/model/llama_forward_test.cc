@@ -102,6 +102,7 @@ constexpr ReferenceModel kReferenceModels[] = {
     {"qwen3_f16_head_dim_32", LlamaArchitecture::kQwen3, DType::kF16, false, 20, 1e-4, widen_heads},
     {"llama_sliding_window_6", LlamaArchitecture::kLlama, DType::kF32, false, 21, 1e-4,
      slide_attention_window},
+    {"phi3_f16", LlamaArchitecture::kPhi3, DType::kF16, false, 22, 1e-4},
 };
 
 // Keep in sync with the adapters table of tests/data/reference/regenerate.sh.

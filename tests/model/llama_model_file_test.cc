@@ -150,6 +150,43 @@ TEST(LlamaModelFileTest, Qwen3ModelHasPerHeadQueryKeyNormsAndNoBiases) {
   EXPECT_EQ(*read, shape);
 }
 
+TEST(LlamaModelFileTest, Phi3ModelFusesQkvAndGateUpAndLocatesEachProjection) {
+  LlamaShape shape = small_shape(DType::kQ8_0);
+  shape.architecture = LlamaArchitecture::kPhi3;
+  shape.tensor_dtypes = {{"blk.1.attn_qkv.weight", DType::kF16}};
+  const std::vector<uint8_t> bytes = model_bytes(shape, 5);
+  const gguf::GgufFile file = *gguf::GgufFile::parse(bytes);
+  // q 64 + k 32 + v 32 rows; gate 96 + up 96 rows.
+  EXPECT_EQ(file.find_tensor("blk.0.attn_qkv.weight")->dimensions, (std::vector<int64_t>{64, 128}));
+  EXPECT_EQ(file.find_tensor("blk.0.ffn_up.weight")->dimensions, (std::vector<int64_t>{64, 192}));
+  EXPECT_EQ(file.find_tensor("blk.0.attn_q.weight"), nullptr);
+  EXPECT_EQ(file.find_tensor("blk.0.ffn_gate.weight"), nullptr);
+  int64_t parameters = 0;
+  for (const gguf::GgufTensorInfo& info : file.tensors()) parameters += info.element_count;
+  EXPECT_EQ(parameters, shape.parameter_count());
+  Result<LlamaShape> read = read_llama_shape(file);
+  ASSERT_TRUE(read.ok()) << read.status();
+  EXPECT_EQ(*read, shape);
+  EXPECT_EQ(read->matrix_dtype("blk.1.attn_v.weight"), DType::kF16);
+  EXPECT_EQ(read->matrix_dtype("blk.0.attn_v.weight"), DType::kQ8_0);
+  struct Expected {
+    const char* name;
+    const char* tensor;
+    int64_t first_row, rows;
+  };
+  for (const Expected& e : {Expected{"blk.1.attn_q.weight", "blk.1.attn_qkv.weight", 0, 64},
+                            Expected{"blk.1.attn_k.weight", "blk.1.attn_qkv.weight", 64, 32},
+                            Expected{"blk.1.attn_v.weight", "blk.1.attn_qkv.weight", 96, 32},
+                            Expected{"blk.0.ffn_gate.weight", "blk.0.ffn_up.weight", 0, 96},
+                            Expected{"blk.0.ffn_up.weight", "blk.0.ffn_up.weight", 96, 96},
+                            Expected{"blk.0.ffn_down.weight", "blk.0.ffn_down.weight", 0, 0}}) {
+    const LlamaMatrixLocation location = llama_matrix_location(shape, e.name);
+    EXPECT_EQ(location.tensor, e.tensor) << e.name;
+    EXPECT_EQ(location.first_row, e.first_row) << e.name;
+    EXPECT_EQ(location.rows, e.rows) << e.name;
+  }
+}
+
 TEST(LlamaModelFileTest, ShapeReadsBackForEveryDtypeAndArchitecture) {
   for (DType dtype : {DType::kF32, DType::kF16, DType::kBF16, DType::kQ8_0, DType::kQ4_0}) {
     for (bool qwen2 : {false, true}) {
@@ -565,7 +602,7 @@ TEST(LlamaModelFileTest, ReadingANonLlamaFileNamesWhatIsMissing) {
   other.set("general.architecture", gguf::GgufValue::of_string("mamba"));
   const gguf::GgufFile mamba = *gguf::GgufFile::parse_owned(*other.write_to_buffer());
   EXPECT_THAT(read_llama_shape(mamba).status().message(),
-              HasSubstr("'mamba' is not one Folio runs (llama, qwen2, qwen3)"));
+              HasSubstr("'mamba' is not one Folio runs (llama, qwen2, qwen3, phi3)"));
 }
 
 }  // namespace

@@ -103,9 +103,14 @@ std::vector<TensorSpec> tensor_specs(const LlamaShape& shape) {
   for (int64_t layer = 0; layer < shape.num_layers; ++layer) {
     const std::string prefix = fmt::format("blk.{}.", layer);
     vector(prefix + "attn_norm.weight", hidden);
-    matrix(prefix + "attn_q.weight", hidden, q_dim);
-    matrix(prefix + "attn_k.weight", hidden, kv_dim);
-    matrix(prefix + "attn_v.weight", hidden, kv_dim);
+    const bool fused = shape.architecture == LlamaArchitecture::kPhi3;
+    if (fused) {
+      matrix(prefix + "attn_qkv.weight", hidden, q_dim + 2 * kv_dim);
+    } else {
+      matrix(prefix + "attn_q.weight", hidden, q_dim);
+      matrix(prefix + "attn_k.weight", hidden, kv_dim);
+      matrix(prefix + "attn_v.weight", hidden, kv_dim);
+    }
     if (llama_has_query_key_norm(shape.architecture)) {
       vector(prefix + "attn_q_norm.weight", shape.head_dim());
       vector(prefix + "attn_k_norm.weight", shape.head_dim());
@@ -117,8 +122,12 @@ std::vector<TensorSpec> tensor_specs(const LlamaShape& shape) {
     }
     matrix(prefix + "attn_output.weight", q_dim, hidden);
     vector(prefix + "ffn_norm.weight", hidden);
-    matrix(prefix + "ffn_gate.weight", hidden, shape.ffn_size);
-    matrix(prefix + "ffn_up.weight", hidden, shape.ffn_size);
+    if (fused) {
+      matrix(prefix + "ffn_up.weight", hidden, 2 * shape.ffn_size);
+    } else {
+      matrix(prefix + "ffn_gate.weight", hidden, shape.ffn_size);
+      matrix(prefix + "ffn_up.weight", hidden, shape.ffn_size);
+    }
     matrix(prefix + "ffn_down.weight", shape.ffn_size, hidden);
   }
   vector("output_norm.weight", hidden);
@@ -505,12 +514,32 @@ std::string_view llama_architecture_name(LlamaArchitecture architecture) {
       return "qwen2";
     case LlamaArchitecture::kQwen3:
       return "qwen3";
+    case LlamaArchitecture::kPhi3:
+      return "phi3";
   }
   return "invalid";
 }
 
 std::string llama_architecture_names() {
-  return "llama, qwen2, qwen3";
+  return "llama, qwen2, qwen3, phi3";
+}
+
+LlamaMatrixLocation llama_matrix_location(const LlamaShape& shape, std::string_view name) {
+  if (shape.architecture != LlamaArchitecture::kPhi3 || !name.starts_with("blk.")) {
+    return {std::string(name), 0, 0};
+  }
+  const size_t dot = name.find('.', 4);
+  if (dot == std::string_view::npos) return {std::string(name), 0, 0};
+  const std::string_view prefix = name.substr(0, dot + 1);  // "blk.N."
+  const std::string_view projection = name.substr(dot + 1);
+  const std::string qkv = fmt::format("{}attn_qkv.weight", prefix);
+  const std::string up = fmt::format("{}ffn_up.weight", prefix);
+  if (projection == "attn_q.weight") return {qkv, 0, shape.q_dim()};
+  if (projection == "attn_k.weight") return {qkv, shape.q_dim(), shape.kv_dim()};
+  if (projection == "attn_v.weight") return {qkv, shape.q_dim() + shape.kv_dim(), shape.kv_dim()};
+  if (projection == "ffn_gate.weight") return {up, 0, shape.ffn_size};
+  if (projection == "ffn_up.weight") return {up, shape.ffn_size, shape.ffn_size};
+  return {std::string(name), 0, 0};
 }
 
 bool llama_has_attention_bias(LlamaArchitecture architecture) {
@@ -519,6 +548,7 @@ bool llama_has_attention_bias(LlamaArchitecture architecture) {
       return true;
     case LlamaArchitecture::kLlama:
     case LlamaArchitecture::kQwen3:
+    case LlamaArchitecture::kPhi3:
       return false;
   }
   return false;
@@ -530,6 +560,7 @@ bool llama_has_query_key_norm(LlamaArchitecture architecture) {
       return true;
     case LlamaArchitecture::kLlama:
     case LlamaArchitecture::kQwen2:
+    case LlamaArchitecture::kPhi3:
       return false;
   }
   return false;
@@ -541,6 +572,7 @@ kernels::RopeStyle llama_rope_style(LlamaArchitecture architecture) {
       return kernels::RopeStyle::kNormal;
     case LlamaArchitecture::kQwen2:
     case LlamaArchitecture::kQwen3:
+    case LlamaArchitecture::kPhi3:
       return kernels::RopeStyle::kNeox;
   }
   return kernels::RopeStyle::kNormal;
@@ -550,6 +582,7 @@ std::optional<LlamaArchitecture> llama_architecture_from_name(std::string_view n
   if (name == "llama") return LlamaArchitecture::kLlama;
   if (name == "qwen2") return LlamaArchitecture::kQwen2;
   if (name == "qwen3") return LlamaArchitecture::kQwen3;
+  if (name == "phi3") return LlamaArchitecture::kPhi3;
   return std::nullopt;
 }
 
@@ -563,7 +596,7 @@ int64_t LlamaShape::parameter_count() const {
 }
 
 DType LlamaShape::matrix_dtype(std::string_view name) const {
-  auto found = tensor_dtypes.find(name);
+  auto found = tensor_dtypes.find(llama_matrix_location(*this, name).tensor);
   return found == tensor_dtypes.end() ? weight_dtype : found->second;
 }
 
@@ -713,7 +746,8 @@ Result<LlamaShape> read_llama_shape(const gguf::GgufFile& file) {
                             file.source(), fmt::join(dimensions, ", "), shape.hidden_size);
   }
   shape.vocab_size = dimensions[1];
-  FOLIO_ASSIGN_OR_RETURN(gguf::GgufTensor query, file.tensor("blk.0.attn_q.weight"));
+  FOLIO_ASSIGN_OR_RETURN(gguf::GgufTensor query,
+                         file.tensor(llama_matrix_location(shape, "blk.0.attn_q.weight").tensor));
   shape.weight_dtype = query.dtype;
   shape.tie_embeddings = file.find_tensor("output.weight") == nullptr;
   Status status = validate_llama_shape(shape);

@@ -27,6 +27,10 @@
 //     blk.N.attn_q/k/v.bias         f32   [heads * head_dim] / [kv_heads * head_dim]  (qwen2)
 //     blk.N.attn_q_norm.weight      f32   [head_dim]                                  (qwen3)
 //     blk.N.attn_k_norm.weight      f32   [head_dim]                                  (qwen3)
+//     blk.N.attn_qkv.weight         dtype [hidden, (heads + 2 kv_heads) * head_dim] (phi3, for
+//                                         attn_q/k/v)
+//     blk.N.ffn_up.weight           dtype [hidden, 2 ffn] (phi3: gate rows, then up rows; no
+//                                         ffn_gate)
 //     blk.N.attn_output.weight      dtype [heads * head_dim, hidden]
 //     blk.N.ffn_norm.weight         f32   [hidden]
 //     blk.N.ffn_gate.weight         dtype [hidden, ffn]
@@ -62,7 +66,9 @@ namespace folio::model {
 //   qwen2  Q/K/V biases, NeoX RoPE.
 //   qwen3  no biases, NeoX RoPE, and an RMSNorm of each query and key head before RoPE
 //          (blk.N.attn_q_norm / attn_k_norm, f32 [head_dim]).
-enum class LlamaArchitecture { kLlama, kQwen2, kQwen3 };
+//   phi3   Phi-3: NeoX RoPE, Q, K and V fused in one matrix (blk.N.attn_qkv, rows q then k
+//          then v) and gate and up in another (blk.N.ffn_up, rows gate then up); no ffn_gate.
+enum class LlamaArchitecture { kLlama, kQwen2, kQwen3, kPhi3 };
 
 std::string_view llama_architecture_name(LlamaArchitecture architecture);  // "llama", "qwen2", ...
 std::optional<LlamaArchitecture> llama_architecture_from_name(std::string_view name);
@@ -72,8 +78,21 @@ std::string llama_architecture_names();
 bool llama_has_attention_bias(LlamaArchitecture architecture);
 // Whether each query and key head is RMS-normalized before RoPE (qwen3).
 bool llama_has_query_key_norm(LlamaArchitecture architecture);
-// Which values RoPE pairs (kNormal for llama, kNeox for the Qwens).
+// Which values RoPE pairs (kNormal for llama, kNeox for the others).
 kernels::RopeStyle llama_rope_style(LlamaArchitecture architecture);
+
+struct LlamaShape;
+
+// Where a matrix the step graph names (llama's names: blk.N.attn_q.weight, ffn_gate, ...) lives
+// in the file: a tensor, and for Phi-3's fused matrices the run of its rows (output features)
+// that is this projection. Rows of a GGUF matrix are contiguous, whatever the dtype, so the
+// projection is a view of the fused tensor, with no copy.
+struct LlamaMatrixLocation {
+  std::string tensor;     // GGUF name
+  int64_t first_row = 0;  // the first output feature
+  int64_t rows = 0;       // 0: the whole tensor
+};
+LlamaMatrixLocation llama_matrix_location(const LlamaShape& shape, std::string_view name);
 
 struct LlamaShape {
   LlamaArchitecture architecture = LlamaArchitecture::kLlama;
@@ -107,7 +126,8 @@ struct LlamaShape {
   // Empty for a file of one weight dtype.
   std::map<std::string, DType, std::less<>> tensor_dtypes;
 
-  // The dtype of the matrix named `name` (its tensor_dtypes entry, or weight_dtype).
+  // The dtype of the matrix the graph names `name` (llama_matrix_location's tensor's
+  // tensor_dtypes entry, or weight_dtype).
   DType matrix_dtype(std::string_view name) const;
 
   int64_t head_dim() const { return key_length > 0 ? key_length : hidden_size / num_heads; }

@@ -204,7 +204,22 @@ def forward(metadata, tensors, tokens):
     kv_heads = metadata.get(f"{arch}.attention.head_count_kv", heads)
     eps = key("attention.layer_norm_rms_epsilon")
     theta = metadata.get(f"{arch}.rope.freq_base", 10000.0)
-    neox = arch in ("qwen2", "qwen3")
+    neox = arch in ("qwen2", "qwen3", "phi3")
+    if arch == "phi3":  # fused matrices: attn_qkv rows q, k, v; ffn_up rows gate, up
+        tensors = dict(tensors)
+        q_width = heads * metadata.get(f"{arch}.attention.key_length",
+                                       key("embedding_length") // heads)
+        kv_width = (q_width // heads) * kv_heads
+        ffn = key("feed_forward_length")
+        for layer in range(key("block_count")):
+            prefix = f"blk.{layer}."
+            qkv = tensors.pop(prefix + "attn_qkv.weight")
+            tensors[prefix + "attn_q.weight"] = qkv[:q_width]
+            tensors[prefix + "attn_k.weight"] = qkv[q_width:q_width + kv_width]
+            tensors[prefix + "attn_v.weight"] = qkv[q_width + kv_width:]
+            up = tensors.pop(prefix + "ffn_up.weight")
+            tensors[prefix + "ffn_gate.weight"] = up[:ffn]
+            tensors[prefix + "ffn_up.weight"] = up[ffn:]
     weight = lambda name: torch.from_numpy(tensors[name])
     optional = lambda name: torch.from_numpy(tensors[name]) if name in tensors else None
 

@@ -36,6 +36,7 @@ models=(
   "llama_rope_freqs|--preset small --seed 19 --rope-freqs --rope-scaling linear --rope-scaling-factor 2"
   "qwen3_f16_head_dim_32|--preset small --arch qwen3 --dtype f16 --head-dim 32 --seed 20"
   "llama_sliding_window_6|--preset small --seed 21 --sliding-window 6"
+  "phi3_f16|--preset small --arch phi3 --dtype f16 --seed 22"
 )
 for entry in "${models[@]}"; do
   name=${entry%%|*}
