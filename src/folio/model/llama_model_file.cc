@@ -7,6 +7,7 @@
 
 #include "folio/base/random.h"
 #include "folio/gguf/gguf_file.h"
+#include "folio/model/llama_rope_scaling.h"
 #include "folio/tensor/quantize.h"
 #include "folio/tokenizer/spm_vocabulary_builder.h"
 
@@ -135,49 +136,6 @@ std::vector<TensorSpec> tensor_specs(const LlamaShape& shape) {
   return specs;
 }
 
-std::string_view rope_scaling_type_name(ir::RopeScalingKind kind) {
-  switch (kind) {
-    case ir::RopeScalingKind::kNone:
-      return "none";
-    case ir::RopeScalingKind::kLinear:
-      return "linear";
-    case ir::RopeScalingKind::kLlama3:
-      return "llama3";
-    case ir::RopeScalingKind::kYarn:
-      return "yarn";
-  }
-  return "invalid";
-}
-
-// rope.scaling.* (prefix "<arch>.rope.scaling."), written only for a scaled model so the bytes
-// of unscaled ones stay what they were.
-void add_rope_scaling_metadata(const LlamaShape& shape, const std::string& prefix,
-                               gguf::GgufWriter& writer) {
-  const ir::RopeScaling& scaling = shape.rope_scaling;
-  if (scaling.kind == ir::RopeScalingKind::kNone) return;
-  const auto u32 = [](int64_t value) { return gguf::GgufValue::of(static_cast<uint32_t>(value)); };
-  writer.set(prefix + "type",
-             gguf::GgufValue::of_string(std::string(rope_scaling_type_name(scaling.kind))));
-  writer.set(prefix + "factor", gguf::GgufValue::of(scaling.factor));
-  switch (scaling.kind) {
-    case ir::RopeScalingKind::kNone:
-    case ir::RopeScalingKind::kLinear:
-      return;
-    case ir::RopeScalingKind::kLlama3:
-      writer.set(prefix + "low_freq_factor", gguf::GgufValue::of(scaling.low_frequency_factor));
-      writer.set(prefix + "high_freq_factor", gguf::GgufValue::of(scaling.high_frequency_factor));
-      writer.set(prefix + "original_context_length", u32(scaling.original_context_length));
-      return;
-    case ir::RopeScalingKind::kYarn:
-      writer.set(prefix + "original_context_length", u32(scaling.original_context_length));
-      writer.set(prefix + "yarn_ext_factor", gguf::GgufValue::of(scaling.extrapolation_factor));
-      writer.set(prefix + "yarn_attn_factor", gguf::GgufValue::of(scaling.attention_factor));
-      writer.set(prefix + "yarn_beta_fast", gguf::GgufValue::of(scaling.beta_fast));
-      writer.set(prefix + "yarn_beta_slow", gguf::GgufValue::of(scaling.beta_slow));
-      return;
-  }
-}
-
 // The general.* and architecture metadata llama.cpp reads (everything but the vocabulary).
 // The key order is part of the file's bytes, which tests pin by hash.
 void add_shape_metadata(const LlamaShape& shape, const std::string& name,
@@ -210,7 +168,7 @@ void add_shape_metadata(const LlamaShape& shape, const std::string& name,
   if (shape.sliding_window > 0) {
     writer.set(arch + ".attention.sliding_window", u32(shape.sliding_window));
   }
-  add_rope_scaling_metadata(shape, arch + ".rope.scaling.", writer);
+  add_rope_scaling_metadata(shape.rope_scaling, arch + ".rope.scaling.", writer);
 }
 
 Status add_random_tensors(const LlamaShape& shape, uint64_t seed, gguf::GgufWriter& writer) {
@@ -380,130 +338,6 @@ Status read_head_dimensions(const gguf::GgufFile& file, const std::string& prefi
   return Status();
 }
 
-// The scaling's parameters are in range (those of its kind), and frequency factors come from
-// one place.
-Status validate_rope_scaling(const LlamaShape& shape) {
-  const ir::RopeScaling& scaling = shape.rope_scaling;
-  const std::string_view kind = rope_scaling_type_name(scaling.kind);
-  if (!(std::isfinite(scaling.factor) && scaling.factor > 0)) {
-    return invalid_argument("{} RoPE scaling factor {} must be positive and finite", kind,
-                            scaling.factor);
-  }
-  switch (scaling.kind) {
-    case ir::RopeScalingKind::kNone:
-    case ir::RopeScalingKind::kLinear:
-      break;
-    case ir::RopeScalingKind::kLlama3:
-      if (!(scaling.low_frequency_factor > 0 &&
-            scaling.high_frequency_factor > scaling.low_frequency_factor &&
-            scaling.original_context_length > 0)) {
-        return invalid_argument(
-            "llama3 RoPE scaling needs 0 < low_freq_factor ({}) < high_freq_factor ({}) and a "
-            "positive original_context_length ({})",
-            scaling.low_frequency_factor, scaling.high_frequency_factor,
-            scaling.original_context_length);
-      }
-      break;
-    case ir::RopeScalingKind::kYarn:
-      if (!(scaling.extrapolation_factor >= 0 && scaling.attention_factor > 0 &&
-            scaling.beta_slow > 0 && scaling.beta_fast > scaling.beta_slow &&
-            scaling.original_context_length > 0)) {
-        return invalid_argument(
-            "yarn RoPE scaling needs yarn_ext_factor ({}) >= 0, yarn_attn_factor ({}) > 0, 0 < "
-            "yarn_beta_slow ({}) < yarn_beta_fast ({}) and a positive original_context_length "
-            "({})",
-            scaling.extrapolation_factor, scaling.attention_factor, scaling.beta_slow,
-            scaling.beta_fast, scaling.original_context_length);
-      }
-      break;
-  }
-  if (shape.rope_frequency_factors && (scaling.kind == ir::RopeScalingKind::kLlama3 ||
-                                       scaling.kind == ir::RopeScalingKind::kYarn)) {
-    return invalid_argument(
-        "rope_freqs.weight with {} RoPE scaling: Folio applies one set of frequency factors", kind);
-  }
-  return Status();
-}
-
-// An optional floating key into `value` (unchanged when absent).
-Status read_optional_float(const gguf::GgufFile& file, const std::string& key, float& value) {
-  if (!file.contains(key)) return Status();
-  FOLIO_ASSIGN_OR_RETURN(double read, file.get_floating(key));
-  value = static_cast<float>(read);
-  return Status();
-}
-
-// rope.scaling.* as llama.cpp reads it, and whether the file has rope_freqs.weight.
-Status read_rope_scaling(const gguf::GgufFile& file, const std::string& prefix, LlamaShape& shape) {
-  const std::string scaling_prefix = prefix + "rope.scaling.";
-  float factor = 0.0f;  // 0: absent
-  if (file.contains(scaling_prefix + "factor")) {
-    FOLIO_RETURN_IF_ERROR(read_optional_float(file, scaling_prefix + "factor", factor));
-  } else {
-    FOLIO_RETURN_IF_ERROR(read_optional_float(file, prefix + "rope.scale_linear", factor));
-  }
-  std::string type = "linear";  // llama.cpp's default
-  const std::string type_key = scaling_prefix + "type";
-  if (file.contains(type_key)) {
-    FOLIO_ASSIGN_OR_RETURN(std::string_view read, file.get_string(type_key));
-    type = read;
-  }
-  ir::RopeScaling& scaling = shape.rope_scaling;
-  scaling = ir::RopeScaling{};
-  if (type == "none" || (type == "linear" && (factor == 0.0f || factor == 1.0f))) {
-    scaling.kind = ir::RopeScalingKind::kNone;
-  } else if (type == "linear") {
-    scaling.kind = ir::RopeScalingKind::kLinear;
-    scaling.factor = factor;
-  } else if (type == "llama3" || type == "yarn") {
-    if (factor == 0.0f) {
-      return invalid_argument("{} = '{}' needs {}factor", type_key, type, scaling_prefix);
-    }
-    scaling.factor = factor;
-    const std::string context_key = scaling_prefix + "original_context_length";
-    if (type == "llama3") {
-      scaling.kind = ir::RopeScalingKind::kLlama3;
-      FOLIO_RETURN_IF_ERROR(read_optional_float(file, scaling_prefix + "low_freq_factor",
-                                                scaling.low_frequency_factor));
-      FOLIO_RETURN_IF_ERROR(read_optional_float(file, scaling_prefix + "high_freq_factor",
-                                                scaling.high_frequency_factor));
-    } else {
-      scaling.kind = ir::RopeScalingKind::kYarn;
-      scaling.original_context_length = shape.context_length;
-      if (file.contains(scaling_prefix + "yarn_log_multiplier")) {
-        return invalid_argument("{}yarn_log_multiplier (DeepSeek's YaRN) is not implemented",
-                                scaling_prefix);
-      }
-      FOLIO_RETURN_IF_ERROR(read_optional_float(file, scaling_prefix + "yarn_ext_factor",
-                                                scaling.extrapolation_factor));
-      FOLIO_RETURN_IF_ERROR(
-          read_optional_float(file, scaling_prefix + "yarn_attn_factor", scaling.attention_factor));
-      float attention_factor = 1.0f;  // rope.scaling.attn_factor, folded in as llama.cpp does
-      FOLIO_RETURN_IF_ERROR(
-          read_optional_float(file, scaling_prefix + "attn_factor", attention_factor));
-      scaling.attention_factor *= attention_factor;
-      FOLIO_RETURN_IF_ERROR(
-          read_optional_float(file, scaling_prefix + "yarn_beta_fast", scaling.beta_fast));
-      FOLIO_RETURN_IF_ERROR(
-          read_optional_float(file, scaling_prefix + "yarn_beta_slow", scaling.beta_slow));
-    }
-    if (file.contains(context_key)) {
-      FOLIO_ASSIGN_OR_RETURN(scaling.original_context_length, file.get_integer(context_key));
-    }
-  } else {
-    return invalid_argument(
-        "{} = '{}' is not a RoPE scaling Folio implements (none, linear, "
-        "llama3, yarn)",
-        type_key, type);
-  }
-  shape.rope_frequency_factors = file.find_tensor("rope_freqs.weight") != nullptr;
-  // The converter's rope_freqs are the llama3 factors themselves: the tensor replaces the keys.
-  if (shape.rope_frequency_factors && scaling.kind == ir::RopeScalingKind::kLlama3) {
-    scaling = ir::RopeScaling{};
-  }
-  return Status();
-}
-
 }  // namespace
 
 std::string_view llama_architecture_name(LlamaArchitecture architecture) {
@@ -642,7 +476,7 @@ Status validate_llama_shape(const LlamaShape& shape) {
   if (!(std::isfinite(shape.rope_theta) && shape.rope_theta > 0)) {
     return invalid_argument("rope_theta = {} must be positive and finite", shape.rope_theta);
   }
-  FOLIO_RETURN_IF_ERROR(validate_rope_scaling(shape));
+  FOLIO_RETURN_IF_ERROR(validate_rope_scaling(shape.rope_scaling, shape.rope_frequency_factors));
   if (!(std::isfinite(shape.rms_norm_epsilon) && shape.rms_norm_epsilon > 0)) {
     return invalid_argument("rms_norm_epsilon = {} must be positive and finite",
                             shape.rms_norm_epsilon);
@@ -725,7 +559,12 @@ Result<LlamaShape> read_llama_shape(const gguf::GgufFile& file) {
                          file.get_floating(prefix + "attention.layer_norm_rms_epsilon"));
   shape.rms_norm_epsilon = static_cast<float>(epsilon);
   FOLIO_RETURN_IF_ERROR(read_head_dimensions(file, prefix, shape));
-  FOLIO_RETURN_IF_ERROR(read_rope_scaling(file, prefix, shape));
+  FOLIO_ASSIGN_OR_RETURN(shape.rope_scaling, read_rope_scaling(file, prefix, shape.context_length));
+  shape.rope_frequency_factors = file.find_tensor("rope_freqs.weight") != nullptr;
+  // The converter's rope_freqs are the llama3 factors themselves: the tensor replaces the keys.
+  if (shape.rope_frequency_factors && shape.rope_scaling.kind == ir::RopeScalingKind::kLlama3) {
+    shape.rope_scaling = ir::RopeScaling{};
+  }
   if (file.contains(prefix + "attention.sliding_window")) {
     FOLIO_ASSIGN_OR_RETURN(shape.sliding_window,
                            file.get_integer(prefix + "attention.sliding_window"));
