@@ -80,9 +80,64 @@ struct MakeModelOptions {
   bool tie_embeddings = false;
   // Overrides of the preset; 0 (or a non-positive float) keeps the preset's value.
   int64_t vocab = 0, hidden = 0, layers = 0, heads = 0, kv_heads = 0, ffn = 0, context = 0;
+  int64_t head_dim = 0;  // attention.key_length = value_length
+  int64_t sliding_window = 0;
   double rope_theta = 0;
+  std::string rope_scaling = "none";  // none, linear, llama3, yarn
+  double rope_scaling_factor = 0;     // 0: the scaling's default
+  int64_t rope_original_context = 0;  // llama3 / yarn; 0: the default
+  bool rope_frequency_factors = false;
+  // NAME=DTYPE: the matrix NAME in another dtype than --dtype; a `*` in NAME stands for every
+  // layer number ("blk.*.attn_v.weight=f16").
+  std::vector<std::string> tensor_dtypes;
   std::string from_weights;  // interchange directory; empty: random weights
 };
+
+// One --tensor-dtype NAME=DTYPE into shape.tensor_dtypes, a `*` in NAME expanded to each layer.
+Status add_tensor_dtype(std::string_view entry, model::LlamaShape& shape) {
+  const size_t equals = entry.find('=');
+  if (equals == std::string_view::npos) {
+    return invalid_argument("--tensor-dtype '{}' is not NAME=DTYPE", entry);
+  }
+  const std::string_view name = entry.substr(0, equals);
+  const std::optional<DType> dtype = dtype_from_name(entry.substr(equals + 1));
+  if (!dtype) return invalid_argument("--tensor-dtype '{}': unknown dtype", entry);
+  const size_t star = name.find('*');
+  if (star == std::string_view::npos) {
+    shape.tensor_dtypes[std::string(name)] = *dtype;
+    return Status();
+  }
+  for (int64_t layer = 0; layer < shape.num_layers; ++layer) {
+    shape.tensor_dtypes[fmt::format("{}{}{}", name.substr(0, star), layer, name.substr(star + 1))] =
+        *dtype;
+  }
+  return Status();
+}
+
+// --rope-scaling and its parameters; the other parameters keep RopeScaling's defaults.
+Status set_rope_scaling(const MakeModelOptions& options, model::LlamaShape& shape) {
+  ir::RopeScaling& scaling = shape.rope_scaling;
+  if (options.rope_scaling == "none") {
+    scaling.kind = ir::RopeScalingKind::kNone;
+  } else if (options.rope_scaling == "linear") {
+    scaling.kind = ir::RopeScalingKind::kLinear;
+  } else if (options.rope_scaling == "llama3") {
+    scaling.kind = ir::RopeScalingKind::kLlama3;
+  } else if (options.rope_scaling == "yarn") {
+    scaling.kind = ir::RopeScalingKind::kYarn;
+  } else {
+    return invalid_argument("unknown --rope-scaling '{}': use none, linear, llama3 or yarn",
+                            options.rope_scaling);
+  }
+  if (options.rope_scaling_factor > 0) {
+    scaling.factor = static_cast<float>(options.rope_scaling_factor);
+  }
+  if (options.rope_original_context > 0) {
+    scaling.original_context_length = options.rope_original_context;
+  }
+  shape.rope_frequency_factors = options.rope_frequency_factors;
+  return Status();
+}
 
 Result<model::LlamaShape> shape_from(const MakeModelOptions& options) {
   auto preset = named_shapes().find(options.preset);
@@ -92,7 +147,8 @@ Result<model::LlamaShape> shape_from(const MakeModelOptions& options) {
   model::LlamaShape shape = preset->second;
   auto architecture = model::llama_architecture_from_name(options.architecture);
   if (!architecture) {
-    return invalid_argument("unknown architecture '{}': use llama or qwen2", options.architecture);
+    return invalid_argument("unknown architecture '{}': use one of {}", options.architecture,
+                            model::llama_architecture_names());
   }
   shape.architecture = *architecture;
   std::optional<DType> dtype = dtype_from_name(options.dtype);
@@ -110,7 +166,13 @@ Result<model::LlamaShape> shape_from(const MakeModelOptions& options) {
   override_with(options.kv_heads, shape.num_kv_heads);
   override_with(options.ffn, shape.ffn_size);
   override_with(options.context, shape.context_length);
+  override_with(options.head_dim, shape.key_length);
+  override_with(options.sliding_window, shape.sliding_window);
   if (options.rope_theta > 0) shape.rope_theta = static_cast<float>(options.rope_theta);
+  FOLIO_RETURN_IF_ERROR(set_rope_scaling(options, shape));
+  for (const std::string& entry : options.tensor_dtypes) {
+    FOLIO_RETURN_IF_ERROR(add_tensor_dtype(entry, shape));
+  }
   FOLIO_RETURN_IF_ERROR(model::validate_llama_shape(shape));
   return shape;
 }
@@ -232,7 +294,7 @@ void add_make_model_command(CLI::App& app) {
       ->capture_default_str();
   command->add_option("--dtype", options->dtype, "Weight type: " + weight_dtype_names())
       ->capture_default_str();
-  command->add_option("--arch", options->architecture, "Architecture: llama or qwen2")
+  command->add_option("--arch", options->architecture, "Architecture: llama, qwen2, qwen3 or phi3")
       ->capture_default_str();
   command->add_option("--seed", options->seed, "Random seed (same seed, same bytes)")
       ->capture_default_str();
@@ -244,8 +306,26 @@ void add_make_model_command(CLI::App& app) {
   command->add_option("--heads", options->heads, "Attention heads");
   command->add_option("--kv-heads", options->kv_heads, "Key/value heads (grouped-query attention)");
   command->add_option("--ffn", options->ffn, "Feed-forward size");
+  command->add_option("--sliding-window", options->sliding_window,
+                      "Attention window in tokens (attention.sliding_window; Mistral)");
+  command->add_option("--head-dim", options->head_dim,
+                      "Width of each attention head (attention.key_length = value_length), when "
+                      "it is not hidden / heads");
   command->add_option("--context", options->context, "Context length");
   command->add_option("--rope-theta", options->rope_theta, "RoPE frequency base");
+  command
+      ->add_option("--rope-scaling", options->rope_scaling,
+                   "RoPE scaling: none, linear, llama3 or yarn")
+      ->capture_default_str();
+  command->add_option("--rope-scaling-factor", options->rope_scaling_factor,
+                      "RoPE scaling factor (rope.scaling.factor)");
+  command->add_option("--rope-original-context", options->rope_original_context,
+                      "Original context length of llama3 or yarn RoPE scaling");
+  command->add_flag("--rope-freqs", options->rope_frequency_factors,
+                    "Write a rope_freqs.weight tensor of per-pair frequency divisors");
+  command->add_option("--tensor-dtype", options->tensor_dtypes,
+                      "NAME=DTYPE: write matrix NAME in DTYPE instead of --dtype; `*` in NAME "
+                      "stands for every layer (blk.*.attn_v.weight=f16); repeatable");
   command->add_option("--from-weights", options->from_weights,
                       "Write trained weights from this interchange directory (manifest.json + "
                       "weights.bin) instead of random ones; the shape comes from the manifest");

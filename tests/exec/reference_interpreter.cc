@@ -165,7 +165,8 @@ Status ReferenceInterpreter::evaluate(const ir::Graph& graph, const ir::Op& op,
       break;
     }
     case ir::OpKind::kRmsNorm:
-      *out = rms_norm(in(0), in(1), shape(0)[1], std::get<ir::RmsNormAttributes>(op.attributes));
+      // Groups of the weight's length are normalized on their own (per-head norms).
+      *out = rms_norm(in(0), in(1), shape(1)[0], std::get<ir::RmsNormAttributes>(op.attributes));
       break;
     case ir::OpKind::kMatMul:
       *out = matmul(in(0), in(1), op.inputs.size() > 2 ? &in(2) : nullptr, shape(0)[1]);

@@ -107,6 +107,11 @@ TEST_F(BuilderTest, RmsNormRejectsWrongWeightOrEpsilon) {
   expect_rejected(builder_.rms_norm(hidden_, short_weight, 1e-5f, "n").status(),
                   "dimension 0 must be 64");
   expect_rejected(builder_.rms_norm(hidden_, weight, 0.0f, "n").status(), "epsilon");
+  // A weight of a divisor of the columns normalizes each group of that many (per-head norms).
+  const TensorId head_weight = builder_.weight("head_norm", DType::kF32, {16}).value();
+  const Result<TensorId> heads = builder_.rms_norm(hidden_, head_weight, 1e-5f, "heads");
+  ASSERT_TRUE(heads.ok()) << heads.status();
+  EXPECT_EQ(builder_.graph().tensor(*heads).shape, builder_.graph().tensor(hidden_).shape);
 }
 
 TEST_F(BuilderTest, RopeRejectsBadHeadsPositionsAndRotaryDim) {
@@ -129,6 +134,27 @@ TEST_F(BuilderTest, RopeRejectsBadHeadsPositionsAndRotaryDim) {
   rope.scaling.high_frequency_factor = 4.0f;
   rope.scaling.low_frequency_factor = 1.0f;
   EXPECT_TRUE(builder_.rope(hidden_, positions_, rope, "r").ok());
+}
+
+TEST_F(BuilderTest, RopeFrequencyFactorsAndYarnAreChecked) {
+  const TensorId factors = builder_.weight("rope_freqs.weight", DType::kF32, {8}).value();
+  const TensorId short_factors = builder_.weight("short", DType::kF32, {4}).value();
+  const TensorId f16_factors = builder_.weight("f16", DType::kF16, {8}).value();
+  snapshot();
+  RopeAttributes rope{4, 16, 16, 10000.0f, kernels::RopeStyle::kNormal, {}};
+  EXPECT_TRUE(builder_.rope(hidden_, positions_, factors, rope, "with_factors").ok());
+  snapshot();
+  expect_rejected(builder_.rope(hidden_, positions_, short_factors, rope, "r").status(),
+                  "rotary_dim / 2");
+  expect_rejected(builder_.rope(hidden_, positions_, f16_factors, rope, "r").status(),
+                  "is f16; expected f32");
+  rope.scaling = {.kind = RopeScalingKind::kYarn, .factor = 4.0f, .beta_fast = 1.0f};
+  expect_rejected(builder_.rope(hidden_, positions_, rope, "r").status(),
+                  "0 < beta_slow (1) < beta_fast (1)");
+  rope.scaling.beta_fast = 32.0f;
+  expect_rejected(builder_.rope(hidden_, positions_, factors, rope, "r").status(),
+                  "with yarn scaling, which makes its own");
+  EXPECT_TRUE(builder_.rope(hidden_, positions_, rope, "yarn").ok());
 }
 
 TEST_F(BuilderTest, AttentionRejectsCachesAndHeadsThatDoNotFit) {

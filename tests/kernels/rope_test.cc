@@ -146,6 +146,28 @@ TEST(RopeScalingTest, Llama3FactorsKeepHighFrequenciesAndStretchLowOnes) {
   EXPECT_GT(interpolated, 0);
 }
 
+// YaRN with original context 64, theta 10000, 16 rotary dimensions: the correction dimensions
+// are floor(16 ln(64 / (32 * 2 pi)) / (2 ln 10000)) < 0 -> 0 and ceil(16 ln(64 / (2 pi)) /
+// (2 ln 10000)) = ceil(2.016) = 3, so pair 0 keeps its frequency, pairs 3.. are divided by the
+// factor, and pairs 1 and 2 blend the two with ramps 2/3 and 1/3.
+TEST(RopeScalingTest, YarnFactorsRampFromKeptToInterpolatedFrequencies) {
+  cpu::YarnRopeScaling scaling;
+  scaling.factor = 4.0f;
+  scaling.original_context_length = 64;
+  std::vector<float> factors(8);
+  cpu::yarn_frequency_factors(scaling, 10000.0f, 16, factors.data());
+  EXPECT_FLOAT_EQ(factors[0], 1.0f);
+  EXPECT_FLOAT_EQ(factors[1], static_cast<float>(1.0 / (0.25 / 3 + 2.0 / 3)));
+  EXPECT_FLOAT_EQ(factors[2], static_cast<float>(1.0 / (0.25 * 2 / 3 + 1.0 / 3)));
+  for (int i = 3; i < 8; ++i) EXPECT_FLOAT_EQ(factors[i], 4.0f) << i;
+  EXPECT_FLOAT_EQ(cpu::yarn_magnitude_scale(scaling), static_cast<float>(1 + 0.1 * std::log(4.0)));
+  scaling.extrapolation_factor = 0.0f;  // pure interpolation, no magnitude change
+  scaling.attention_factor = 0.5f;
+  cpu::yarn_frequency_factors(scaling, 10000.0f, 16, factors.data());
+  for (int i = 0; i < 8; ++i) EXPECT_FLOAT_EQ(factors[i], 4.0f) << i;
+  EXPECT_FLOAT_EQ(cpu::yarn_magnitude_scale(scaling), 0.5f);
+}
+
 TEST(RopeReplayTest, CapturedLaunchUsesThePositionsPresentAtReplay) {
   constexpr int32_t kHeadDim = 64, kTokens = 5;
   std::mt19937 rng(8);

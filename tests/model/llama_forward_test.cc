@@ -37,15 +37,72 @@ struct ReferenceModel {
   uint64_t seed;
   // Largest |engine - reference| allowed, relative to max(1, largest |reference| logit).
   double tolerance;
+  // Changes to the default shape beyond the fields above (make-model's other options).
+  void (*customize)(LlamaShape& shape) = nullptr;
 };
 
+// A file as model hubs ship them: matrices of several dtypes (make-model --tensor-dtype).
+void mix_dtypes(LlamaShape& shape) {
+  shape.tensor_dtypes = {
+      {"token_embd.weight", DType::kQ8_0},     {"output.weight", DType::kQ8_0},
+      {"blk.0.attn_v.weight", DType::kF16},    {"blk.1.attn_v.weight", DType::kF16},
+      {"blk.0.ffn_down.weight", DType::kQ4_0}, {"blk.1.attn_q.weight", DType::kBF16}};
+}
+
 // Keep in sync with tests/data/reference/regenerate.sh. Tolerances: f32 and f16 weights are
-// exact in f32, so only f32 rounding remains; q8_0 matmuls quantize activations to 8 bits
-// (as ggml does), about 1/254 of each row's largest value per product.
+// exact in f32, so only f32 rounding remains; q8_0 and q4_0 matmuls quantize activations to 8
+// bits (as ggml does), about 1/254 of each row's largest value per product.
+// Heads wider than hidden / heads (attention.key_length, as Gemma and Qwen 3 have): q is
+// [T, 4 * 32] over a hidden size of 64.
+void widen_heads(LlamaShape& shape) {
+  shape.key_length = 32;
+}
+
+// RoPE scaling from metadata (rope.scaling.*) and from a rope_freqs.weight tensor. The original
+// context of 64 puts the llama3 and yarn ramps inside the 8 pairs of a 16-wide head.
+void scale_rope_linearly(LlamaShape& shape) {
+  shape.rope_scaling.kind = ir::RopeScalingKind::kLinear;
+  shape.rope_scaling.factor = 4.0f;
+}
+void scale_rope_as_llama3(LlamaShape& shape) {
+  shape.rope_scaling.kind = ir::RopeScalingKind::kLlama3;
+  shape.rope_scaling.factor = 8.0f;
+  shape.rope_scaling.original_context_length = 64;
+}
+void scale_rope_with_yarn(LlamaShape& shape) {
+  shape.rope_scaling.kind = ir::RopeScalingKind::kYarn;
+  shape.rope_scaling.factor = 4.0f;
+  shape.rope_scaling.original_context_length = 64;
+}
+void divide_rope_frequencies(LlamaShape& shape) {
+  shape.rope_frequency_factors = true;
+  scale_rope_linearly(shape);
+  shape.rope_scaling.factor = 2.0f;
+}
+
+// Mistral's sliding-window attention, with a window shorter than the longest prompt.
+void slide_attention_window(LlamaShape& shape) {
+  shape.sliding_window = 6;
+}
+
 constexpr ReferenceModel kReferenceModels[] = {
     {"llama_f32_gqa", LlamaArchitecture::kLlama, DType::kF32, false, 11, 1e-4},
     {"llama_q8_0_gqa", LlamaArchitecture::kLlama, DType::kQ8_0, false, 12, 5e-2},
     {"qwen2_f16_tied", LlamaArchitecture::kQwen2, DType::kF16, true, 13, 1e-4},
+    {"llama_mixed_dtypes", LlamaArchitecture::kLlama, DType::kF32, false, 14, 5e-2, mix_dtypes},
+    {"llama_head_dim_32", LlamaArchitecture::kLlama, DType::kF16, false, 15, 1e-4, widen_heads},
+    {"llama_rope_linear", LlamaArchitecture::kLlama, DType::kF32, false, 16, 1e-4,
+     scale_rope_linearly},
+    {"llama_rope_llama3", LlamaArchitecture::kLlama, DType::kF32, false, 17, 1e-4,
+     scale_rope_as_llama3},
+    {"qwen2_rope_yarn", LlamaArchitecture::kQwen2, DType::kF32, false, 18, 1e-4,
+     scale_rope_with_yarn},
+    {"llama_rope_freqs", LlamaArchitecture::kLlama, DType::kF32, false, 19, 1e-4,
+     divide_rope_frequencies},
+    {"qwen3_f16_head_dim_32", LlamaArchitecture::kQwen3, DType::kF16, false, 20, 1e-4, widen_heads},
+    {"llama_sliding_window_6", LlamaArchitecture::kLlama, DType::kF32, false, 21, 1e-4,
+     slide_attention_window},
+    {"phi3_f16", LlamaArchitecture::kPhi3, DType::kF16, false, 22, 1e-4},
 };
 
 // Keep in sync with the adapters table of tests/data/reference/regenerate.sh.
@@ -127,6 +184,7 @@ class ForwardHarness {
     shape.architecture = reference.architecture;
     shape.weight_dtype = reference.dtype;
     shape.tie_embeddings = reference.tie_embeddings;
+    if (reference.customize != nullptr) reference.customize(shape);
     FOLIO_ASSIGN_OR_RETURN(gguf::GgufWriter writer,
                            make_random_llama_writer(shape, reference.seed));
     FOLIO_ASSIGN_OR_RETURN(std::vector<uint8_t> bytes, writer.write_to_buffer());

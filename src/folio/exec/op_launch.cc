@@ -78,8 +78,11 @@ void launch_rms_norm(const OpOperands& operands, const ir::Op& op, device::HostS
   arguments.input = operands.input_data<const float>(ir::rms_norm_input::kX);
   arguments.weight = operands.input_data<const float>(ir::rms_norm_input::kWeight);
   arguments.output = operands.output_data();
-  arguments.num_rows = x.shape[0];
-  arguments.hidden = x.shape[1];
+  // Groups of the weight's length are rows of their own (per-head norms): the rows are
+  // contiguous either way.
+  const int64_t group = operands.input(ir::rms_norm_input::kWeight).shape[0];
+  arguments.num_rows = x.shape[0] * (x.shape[1] / group);
+  arguments.hidden = group;
   arguments.epsilon = std::get<ir::RmsNormAttributes>(op.attributes).epsilon;
   kernels::cpu::rms_norm(stream, arguments);
 }
@@ -144,7 +147,12 @@ void launch_rope(const OpOperands& operands, const PreparedOp& prepared,
   arguments.query_row_stride = x.shape[1];
   arguments.key_row_stride = x.shape[1];
   arguments.positions = operands.input_data<const int32_t>(ir::rope_input::kPositions);
-  arguments.frequency_factors = prepared.rope_frequency_factors;
+  // A frequency factor operand (GGUF's rope_freqs) is a weight; llama3 and yarn scaling
+  // computed theirs when the graph was prepared (the op signature allows one or the other).
+  arguments.frequency_factors =
+      prepared.op->inputs.size() > ir::rope_input::kFrequencyFactors
+          ? operands.input_data<const float>(ir::rope_input::kFrequencyFactors)
+          : prepared.rope_frequency_factors;
   arguments.num_tokens = x.shape[0];
   arguments.num_heads = static_cast<int32_t>(attributes.num_heads);
   arguments.num_kv_heads = 0;
@@ -154,6 +162,7 @@ void launch_rope(const OpOperands& operands, const PreparedOp& prepared,
                                                                   : kernels::RopeStyle::kNormal;
   arguments.theta_base = attributes.theta;
   arguments.position_scale = prepared.rope_position_scale;
+  arguments.magnitude_scale = prepared.rope_magnitude_scale;
   const int64_t elements_per_token = attributes.num_heads * attributes.rotary_dim;
   stream.launch(device::HostKernel::make<kernels::cpu::RopeArguments, &kernels::cpu::rope_body>(
       "rope", arguments, arguments.num_tokens, kernels::cpu::grain_for(4 * elements_per_token)));
@@ -230,6 +239,7 @@ kernels::cpu::PagedAttentionArguments PreparedGraph::attention_arguments(
   arguments.max_sequences = static_cast<int32_t>(tables.shape[0]);
   arguments.max_blocks_per_sequence = static_cast<int32_t>(tables.shape[1]);
   arguments.scale = attributes.scale;
+  arguments.sliding_window = static_cast<int32_t>(attributes.sliding_window);
   arguments.num_sequences = inputs_.num_sequences();
   arguments.query_start = operands.input_data<const int32_t>(ir::attention_input::kQueryStartLoc);
   arguments.seq_lens = operands.input_data<const int32_t>(ir::attention_input::kSeqLens);

@@ -173,6 +173,20 @@ Status PreparedGraph::prepare_rope(PreparedOp& prepared) {
       prepared.rope_frequency_factors = factors.as<float>();
       return Status();
     }
+    case ir::RopeScalingKind::kYarn: {
+      const auto pairs = static_cast<size_t>(attributes.rotary_dim / 2);
+      HostBuffer& factors = constants_.emplace_back(pairs * sizeof(float));
+      const ir::RopeScaling& scaling = attributes.scaling;
+      const kernels::cpu::YarnRopeScaling yarn{
+          scaling.factor,           scaling.extrapolation_factor,
+          scaling.attention_factor, scaling.beta_fast,
+          scaling.beta_slow,        static_cast<int32_t>(scaling.original_context_length)};
+      kernels::cpu::yarn_frequency_factors(
+          yarn, attributes.theta, static_cast<int32_t>(attributes.rotary_dim), factors.as<float>());
+      prepared.rope_frequency_factors = factors.as<float>();
+      prepared.rope_magnitude_scale = kernels::cpu::yarn_magnitude_scale(yarn);
+      return Status();
+    }
   }
   return unsupported(op, "unknown RoPE scaling");
 }

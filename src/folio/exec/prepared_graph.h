@@ -45,6 +45,7 @@ struct PreparedOp {
   int32_t kv_layer = -1;        // kv_cache_write, paged_attention
   const float* rope_frequency_factors = nullptr;  // f32 [rotary_dim / 2], or null
   float rope_position_scale = 1.0f;
+  float rope_magnitude_scale = 1.0f;                     // YaRN's scale of cosines and sines
   const int32_t* gather_row_count = nullptr;             // i32 scalar the gather reads at run time
   const kernels::LoraSlotWeights* lora_slots = nullptr;  // lora: its row of the adapter table
 };

@@ -113,6 +113,11 @@ Result<TensorId> GraphBuilder::rope(TensorId x, TensorId positions,
   return emit_one(OpKind::kRope, std::move(name), {x, positions}, attributes);
 }
 
+Result<TensorId> GraphBuilder::rope(TensorId x, TensorId positions, TensorId frequency_factors,
+                                    const RopeAttributes& attributes, std::string name) {
+  return emit_one(OpKind::kRope, std::move(name), {x, positions, frequency_factors}, attributes);
+}
+
 Status GraphBuilder::kv_cache_write(TensorId key, TensorId value, TensorId slot_mapping,
                                     TensorId key_cache, TensorId value_cache, std::string name) {
   return emit(OpKind::kKvCacheWrite, std::move(name), {key, value, slot_mapping},

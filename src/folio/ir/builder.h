@@ -64,6 +64,9 @@ class GraphBuilder {
   // x [T, heads * head_dim] rotated by the positions (i32 [T]).
   Result<TensorId> rope(TensorId x, TensorId positions, const RopeAttributes& attributes,
                         std::string name);
+  // The same with each pair's frequency divided by frequency_factors (f32 [rotary_dim / 2]).
+  Result<TensorId> rope(TensorId x, TensorId positions, TensorId frequency_factors,
+                        const RopeAttributes& attributes, std::string name);
   // Stores key and value ([T, kv_heads * head_dim]) of each token at its slot (i32 [T]).
   Status kv_cache_write(TensorId key, TensorId value, TensorId slot_mapping, TensorId key_cache,
                         TensorId value_cache, std::string name);

@@ -38,6 +38,8 @@ std::string_view rope_scaling_name(RopeScalingKind kind) {
       return "linear";
     case RopeScalingKind::kLlama3:
       return "llama3";
+    case RopeScalingKind::kYarn:
+      return "yarn";
   }
   return "invalid";
 }
@@ -63,8 +65,10 @@ std::string attributes_text(const OpAttributes& attributes) {
           return fmt::format(" {{target={}}}", value.target);
         } else {
           static_assert(std::is_same_v<T, AttentionAttributes>);
-          return fmt::format(" {{heads={} kv_heads={} head_dim={} scale={:g}}}", value.num_heads,
-                             value.num_kv_heads, value.head_dim, value.scale);
+          const std::string window =
+              value.sliding_window > 0 ? fmt::format(" window={}", value.sliding_window) : "";
+          return fmt::format(" {{heads={} kv_heads={} head_dim={} scale={:g}{}}}", value.num_heads,
+                             value.num_kv_heads, value.head_dim, value.scale, window);
         }
       },
       attributes);

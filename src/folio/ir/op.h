@@ -11,13 +11,18 @@
 //
 //   kind            inputs                                              -> output
 //   embedding       token_ids i32 [T], table any [vocab, hidden]        -> float [T, hidden]
-//   rms_norm        x float [T, H], weight f32|x.dtype [H]              -> x.dtype [T, H]
+//   rms_norm        x float [T, G * H], weight f32|x.dtype [H]          -> x.dtype [T, G * H]
+//                   each group of H columns normalized on its own (G = 1: the hidden state;
+//                   G = heads: Qwen 3's per-head q/k norms)
 //   matmul          x float [T, K], weight any [N, K], (bias f32|x.dtype [N]) -> x.dtype [T, N]
 //                   y = x * weight^T + bias; the weight is stored as N rows of K (GGUF layout)
 //   add, mul        a float [..], b same dtype and shape                 -> a.dtype, a.shape
 //   silu            x float [..]                                         -> x.dtype, x.shape
 //   swiglu          gate float [T, F], up same dtype and shape           -> silu(gate) * up
-//   rope            x float [T, heads * head_dim], positions i32 [T]     -> x.dtype [T, ...]
+//   rope            x float [T, heads * head_dim], positions i32 [T], (frequency_factors f32
+//                   [rotary_dim / 2], a weight: GGUF's rope_freqs, dividing each pair's
+//                   frequency; not with llama3 or yarn scaling, which make their own)
+//                                                                        -> x.dtype [T, ...]
 //   kv_cache_write  key float [T, kv_heads * head_dim], value (same), slot_mapping i32 [T];
 //                   updates key_cache, value_cache float [blocks, block_size, kv_heads,
 //                   head_dim]: token t goes to slot s = slot_mapping[t], i.e. block
@@ -27,7 +32,8 @@
 //                   [S + 1] (first query row of each sequence; the last entry is the number of
 //                   real tokens), block_tables i32 [S, max_blocks]  -> query.dtype [T, heads *
 //                   head_dim]; causal: query row i of a sequence sees its KV tokens
-//                   0 .. seq_len - rows_of_sequence + i.
+//                   0 .. seq_len - rows_of_sequence + i (the last sliding_window of them when
+//                   the attributes set one).
 //   gather_rows     x float [T, H], indices i32 [R]                      -> x.dtype [R, H]
 //   lora            x float [T, K], base float [T, N] (the projection of x), token_adapter_slots
 //                   i32 [T]                                              -> base.dtype [T, N]
@@ -85,7 +91,7 @@ namespace matmul_input {
 inline constexpr int kX = 0, kWeight = 1, kBias = 2;
 }
 namespace rope_input {
-inline constexpr int kX = 0, kPositions = 1;
+inline constexpr int kX = 0, kPositions = 1, kFrequencyFactors = 2;
 }
 namespace kv_cache_write_input {
 inline constexpr int kKey = 0, kValue = 1, kSlotMapping = 2;
@@ -122,6 +128,12 @@ enum class RopeScalingKind : uint8_t {
   kNone,
   kLinear,  // positions divided by `factor`
   kLlama3,  // Llama 3.1 frequency-dependent scaling
+  // YaRN as ggml computes it: per pair, the angle blends the interpolated (divided by `factor`)
+  // and the original one by a ramp between the dimensions where beta_fast and beta_slow
+  // rotations fit in original_context_length, times extrapolation_factor; cosines and sines
+  // are scaled by attention_factor * (1 + 0.1 ln factor) (the last term only when
+  // extrapolation_factor != 0).
+  kYarn,
 };
 
 struct RopeScaling {
@@ -129,7 +141,11 @@ struct RopeScaling {
   float factor = 1.0f;
   float low_frequency_factor = 1.0f;       // kLlama3 only
   float high_frequency_factor = 4.0f;      // kLlama3 only
-  int64_t original_context_length = 8192;  // kLlama3 only
+  int64_t original_context_length = 8192;  // kLlama3 and kYarn
+  float extrapolation_factor = 1.0f;       // kYarn only: ggml's ext_factor, >= 0
+  float attention_factor = 1.0f;           // kYarn only: ggml's attn_factor, > 0
+  float beta_fast = 32.0f;                 // kYarn only: > beta_slow
+  float beta_slow = 1.0f;                  // kYarn only: > 0
   friend bool operator==(const RopeScaling&, const RopeScaling&) = default;
 };
 
@@ -148,6 +164,9 @@ struct AttentionAttributes {
   int64_t num_kv_heads = 0;  // divides num_heads (grouped-query attention)
   int64_t head_dim = 0;
   float scale = 0.0f;  // softmax scale, > 0 (usually 1 / sqrt(head_dim))
+  // > 0: a query at position p sees keys at positions (p - sliding_window, p] only (Mistral's
+  // and Gemma's local layers); 0: the whole past.
+  int64_t sliding_window = 0;
   friend bool operator==(const AttentionAttributes&, const AttentionAttributes&) = default;
 };
 

@@ -1,5 +1,6 @@
 #include "folio/ir/op_signature.h"
 
+#include <limits>
 #include <string>
 #include <utility>
 
@@ -112,7 +113,12 @@ Result<Specs> infer_rms_norm(const SignatureChecker& check) {
     return check.error("weight '{}' is {}; expected f32 or {}", weight.name,
                        dtype_name(weight.dtype), dtype_name(x.dtype));
   }
-  FOLIO_RETURN_IF_ERROR(check.has_dim(weight, 0, x.shape[1], "weight", "the input's columns"));
+  if (weight.shape[0] <= 0 || x.shape[1] % weight.shape[0] != 0) {
+    return check.error(
+        "weight '{}' has shape {}; dimension 0 must be {} or a divisor of it (the input's "
+        "columns, normalized in groups of the weight's length)",
+        weight.name, weight.shape.to_string(), x.shape[1]);
+  }
   if (!(attributes.epsilon > 0.0f)) {
     return check.error("epsilon {} is not positive", attributes.epsilon);
   }
@@ -161,7 +167,7 @@ Result<Specs> infer_elementwise(const SignatureChecker& check, int num_inputs, b
 }
 
 Result<Specs> infer_rope(const SignatureChecker& check) {
-  FOLIO_RETURN_IF_ERROR(check.counts(2, 2, 0));
+  FOLIO_RETURN_IF_ERROR(check.counts(2, 3, 0));
   FOLIO_ASSIGN_OR_RETURN(const auto attributes, check.attributes<RopeAttributes>());
   const TensorInfo& x = check.input(rope_input::kX);
   const TensorInfo& positions = check.input(rope_input::kPositions);
@@ -195,6 +201,29 @@ Result<Specs> infer_rope(const SignatureChecker& check) {
         "high_frequency_factor ({}) and a positive original context length ({})",
         scaling.low_frequency_factor, scaling.high_frequency_factor,
         scaling.original_context_length);
+  }
+  if (scaling.kind == RopeScalingKind::kYarn &&
+      !(scaling.extrapolation_factor >= 0.0f && scaling.attention_factor > 0.0f &&
+        scaling.beta_slow > 0.0f && scaling.beta_fast > scaling.beta_slow &&
+        scaling.original_context_length > 0)) {
+    return check.error(
+        "yarn RoPE scaling needs extrapolation_factor ({}) >= 0, attention_factor ({}) > 0, "
+        "0 < beta_slow ({}) < beta_fast ({}) and a positive original context length ({})",
+        scaling.extrapolation_factor, scaling.attention_factor, scaling.beta_slow,
+        scaling.beta_fast, scaling.original_context_length);
+  }
+  if (check.num_inputs() == 3) {
+    const TensorInfo& factors = check.input(rope_input::kFrequencyFactors);
+    FOLIO_RETURN_IF_ERROR(check.has_residency(factors, Residency::kWeight, "frequency factors"));
+    FOLIO_RETURN_IF_ERROR(check.has_dtype(factors, DType::kF32, "frequency factors"));
+    FOLIO_RETURN_IF_ERROR(check.has_rank(factors, 1, "frequency factors"));
+    FOLIO_RETURN_IF_ERROR(check.has_dim(factors, 0, attributes.rotary_dim / 2, "frequency factors",
+                                        "rotary_dim / 2"));
+    if (scaling.kind == RopeScalingKind::kLlama3 || scaling.kind == RopeScalingKind::kYarn) {
+      return check.error("frequency factors '{}' with {} scaling, which makes its own",
+                         factors.name,
+                         scaling.kind == RopeScalingKind::kLlama3 ? "llama3" : "yarn");
+    }
   }
   return Specs{{x.dtype, x.shape}};
 }
@@ -250,6 +279,11 @@ Status check_attention_attributes(const SignatureChecker& check,
                        attributes.num_kv_heads);
   }
   if (!(attributes.scale > 0.0f)) return check.error("scale {} is not positive", attributes.scale);
+  if (attributes.sliding_window < 0 ||
+      attributes.sliding_window > std::numeric_limits<int32_t>::max()) {
+    return check.error("sliding_window {} must be in 0..2^31 - 1 (0: no window)",
+                       attributes.sliding_window);
+  }
   return Status();
 }
 

@@ -62,10 +62,16 @@ class LlamaEmitter {
 
   Result<ir::Graph> emit() {
     FOLIO_ASSIGN_OR_RETURN(inputs_, declare_inputs(builder_, step_, kv_cache_, options_.adapters));
-    FOLIO_ASSIGN_OR_RETURN(TensorId table,
-                           builder_.weight("token_embd.weight", model_.weight_dtype,
-                                           {model_.vocab_size, model_.hidden_size}));
+    FOLIO_ASSIGN_OR_RETURN(
+        TensorId table,
+        builder_.weight("token_embd.weight", model_.matrix_dtype("token_embd.weight"),
+                        {model_.vocab_size, model_.hidden_size}));
     FOLIO_ASSIGN_OR_RETURN(TensorId hidden, builder_.embedding(inputs_.token_ids, table, "embed"));
+    if (model_.rope_frequency_factors) {
+      FOLIO_ASSIGN_OR_RETURN(
+          rope_frequency_factors_,
+          builder_.weight("rope_freqs.weight", DType::kF32, {model_.head_dim() / 2}));
+    }
     for (int64_t layer = 0; layer < model_.num_layers; ++layer) {
       builder_.set_layer(static_cast<int32_t>(layer));
       FOLIO_ASSIGN_OR_RETURN(hidden, attention_block(layer, hidden));
@@ -77,8 +83,9 @@ class LlamaEmitter {
                            builder_.gather_rows(normed, inputs_.logit_indices, "logit_rows"));
     TensorId head = table;
     if (!model_.tie_embeddings) {
-      FOLIO_ASSIGN_OR_RETURN(head, builder_.weight("output.weight", model_.weight_dtype,
-                                                   {model_.vocab_size, model_.hidden_size}));
+      FOLIO_ASSIGN_OR_RETURN(head,
+                             builder_.weight("output.weight", model_.matrix_dtype("output.weight"),
+                                             {model_.vocab_size, model_.hidden_size}));
     }
     const std::optional<int32_t> head_target = llama_output_adapter_target_index(model_);
     const bool adapted_head = inputs_.token_adapter_slots.has_value() && head_target.has_value();
@@ -101,13 +108,22 @@ class LlamaEmitter {
     return builder_.rms_norm(x, weight, model_.rms_norm_epsilon, name);
   }
 
+  // RMSNorm of each head of x [T, heads * head_dim] with the f32 weight "<name>.weight"
+  // [head_dim] (Qwen 3's q and k norms).
+  Result<TensorId> head_norm(TensorId x, const std::string& name) {
+    FOLIO_ASSIGN_OR_RETURN(TensorId weight,
+                           builder_.weight(name + ".weight", DType::kF32, {model_.head_dim()}));
+    return builder_.rms_norm(x, weight, model_.rms_norm_epsilon, name);
+  }
+
   // x [T, in] * "blk.<layer>.<projection>.weight" [out, in]^T, plus the f32 bias when `bias`,
   // plus each token's adapter update when the graph has adapters.
   Result<TensorId> projection(TensorId x, int64_t layer, LlamaProjection projection,
                               int64_t out_features, int64_t in_features, bool bias) {
     const std::string name = fmt::format("blk.{}.{}", layer, llama_projection_name(projection));
-    FOLIO_ASSIGN_OR_RETURN(TensorId weight, builder_.weight(name + ".weight", model_.weight_dtype,
-                                                            {out_features, in_features}));
+    FOLIO_ASSIGN_OR_RETURN(TensorId weight,
+                           builder_.weight(name + ".weight", model_.matrix_dtype(name + ".weight"),
+                                           {out_features, in_features}));
     TensorId projected;
     if (bias) {
       FOLIO_ASSIGN_OR_RETURN(TensorId bias_tensor,
@@ -121,12 +137,20 @@ class LlamaEmitter {
                          llama_adapter_target_index(layer, projection), name + ".lora");
   }
 
+  // RoPE on x with the model's frequency factors (rope_freqs.weight) when it has them.
+  Result<TensorId> apply_rope(TensorId x, const ir::RopeAttributes& rope, std::string name) {
+    if (rope_frequency_factors_) {
+      return builder_.rope(x, inputs_.positions, *rope_frequency_factors_, rope, std::move(name));
+    }
+    return builder_.rope(x, inputs_.positions, rope, std::move(name));
+  }
+
   Result<TensorId> attention_block(int64_t layer, TensorId hidden) {
     const std::string prefix = fmt::format("blk.{}", layer);
     const int64_t head_dim = model_.head_dim();
     const int64_t q_width = model_.num_heads * head_dim;
     const int64_t kv_width = model_.kv_dim();
-    const bool bias = model_.architecture == LlamaArchitecture::kQwen2;
+    const bool bias = llama_has_attention_bias(model_.architecture);
     FOLIO_ASSIGN_OR_RETURN(TensorId normed, norm(hidden, prefix + ".attn_norm"));
     const int64_t hidden_size = model_.hidden_size;
     FOLIO_ASSIGN_OR_RETURN(
@@ -140,13 +164,15 @@ class LlamaEmitter {
     rope.head_dim = head_dim;
     rope.rotary_dim = head_dim;
     rope.theta = model_.rope_theta;
-    rope.style = model_.architecture == LlamaArchitecture::kQwen2 ? kernels::RopeStyle::kNeox
-                                                                  : kernels::RopeStyle::kNormal;
-    FOLIO_ASSIGN_OR_RETURN(TensorId q_rope,
-                           builder_.rope(q, inputs_.positions, rope, prefix + ".q_rope"));
+    rope.style = llama_rope_style(model_.architecture);
+    if (llama_has_query_key_norm(model_.architecture)) {
+      FOLIO_ASSIGN_OR_RETURN(q, head_norm(q, prefix + ".attn_q_norm"));
+      FOLIO_ASSIGN_OR_RETURN(k, head_norm(k, prefix + ".attn_k_norm"));
+    }
+    rope.scaling = model_.rope_scaling;
+    FOLIO_ASSIGN_OR_RETURN(TensorId q_rope, apply_rope(q, rope, prefix + ".q_rope"));
     rope.num_heads = model_.num_kv_heads;
-    FOLIO_ASSIGN_OR_RETURN(TensorId k_rope,
-                           builder_.rope(k, inputs_.positions, rope, prefix + ".k_rope"));
+    FOLIO_ASSIGN_OR_RETURN(TensorId k_rope, apply_rope(k, rope, prefix + ".k_rope"));
     const ir::Shape cache_shape{kv_cache_.num_blocks, kv_cache_.geometry.block_size,
                                 model_.num_kv_heads, head_dim};
     FOLIO_ASSIGN_OR_RETURN(
@@ -158,7 +184,8 @@ class LlamaEmitter {
     FOLIO_RETURN_IF_ERROR(builder_.kv_cache_write(k_rope, v, inputs_.slot_mapping, k_cache, v_cache,
                                                   prefix + ".kv_write"));
     const ir::AttentionAttributes attention{model_.num_heads, model_.num_kv_heads, head_dim,
-                                            1.0f / std::sqrt(static_cast<float>(head_dim))};
+                                            1.0f / std::sqrt(static_cast<float>(head_dim)),
+                                            model_.sliding_window};
     FOLIO_ASSIGN_OR_RETURN(TensorId attended,
                            builder_.paged_attention(q_rope, k_cache, v_cache, inputs_.attention,
                                                     attention, prefix + ".attention"));
@@ -189,6 +216,7 @@ class LlamaEmitter {
   const LlamaGraphOptions options_;
   GraphBuilder builder_;
   StepInputs inputs_;
+  std::optional<TensorId> rope_frequency_factors_;  // f32 [head_dim / 2], rope_freqs.weight
 };
 
 Status validate_step_shape(const LlamaShape& model, const ir::StepShape& step,

@@ -1,8 +1,9 @@
 // The Llama-family forward pass of one engine step, emitted as an ir/ graph.
 //
 // One graph per padded step shape (a bucket): T step tokens, S sequence slots, R logit rows.
-// Per layer: RMSNorm, Q/K/V projections (with bias for Qwen 2), RoPE (normal pairs for Llama,
-// NeoX halves for Qwen 2), KV-cache write, paged attention (grouped-query), output projection,
+// Per layer: RMSNorm, Q/K/V projections (with bias for Qwen 2), per-head RMSNorm of Q and K
+// (Qwen 3), RoPE (normal pairs for Llama, NeoX halves for the Qwens; the model's RoPE scaling
+// and rope_freqs factors), KV-cache write, paged attention (grouped-query), output projection,
 // residual add, RMSNorm, gate and up projections, SwiGLU, down projection, residual add; then
 // the final RMSNorm, a gather of the R rows whose logits are wanted, and the LM head (the
 // output matrix, or the token embedding when they are tied). With adapters on, each adapter

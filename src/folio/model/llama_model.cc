@@ -6,30 +6,44 @@
 namespace folio::model {
 namespace {
 
-// Weights straight from the GGUF mapping. The mapping is read-only and kernels only read
-// weights, so handing out a mutable TensorView pointer never leads to a write.
+// Weights straight from the GGUF mapping; a projection of a fused matrix (Phi-3's attn_qkv,
+// ffn_up) is the view of its rows (llama_matrix_location). The mapping is read-only and kernels
+// only read weights, so handing out a mutable TensorView pointer never leads to a write.
 class GgufWeightSource final : public ir::WeightSource {
  public:
-  explicit GgufWeightSource(const gguf::GgufFile& file) : file_(file) {}
+  GgufWeightSource(const gguf::GgufFile& file, const LlamaShape& shape)
+      : file_(file), shape_(shape) {}
 
   Result<TensorView> find_weight(std::string_view name) const override {
-    FOLIO_ASSIGN_OR_RETURN(gguf::GgufTensor tensor, file_.tensor(name));
+    const LlamaMatrixLocation location = llama_matrix_location(shape_, name);
+    FOLIO_ASSIGN_OR_RETURN(gguf::GgufTensor tensor, file_.tensor(location.tensor));
     // GGUF lists dimensions fastest first; a TensorView slowest first.
     std::vector<int64_t> shape(tensor.info->dimensions.rbegin(), tensor.info->dimensions.rend());
     if (shape.empty()) shape.push_back(1);
-    void* data = const_cast<std::byte*>(tensor.data.data());
+    auto* data = const_cast<std::byte*>(tensor.data.data());
+    if (location.rows > 0) {
+      const int64_t row_length = tensor.info->dimensions[0];
+      if (shape.size() != 2 || location.first_row + location.rows > shape[0]) {
+        return invalid_argument("tensor {} has shape [{}]; {} needs rows [{}, {})", location.tensor,
+                                fmt::join(tensor.info->dimensions, ", "), name, location.first_row,
+                                location.first_row + location.rows);
+      }
+      data += location.first_row * row_bytes(tensor.dtype, row_length);
+      shape[0] = location.rows;
+    }
     return TensorView::make(data, tensor.dtype, shape);
   }
 
  private:
   const gguf::GgufFile& file_;
+  const LlamaShape& shape_;
 };
 
 }  // namespace
 
 LlamaModel::LlamaModel(gguf::GgufFile file, LlamaShape shape, tokenizer::Tokenizer tokenizer)
     : file_(std::move(file)), shape_(shape), tokenizer_(std::move(tokenizer)) {
-  weights_ = std::make_unique<GgufWeightSource>(file_);
+  weights_ = std::make_unique<GgufWeightSource>(file_, shape_);
 }
 
 Result<std::unique_ptr<LlamaModel>> LlamaModel::open(const std::string& path) {

@@ -7,6 +7,7 @@
 
 #include "folio/base/random.h"
 #include "folio/gguf/gguf_file.h"
+#include "folio/model/llama_rope_scaling.h"
 #include "folio/model/quantization_recipe.h"
 #include "folio/tensor/quantize.h"
 #include "folio/tokenizer/spm_vocabulary_builder.h"
@@ -49,6 +50,7 @@ struct TensorSpec {
 // Every tensor of a file of `shape`, in file order (the list in the header comment).
 std::vector<TensorSpec> tensor_specs(const LlamaShape& shape) {
   const int64_t hidden = shape.hidden_size;
+  const int64_t q_dim = shape.q_dim();
   const int64_t kv_dim = shape.kv_dim();
   std::vector<TensorSpec> specs;
   auto matrix = [&](std::string name, int64_t row_length, int64_t rows) {
@@ -57,22 +59,37 @@ std::vector<TensorSpec> tensor_specs(const LlamaShape& shape) {
   auto vector = [&](std::string name, int64_t length) {
     specs.push_back({std::move(name), {length}, false});
   };
+  // llama.cpp's converter writes its extra tensors (rope_freqs) first.
+  if (shape.rope_frequency_factors) vector("rope_freqs.weight", shape.head_dim() / 2);
   matrix("token_embd.weight", hidden, shape.vocab_size);
   for (int64_t layer = 0; layer < shape.num_layers; ++layer) {
     const std::string prefix = fmt::format("blk.{}.", layer);
     vector(prefix + "attn_norm.weight", hidden);
-    matrix(prefix + "attn_q.weight", hidden, hidden);
-    matrix(prefix + "attn_k.weight", hidden, kv_dim);
-    matrix(prefix + "attn_v.weight", hidden, kv_dim);
-    if (shape.architecture == LlamaArchitecture::kQwen2) {
-      vector(prefix + "attn_q.bias", hidden);
+    const bool fused = shape.architecture == LlamaArchitecture::kPhi3;
+    if (fused) {
+      matrix(prefix + "attn_qkv.weight", hidden, q_dim + 2 * kv_dim);
+    } else {
+      matrix(prefix + "attn_q.weight", hidden, q_dim);
+      matrix(prefix + "attn_k.weight", hidden, kv_dim);
+      matrix(prefix + "attn_v.weight", hidden, kv_dim);
+    }
+    if (llama_has_query_key_norm(shape.architecture)) {
+      vector(prefix + "attn_q_norm.weight", shape.head_dim());
+      vector(prefix + "attn_k_norm.weight", shape.head_dim());
+    }
+    if (llama_has_attention_bias(shape.architecture)) {
+      vector(prefix + "attn_q.bias", q_dim);
       vector(prefix + "attn_k.bias", kv_dim);
       vector(prefix + "attn_v.bias", kv_dim);
     }
-    matrix(prefix + "attn_output.weight", hidden, hidden);
+    matrix(prefix + "attn_output.weight", q_dim, hidden);
     vector(prefix + "ffn_norm.weight", hidden);
-    matrix(prefix + "ffn_gate.weight", hidden, shape.ffn_size);
-    matrix(prefix + "ffn_up.weight", hidden, shape.ffn_size);
+    if (fused) {
+      matrix(prefix + "ffn_up.weight", hidden, 2 * shape.ffn_size);
+    } else {
+      matrix(prefix + "ffn_gate.weight", hidden, shape.ffn_size);
+      matrix(prefix + "ffn_up.weight", hidden, shape.ffn_size);
+    }
     matrix(prefix + "ffn_down.weight", shape.ffn_size, hidden);
   }
   vector("output_norm.weight", hidden);
@@ -89,7 +106,9 @@ void add_shape_metadata(const LlamaShape& shape, const std::string& name,
   writer.set("general.architecture", gguf::GgufValue::of_string(arch));
   writer.set("general.name", gguf::GgufValue::of_string(name));
   writer.set("general.file_type", gguf::GgufValue::of(llama_file_type(shape.weight_dtype)));
-  if (dtype_info(shape.weight_dtype).quantized) {
+  bool quantized = dtype_info(shape.weight_dtype).quantized;
+  for (const auto& entry : shape.tensor_dtypes) quantized |= dtype_info(entry.second).quantized;
+  if (quantized) {
     writer.set("general.quantization_version", gguf::GgufValue::of<uint32_t>(2));
   }
   writer.set(arch + ".context_length", u32(shape.context_length));
@@ -103,6 +122,14 @@ void add_shape_metadata(const LlamaShape& shape, const std::string& name,
   writer.set(arch + ".attention.layer_norm_rms_epsilon",
              gguf::GgufValue::of(shape.rms_norm_epsilon));
   writer.set(arch + ".vocab_size", u32(shape.vocab_size));
+  if (shape.key_length > 0) {
+    writer.set(arch + ".attention.key_length", u32(shape.key_length));
+    writer.set(arch + ".attention.value_length", u32(shape.key_length));
+  }
+  if (shape.sliding_window > 0) {
+    writer.set(arch + ".attention.sliding_window", u32(shape.sliding_window));
+  }
+  add_rope_scaling_metadata(shape.rope_scaling, arch + ".rope.scaling.", writer);
 }
 
 Status add_random_tensors(const LlamaShape& shape, uint64_t seed, gguf::GgufWriter& writer) {
@@ -114,11 +141,15 @@ Status add_random_tensors(const LlamaShape& shape, uint64_t seed, gguf::GgufWrit
     DType dtype = DType::kF32;
     if (spec.matrix) {
       // Deviation 1/sqrt(row length): each output of x·W has the variance of one input.
-      dtype = shape.weight_dtype;
+      dtype = shape.matrix_dtype(spec.name);
       fill = random_fill(dtype, row_length, rows, stream, 0.0,
                          1.0 / std::sqrt(static_cast<double>(row_length)));
     } else if (spec.name.ends_with(".bias")) {
       fill = random_fill(dtype, row_length, 1, stream, 0.0, 0.1);
+    } else if (spec.name == "rope_freqs.weight") {
+      // Divisors of the pairs' frequencies, all positive (|z| <= 2 sqrt 3): 2 +- 0.5 z moves
+      // every angle well beyond the tests' tolerances.
+      fill = random_fill(dtype, row_length, 1, stream, 2.0, 0.5);
     } else {
       fill = random_fill(dtype, row_length, 1, stream, 1.0, 0.05);
     }
@@ -143,7 +174,7 @@ Result<std::vector<std::byte>> convert_tensor(const LlamaWeights& weights, const
     if (!std::isfinite(value))
       return invalid_argument("tensor {} has a non-finite value", spec.name);
   }
-  const DType dtype = spec.matrix ? weights.shape.weight_dtype : DType::kF32;
+  const DType dtype = spec.matrix ? weights.shape.matrix_dtype(spec.name) : DType::kF32;
   const int64_t bytes_per_row = row_bytes(dtype, row_length);
   std::vector<std::byte> bytes(static_cast<size_t>(bytes_per_row * rows));
   for (int64_t row = 0; row < rows; ++row) {
@@ -161,6 +192,113 @@ Status check_size(std::string_view field, int64_t value) {
   return Status();
 }
 
+// Every matrix's dtype is a weight dtype whose quantization blocks tile its rows, and every
+// tensor_dtypes entry names a matrix of the shape.
+Status validate_matrix_dtypes(const LlamaShape& shape) {
+  const std::vector<TensorSpec> specs = tensor_specs(shape);
+  for (const auto& entry : shape.tensor_dtypes) {
+    const std::string& name = entry.first;
+    auto named = [&](const TensorSpec& spec) { return spec.matrix && spec.name == name; };
+    if (std::find_if(specs.begin(), specs.end(), named) == specs.end()) {
+      return invalid_argument(
+          "tensor_dtypes names {}, which is no matrix of a {} model of this "
+          "shape",
+          name, llama_architecture_name(shape.architecture));
+    }
+    if (!is_weight_dtype(entry.second)) {
+      return invalid_argument("tensor {}: dtype {} is not a dtype Folio computes matrices in", name,
+                              dtype_name(entry.second));
+    }
+  }
+  for (const TensorSpec& spec : specs) {
+    if (!spec.matrix) continue;
+    const DType dtype = shape.matrix_dtype(spec.name);
+    const int64_t block = dtype_info(dtype).block_elements;
+    if (spec.dimensions[0] % block != 0) {
+      return invalid_argument(
+          "tensor {} has rows of {} values; {} weights need multiples of {} (hidden_size {}, "
+          "ffn_size {})",
+          spec.name, spec.dimensions[0], dtype_name(dtype), block, shape.hidden_size,
+          shape.ffn_size);
+    }
+  }
+  return Status();
+}
+
+// Checks the file's tensors against the shape's list (each present, of its shape, norms and
+// biases f32, nothing else) and records the dtype of every matrix that is not the weight dtype.
+Status read_tensor_dtypes(const gguf::GgufFile& file, LlamaShape& shape) {
+  const std::vector<TensorSpec> specs = tensor_specs(shape);
+  for (const TensorSpec& spec : specs) {
+    const gguf::GgufTensorInfo* info = file.find_tensor(spec.name);
+    if (info == nullptr) {
+      return invalid_argument("tensor {} is missing; a {} model of this shape has it", spec.name,
+                              llama_architecture_name(shape.architecture));
+    }
+    if (info->dimensions != spec.dimensions) {
+      return invalid_argument("tensor {} has shape [{}], the model's metadata needs [{}]",
+                              spec.name, fmt::join(info->dimensions, ", "),
+                              fmt::join(spec.dimensions, ", "));
+    }
+    FOLIO_ASSIGN_OR_RETURN(gguf::GgufTensor tensor, file.tensor(spec.name));
+    if (!spec.matrix) {
+      if (tensor.dtype != DType::kF32) {
+        return invalid_argument("tensor {} is {}; Folio reads norms and biases in f32", spec.name,
+                                dtype_name(tensor.dtype));
+      }
+    } else if (tensor.dtype != shape.weight_dtype) {
+      shape.tensor_dtypes.emplace(spec.name, tensor.dtype);
+    }
+  }
+  for (const gguf::GgufTensorInfo& info : file.tensors()) {
+    auto named = [&](const TensorSpec& spec) { return spec.name == info.name; };
+    if (std::find_if(specs.begin(), specs.end(), named) == specs.end()) {
+      return invalid_argument(
+          "tensor {} is not part of a {} model as Folio runs it; refusing the "
+          "file rather than ignoring the tensor",
+          info.name, llama_architecture_name(shape.architecture));
+    }
+  }
+  return Status();
+}
+
+// attention.key_length / value_length (into key_length when either is present) and
+// rope.dimension_count, which must be the head dimension: the attention kernel reads keys and
+// values of one width, and Folio rotates whole heads.
+Status read_head_dimensions(const gguf::GgufFile& file, const std::string& prefix,
+                            LlamaShape& shape) {
+  const std::string key_key = prefix + "attention.key_length";
+  const std::string value_key = prefix + "attention.value_length";
+  if (file.contains(key_key) || file.contains(value_key)) {
+    const int64_t derived = shape.num_heads > 0 ? shape.hidden_size / shape.num_heads : 0;
+    int64_t key_length = derived;
+    int64_t value_length = derived;
+    if (file.contains(key_key)) {
+      FOLIO_ASSIGN_OR_RETURN(key_length, file.get_integer(key_key));
+    }
+    if (file.contains(value_key)) {
+      FOLIO_ASSIGN_OR_RETURN(value_length, file.get_integer(value_key));
+    }
+    if (key_length <= 0) return invalid_argument("{} = {} must be positive", key_key, key_length);
+    if (key_length != value_length) {
+      return invalid_argument(
+          "{} = {} differs from {} = {}; Folio's attention needs keys and values of one width",
+          key_key, key_length, value_key, value_length);
+    }
+    shape.key_length = key_length;
+  }
+  const std::string rotary_key = prefix + "rope.dimension_count";
+  if (file.contains(rotary_key)) {
+    FOLIO_ASSIGN_OR_RETURN(int64_t rotary_dim, file.get_integer(rotary_key));
+    if (rotary_dim != shape.head_dim()) {
+      return invalid_argument(
+          "{} = {} rotates part of each head of {}; Folio rotates whole heads only", rotary_key,
+          rotary_dim, shape.head_dim());
+    }
+  }
+  return Status();
+}
+
 }  // namespace
 
 std::string_view llama_architecture_name(LlamaArchitecture architecture) {
@@ -169,22 +307,92 @@ std::string_view llama_architecture_name(LlamaArchitecture architecture) {
       return "llama";
     case LlamaArchitecture::kQwen2:
       return "qwen2";
+    case LlamaArchitecture::kQwen3:
+      return "qwen3";
+    case LlamaArchitecture::kPhi3:
+      return "phi3";
   }
   return "invalid";
+}
+
+std::string llama_architecture_names() {
+  return "llama, qwen2, qwen3, phi3";
+}
+
+LlamaMatrixLocation llama_matrix_location(const LlamaShape& shape, std::string_view name) {
+  if (shape.architecture != LlamaArchitecture::kPhi3 || !name.starts_with("blk.")) {
+    return {std::string(name), 0, 0};
+  }
+  const size_t dot = name.find('.', 4);
+  if (dot == std::string_view::npos) return {std::string(name), 0, 0};
+  const std::string_view prefix = name.substr(0, dot + 1);  // "blk.N."
+  const std::string_view projection = name.substr(dot + 1);
+  const std::string qkv = fmt::format("{}attn_qkv.weight", prefix);
+  const std::string up = fmt::format("{}ffn_up.weight", prefix);
+  if (projection == "attn_q.weight") return {qkv, 0, shape.q_dim()};
+  if (projection == "attn_k.weight") return {qkv, shape.q_dim(), shape.kv_dim()};
+  if (projection == "attn_v.weight") return {qkv, shape.q_dim() + shape.kv_dim(), shape.kv_dim()};
+  if (projection == "ffn_gate.weight") return {up, 0, shape.ffn_size};
+  if (projection == "ffn_up.weight") return {up, shape.ffn_size, shape.ffn_size};
+  return {std::string(name), 0, 0};
+}
+
+bool llama_has_attention_bias(LlamaArchitecture architecture) {
+  switch (architecture) {
+    case LlamaArchitecture::kQwen2:
+      return true;
+    case LlamaArchitecture::kLlama:
+    case LlamaArchitecture::kQwen3:
+    case LlamaArchitecture::kPhi3:
+      return false;
+  }
+  return false;
+}
+
+bool llama_has_query_key_norm(LlamaArchitecture architecture) {
+  switch (architecture) {
+    case LlamaArchitecture::kQwen3:
+      return true;
+    case LlamaArchitecture::kLlama:
+    case LlamaArchitecture::kQwen2:
+    case LlamaArchitecture::kPhi3:
+      return false;
+  }
+  return false;
+}
+
+kernels::RopeStyle llama_rope_style(LlamaArchitecture architecture) {
+  switch (architecture) {
+    case LlamaArchitecture::kLlama:
+      return kernels::RopeStyle::kNormal;
+    case LlamaArchitecture::kQwen2:
+    case LlamaArchitecture::kQwen3:
+    case LlamaArchitecture::kPhi3:
+      return kernels::RopeStyle::kNeox;
+  }
+  return kernels::RopeStyle::kNormal;
 }
 
 std::optional<LlamaArchitecture> llama_architecture_from_name(std::string_view name) {
   if (name == "llama") return LlamaArchitecture::kLlama;
   if (name == "qwen2") return LlamaArchitecture::kQwen2;
+  if (name == "qwen3") return LlamaArchitecture::kQwen3;
+  if (name == "phi3") return LlamaArchitecture::kPhi3;
   return std::nullopt;
 }
 
 int64_t LlamaShape::parameter_count() const {
   const int64_t hidden = hidden_size;
   int64_t per_layer =
-      2 * hidden + 2 * hidden * hidden + 2 * hidden * kv_dim() + 3 * hidden * ffn_size;
-  if (architecture == LlamaArchitecture::kQwen2) per_layer += hidden + 2 * kv_dim();
+      2 * hidden + 2 * hidden * q_dim() + 2 * hidden * kv_dim() + 3 * hidden * ffn_size;
+  if (llama_has_attention_bias(architecture)) per_layer += q_dim() + 2 * kv_dim();
+  if (llama_has_query_key_norm(architecture)) per_layer += 2 * head_dim();
   return hidden * vocab_size * (tie_embeddings ? 1 : 2) + num_layers * per_layer + hidden;
+}
+
+DType LlamaShape::matrix_dtype(std::string_view name) const {
+  auto found = tensor_dtypes.find(llama_matrix_location(*this, name).tensor);
+  return found == tensor_dtypes.end() ? weight_dtype : found->second;
 }
 
 Status validate_llama_shape(const LlamaShape& shape) {
@@ -201,15 +409,21 @@ Status validate_llama_shape(const LlamaShape& shape) {
         "special and 256 byte tokens",
         shape.vocab_size, tokenizer::kMinGeneratedVocabularySize);
   }
-  if (shape.hidden_size % shape.num_heads != 0) {
+  if (shape.sliding_window < 0 || shape.sliding_window > std::numeric_limits<int32_t>::max()) {
+    return invalid_argument("sliding_window = {} must be in 0..2^31 - 1 (0: no window)",
+                            shape.sliding_window);
+  }
+  if (shape.key_length < 0) {
+    return invalid_argument("key_length = {} must not be negative (0: hidden_size / num_heads)",
+                            shape.key_length);
+  }
+  if (shape.key_length > 0) FOLIO_RETURN_IF_ERROR(check_size("key_length", shape.key_length));
+  if (shape.key_length == 0 && shape.hidden_size % shape.num_heads != 0) {
     return invalid_argument("hidden_size = {} is not a multiple of num_heads = {}",
                             shape.hidden_size, shape.num_heads);
   }
   if (shape.head_dim() % 2 != 0) {
-    return invalid_argument(
-        "head dimension {} (hidden_size / num_heads) is odd; RoPE needs "
-        "pairs",
-        shape.head_dim());
+    return invalid_argument("head dimension {} is odd; RoPE needs pairs", shape.head_dim());
   }
   if (shape.num_heads % shape.num_kv_heads != 0) {
     return invalid_argument("num_heads = {} is not a multiple of num_kv_heads = {}",
@@ -219,16 +433,11 @@ Status validate_llama_shape(const LlamaShape& shape) {
     return invalid_argument("weight dtype {} is not f32, f16, bf16 or a block-quantized type",
                             dtype_name(shape.weight_dtype));
   }
-  const int64_t block = dtype_info(shape.weight_dtype).block_elements;
-  if (shape.hidden_size % block != 0 || shape.ffn_size % block != 0) {
-    return invalid_argument(
-        "{} weights need hidden_size ({}) and ffn_size ({}) to be multiples "
-        "of {}",
-        dtype_name(shape.weight_dtype), shape.hidden_size, shape.ffn_size, block);
-  }
+  FOLIO_RETURN_IF_ERROR(validate_matrix_dtypes(shape));
   if (!(std::isfinite(shape.rope_theta) && shape.rope_theta > 0)) {
     return invalid_argument("rope_theta = {} must be positive and finite", shape.rope_theta);
   }
+  FOLIO_RETURN_IF_ERROR(validate_rope_scaling(shape.rope_scaling, shape.rope_frequency_factors));
   if (!(std::isfinite(shape.rms_norm_epsilon) && shape.rms_norm_epsilon > 0)) {
     return invalid_argument("rms_norm_epsilon = {} must be positive and finite",
                             shape.rms_norm_epsilon);
@@ -271,7 +480,7 @@ Result<gguf::GgufWriter> make_llama_writer(const LlamaWeights& weights) {
   tokenizer::write_vocabulary_metadata(weights.vocabulary, writer);
   for (const TensorSpec& spec : specs) {
     FOLIO_ASSIGN_OR_RETURN(std::vector<std::byte> bytes, convert_tensor(weights, spec));
-    const DType dtype = spec.matrix ? weights.shape.weight_dtype : DType::kF32;
+    const DType dtype = spec.matrix ? weights.shape.matrix_dtype(spec.name) : DType::kF32;
     FOLIO_RETURN_IF_ERROR(
         writer.add_tensor_bytes(spec.name, dtype, spec.dimensions, std::move(bytes)));
   }
@@ -287,8 +496,8 @@ Result<LlamaShape> read_llama_shape(const gguf::GgufFile& file) {
   FOLIO_ASSIGN_OR_RETURN(std::string_view name, file.get_string("general.architecture"));
   const std::optional<LlamaArchitecture> architecture = llama_architecture_from_name(name);
   if (!architecture) {
-    return invalid_argument("{}: general.architecture '{}' is not one Folio runs (llama, qwen2)",
-                            file.source(), name);
+    return invalid_argument("{}: general.architecture '{}' is not one Folio runs ({})",
+                            file.source(), name, llama_architecture_names());
   }
   LlamaShape shape;
   shape.architecture = *architecture;
@@ -310,6 +519,25 @@ Result<LlamaShape> read_llama_shape(const gguf::GgufFile& file) {
   FOLIO_ASSIGN_OR_RETURN(double epsilon,
                          file.get_floating(prefix + "attention.layer_norm_rms_epsilon"));
   shape.rms_norm_epsilon = static_cast<float>(epsilon);
+  FOLIO_RETURN_IF_ERROR(read_head_dimensions(file, prefix, shape));
+  FOLIO_ASSIGN_OR_RETURN(shape.rope_scaling, read_rope_scaling(file, prefix, shape.context_length));
+  shape.rope_frequency_factors = file.find_tensor("rope_freqs.weight") != nullptr;
+  // The converter's rope_freqs are the llama3 factors themselves: the tensor replaces the keys.
+  if (shape.rope_frequency_factors && shape.rope_scaling.kind == ir::RopeScalingKind::kLlama3) {
+    shape.rope_scaling = ir::RopeScaling{};
+  }
+  if (file.contains(prefix + "attention.sliding_window")) {
+    FOLIO_ASSIGN_OR_RETURN(shape.sliding_window,
+                           file.get_integer(prefix + "attention.sliding_window"));
+  }
+  if (file.contains(prefix + "expert_count")) {
+    FOLIO_ASSIGN_OR_RETURN(int64_t experts, file.get_integer(prefix + "expert_count"));
+    if (experts > 0) {
+      return invalid_argument(
+          "{}: {}expert_count = {}: mixture-of-experts feed-forward layers are not implemented",
+          file.source(), prefix, experts);
+    }
+  }
 
   FOLIO_ASSIGN_OR_RETURN(gguf::GgufTensor embedding, file.tensor("token_embd.weight"));
   const std::vector<int64_t>& dimensions = embedding.info->dimensions;
@@ -318,10 +546,13 @@ Result<LlamaShape> read_llama_shape(const gguf::GgufFile& file) {
                             file.source(), fmt::join(dimensions, ", "), shape.hidden_size);
   }
   shape.vocab_size = dimensions[1];
-  FOLIO_ASSIGN_OR_RETURN(gguf::GgufTensor query, file.tensor("blk.0.attn_q.weight"));
+  FOLIO_ASSIGN_OR_RETURN(gguf::GgufTensor query,
+                         file.tensor(llama_matrix_location(shape, "blk.0.attn_q.weight").tensor));
   shape.weight_dtype = query.dtype;
   shape.tie_embeddings = file.find_tensor("output.weight") == nullptr;
   Status status = validate_llama_shape(shape);
+  if (status.ok()) status = read_tensor_dtypes(file, shape);
+  if (status.ok()) status = validate_llama_shape(shape);
   if (!status.ok()) return status.with_context(file.source());
   return shape;
 }

@@ -8,15 +8,29 @@
 //              <arch>.context_length, .embedding_length, .block_count, .feed_forward_length,
 //              .attention.head_count, .attention.head_count_kv, .rope.freq_base,
 //              .rope.dimension_count, .attention.layer_norm_rms_epsilon, .vocab_size,
+//              .attention.key_length and .value_length (only when key_length is set),
+//              .attention.sliding_window (only when set),
+//              .rope.scaling.type, .factor and the kind's own keys (only with scaling: llama3
+//              .low_freq_factor, .high_freq_factor, .original_context_length; yarn
+//              .original_context_length, .yarn_ext_factor, .yarn_attn_factor,
+//              .yarn_beta_fast, .yarn_beta_slow),
 //              tokenizer.ggml.* (random models: a generated SentencePiece vocabulary,
 //              spm_vocabulary_builder.h; trained models: their own), folio.random_seed (random)
-//   tensors    (ggml order: [row length, rows]; `dtype` is the shape's weight dtype)
+//   tensors    (ggml order: [row length, rows]; `dtype` is the matrix's dtype: the shape's
+//              weight dtype, or its entry in tensor_dtypes)
+//     rope_freqs.weight             f32   [head_dim / 2]   (with rope_frequency_factors)
 //     token_embd.weight             dtype [hidden, vocab]
 //     blk.N.attn_norm.weight        f32   [hidden]
-//     blk.N.attn_q.weight           dtype [hidden, heads * head_dim]
+//     blk.N.attn_q.weight           dtype [hidden, heads * head_dim]   (head_dim: head_dim())
 //     blk.N.attn_k.weight           dtype [hidden, kv_heads * head_dim]
 //     blk.N.attn_v.weight           dtype [hidden, kv_heads * head_dim]
 //     blk.N.attn_q/k/v.bias         f32   [heads * head_dim] / [kv_heads * head_dim]  (qwen2)
+//     blk.N.attn_q_norm.weight      f32   [head_dim]                                  (qwen3)
+//     blk.N.attn_k_norm.weight      f32   [head_dim]                                  (qwen3)
+//     blk.N.attn_qkv.weight         dtype [hidden, (heads + 2 kv_heads) * head_dim] (phi3, for
+//                                         attn_q/k/v)
+//     blk.N.ffn_up.weight           dtype [hidden, 2 ffn] (phi3: gate rows, then up rows; no
+//                                         ffn_gate)
 //     blk.N.attn_output.weight      dtype [heads * head_dim, hidden]
 //     blk.N.ffn_norm.weight         f32   [hidden]
 //     blk.N.ffn_gate.weight         dtype [hidden, ffn]
@@ -41,15 +55,44 @@
 
 #include "folio/base/result.h"
 #include "folio/gguf/gguf_writer.h"
+#include "folio/ir/op.h"
 #include "folio/tensor/dtype.h"
 #include "folio/tokenizer/vocabulary.h"
 
 namespace folio::model {
 
-enum class LlamaArchitecture { kLlama, kQwen2 };
+// The Llama-family architectures Folio runs, by general.architecture:
+//   llama  Llama, Mistral-style files: normal (adjacent-pair) RoPE, no biases.
+//   qwen2  Q/K/V biases, NeoX RoPE.
+//   qwen3  no biases, NeoX RoPE, and an RMSNorm of each query and key head before RoPE
+//          (blk.N.attn_q_norm / attn_k_norm, f32 [head_dim]).
+//   phi3   Phi-3: NeoX RoPE, Q, K and V fused in one matrix (blk.N.attn_qkv, rows q then k
+//          then v) and gate and up in another (blk.N.ffn_up, rows gate then up); no ffn_gate.
+enum class LlamaArchitecture { kLlama, kQwen2, kQwen3, kPhi3 };
 
-std::string_view llama_architecture_name(LlamaArchitecture architecture);  // "llama", "qwen2"
+std::string_view llama_architecture_name(LlamaArchitecture architecture);  // "llama", "qwen2", ...
 std::optional<LlamaArchitecture> llama_architecture_from_name(std::string_view name);
+// The names of every architecture, for messages ("llama, qwen2, qwen3").
+std::string llama_architecture_names();
+// Whether Q, K and V projections have biases (qwen2).
+bool llama_has_attention_bias(LlamaArchitecture architecture);
+// Whether each query and key head is RMS-normalized before RoPE (qwen3).
+bool llama_has_query_key_norm(LlamaArchitecture architecture);
+// Which values RoPE pairs (kNormal for llama, kNeox for the others).
+kernels::RopeStyle llama_rope_style(LlamaArchitecture architecture);
+
+struct LlamaShape;
+
+// Where a matrix the step graph names (llama's names: blk.N.attn_q.weight, ffn_gate, ...) lives
+// in the file: a tensor, and for Phi-3's fused matrices the run of its rows (output features)
+// that is this projection. Rows of a GGUF matrix are contiguous, whatever the dtype, so the
+// projection is a view of the fused tensor, with no copy.
+struct LlamaMatrixLocation {
+  std::string tensor;     // GGUF name
+  int64_t first_row = 0;  // the first output feature
+  int64_t rows = 0;       // 0: the whole tensor
+};
+LlamaMatrixLocation llama_matrix_location(const LlamaShape& shape, std::string_view name);
 
 struct LlamaShape {
   LlamaArchitecture architecture = LlamaArchitecture::kLlama;
@@ -58,14 +101,37 @@ struct LlamaShape {
   int64_t num_layers = 2;    // block_count
   int64_t num_heads = 4;
   int64_t num_kv_heads = 2;
+  // attention.key_length (= value_length): each head's width, when it is not hidden_size /
+  // num_heads (Gemma, Qwen 3); 0: hidden_size / num_heads, and the keys are not written.
+  int64_t key_length = 0;
   int64_t ffn_size = 128;  // feed_forward_length
   int64_t context_length = 256;
+  // attention.sliding_window: > 0, each token attends to itself and the sliding_window - 1
+  // tokens before it only (Mistral); 0: the whole past, and the key is not written.
+  int64_t sliding_window = 0;
   float rope_theta = 10000.0f;  // rope.freq_base
+  // rope.scaling.*: none, linear (positions divided by factor), llama3 or yarn (op.h).
+  ir::RopeScaling rope_scaling;
+  // The file has rope_freqs.weight, f32 [head_dim / 2]: each pair's frequency is divided by its
+  // entry (what llama.cpp's converter writes for Llama 3.1 instead of scaling keys). Not with
+  // llama3 or yarn scaling.
+  bool rope_frequency_factors = false;
   float rms_norm_epsilon = 1e-5f;
-  DType weight_dtype = DType::kF32;  // of the matrices; norms and biases are always f32
-  bool tie_embeddings = false;       // output projection reuses token_embd.weight
+  // Of the matrices not named in tensor_dtypes (read from blk.0.attn_q.weight); it also sets
+  // the written general.file_type. Norms and biases are always f32.
+  DType weight_dtype = DType::kF32;
+  bool tie_embeddings = false;  // output projection reuses token_embd.weight
+  // Matrices stored in a dtype other than weight_dtype, by GGUF name: files on model hubs mix
+  // dtypes (a Q4_K_M file has a q6_K output.weight and some attn_v / ffn_down, q4_K elsewhere).
+  // Empty for a file of one weight dtype.
+  std::map<std::string, DType, std::less<>> tensor_dtypes;
 
-  int64_t head_dim() const { return hidden_size / num_heads; }
+  // The dtype of the matrix the graph names `name` (llama_matrix_location's tensor's
+  // tensor_dtypes entry, or weight_dtype).
+  DType matrix_dtype(std::string_view name) const;
+
+  int64_t head_dim() const { return key_length > 0 ? key_length : hidden_size / num_heads; }
+  int64_t q_dim() const { return num_heads * head_dim(); }
   int64_t kv_dim() const { return num_kv_heads * head_dim(); }
   // Parameters of the generated file (every tensor's elements).
   int64_t parameter_count() const;
@@ -74,11 +140,13 @@ struct LlamaShape {
 };
 
 // kInvalidArgument naming the field: a size that is not positive or not < 2^32; vocab_size <
-// 259 (the generated vocabulary's minimum); hidden_size not a multiple of num_heads; an odd
-// head_dim (RoPE rotates pairs); num_heads not a multiple of num_kv_heads; a weight dtype that
-// is not one (is_weight_dtype: f32, f16, bf16 or block-quantized); for a block-quantized dtype,
-// hidden_size or ffn_size not a multiple of its block (32, or 256 for the k-quants and iq4_xs);
-// rope_theta or rms_norm_epsilon not positive and finite.
+// 259 (the generated vocabulary's minimum); without key_length, hidden_size not a multiple of
+// num_heads; a negative key_length; an odd
+// head_dim (RoPE rotates pairs); num_heads not a multiple of num_kv_heads; a matrix dtype
+// (weight_dtype or a tensor_dtypes entry) that is not a weight dtype (tensor/quantize.h); a
+// matrix whose rows are not a whole number of its dtype's quantization blocks (naming the
+// tensor); a tensor_dtypes entry naming no matrix of the shape; rope_theta or rms_norm_epsilon
+// not positive and finite.
 Status validate_llama_shape(const LlamaShape& shape);
 
 // A writer holding the whole model; tensor bytes are generated while it writes.
@@ -94,7 +162,7 @@ struct LlamaWeights {
   std::map<std::string, std::vector<float>> tensors;  // GGUF name -> values
 };
 
-// A writer holding the model: matrices converted to shape.weight_dtype with tensor/'s
+// A writer holding the model: matrices converted to their dtype (shape.matrix_dtype) with tensor/'s
 // ggml-exact quantizers, 1-D tensors kept f32. kInvalidArgument: an invalid shape or
 // vocabulary; a vocabulary size other than shape.vocab_size; a missing or unexpected tensor; a
 // tensor whose value count does not match its shape; a non-finite value.
@@ -102,8 +170,21 @@ Result<gguf::GgufWriter> make_llama_writer(const LlamaWeights& weights);
 
 // Reads the shape back from a file's metadata and tensors (vocabulary size from
 // token_embd.weight, weight dtype from blk.0.attn_q.weight, tied embeddings from the absence of
-// output.weight). Optional keys take llama.cpp's defaults (head_count_kv = head_count,
-// rope.freq_base = 10000). Errors name the missing or malformed key or tensor.
+// output.weight, every other matrix's dtype from its tensor into tensor_dtypes). Optional keys
+// take llama.cpp's defaults (head_count_kv = head_count, rope.freq_base = 10000,
+// attention.key_length = value_length = embedding_length / head_count). A value_length other
+// than key_length, and a rope.dimension_count other than the head dimension (partial
+// rotation), are refused naming the key. RoPE scaling as llama.cpp reads it: rope.scaling.type
+// (default linear), rope.scaling.factor (or the older rope.scale_linear; absent or 1: no
+// scaling); llama3 and yarn read their keys with llama.cpp's defaults (yarn: ext_factor 1,
+// attn_factor 1 times rope.scaling.attn_factor, beta_fast 32, beta_slow 1, original context
+// length = context_length); any other type (longrope, ...) and yarn_log_multiplier are refused
+// naming the key. rope_freqs.weight sets rope_frequency_factors (and, beside llama3 scaling,
+// replaces it: it holds the same factors). Every tensor
+// is checked against the header's list: errors name the missing or malformed key, a missing
+// tensor, a tensor of another shape, a norm or bias that is not f32, and a tensor that is not
+// part of the architecture (e.g. a mixture-of-experts tensor), which Folio refuses rather than
+// ignoring.
 Result<LlamaShape> read_llama_shape(const gguf::GgufFile& file);
 
 }  // namespace folio::model

@@ -127,14 +127,61 @@ def dequantize(data, start, dims, ggml_type, name):
     return values.reshape(list(reversed(dims)))
 
 
-def rope(x, positions, theta, neox, scale_factor):
-    """x: [tokens, heads, head_dim]. Normal style rotates pairs (2i, 2i+1); NeoX (i, i+d/2)."""
-    head_dim = x.shape[-1]
+def rope_inverse_frequencies(metadata, arch, head_dim, theta, tensors):
+    """Per-pair angular frequencies (float64 [head_dim / 2]) and the magnitude of the rotation,
+    after RoPE scaling: linear divides positions (here: frequencies) by the factor; llama3 is
+    Hugging Face's _compute_llama3_parameters; yarn follows ggml's rope (ramp between the
+    correction dimensions of beta_fast and beta_slow, mscale = attn_factor * (1 + 0.1 ln
+    factor)); rope_freqs.weight divides each frequency."""
     half = head_dim // 2
-    inverse_frequency = theta ** (-torch.arange(0, half, dtype=torch.float64) * 2 / head_dim)
-    angles = (positions.to(torch.float64) / scale_factor)[:, None] * inverse_frequency[None, :]
-    cos = torch.cos(angles)[:, None, :]
-    sin = torch.sin(angles)[:, None, :]
+    pairs = torch.arange(0, half, dtype=torch.float64)
+    frequencies = theta ** (-pairs * 2 / head_dim)
+    magnitude = 1.0
+    key = f"{arch}.rope.scaling."
+    factor = metadata.get(key + "factor", metadata.get(f"{arch}.rope.scale_linear", 0.0))
+    kind = metadata.get(key + "type", "linear")
+    if kind == "linear" and factor not in (0.0, 1.0):
+        frequencies = frequencies / factor
+    elif kind == "llama3":
+        low = metadata.get(key + "low_freq_factor", 1.0)
+        high = metadata.get(key + "high_freq_factor", 4.0)
+        context = metadata.get(key + "original_context_length", 8192)
+        wavelengths = 2 * torch.pi / frequencies
+        smooth = (context / wavelengths - low) / (high - low)
+        blended = (1 - smooth) * frequencies / factor + smooth * frequencies
+        frequencies = torch.where(wavelengths > context / low, frequencies / factor,
+                                  torch.where(wavelengths < context / high, frequencies, blended))
+    elif kind == "yarn":
+        context = metadata.get(key + "original_context_length",
+                               metadata[f"{arch}.context_length"])
+        extrapolation = metadata.get(key + "yarn_ext_factor", 1.0)
+        attention = metadata.get(key + "yarn_attn_factor", 1.0) * metadata.get(
+            key + "attn_factor", 1.0)
+        beta_fast = metadata.get(key + "yarn_beta_fast", 32.0)
+        beta_slow = metadata.get(key + "yarn_beta_slow", 1.0)
+
+        def correction(rotations):
+            return head_dim * np.log(context / (rotations * 2 * np.pi)) / (2 * np.log(theta))
+
+        low = max(0.0, np.floor(correction(beta_fast)))
+        high = min(head_dim - 1.0, np.ceil(correction(beta_slow)))
+        ramp = 1 - torch.clamp((pairs - low) / max(0.001, high - low), 0, 1)
+        mix = ramp * extrapolation
+        frequencies = frequencies / factor * (1 - mix) + frequencies * mix
+        magnitude = attention * (1 + 0.1 * np.log(factor)) if extrapolation != 0 else attention
+    elif kind not in ("none", "linear"):
+        raise ValueError(f"rope scaling {kind} is not implemented")
+    if "rope_freqs.weight" in tensors:
+        frequencies = frequencies / torch.from_numpy(tensors["rope_freqs.weight"])
+    return frequencies, magnitude
+
+
+def rope(x, positions, frequencies, magnitude, neox):
+    """x: [tokens, heads, head_dim]. Normal style rotates pairs (2i, 2i+1); NeoX (i, i+d/2)."""
+    half = x.shape[-1] // 2
+    angles = positions.to(torch.float64)[:, None] * frequencies[None, :]
+    cos = (torch.cos(angles) * magnitude)[:, None, :]
+    sin = (torch.sin(angles) * magnitude)[:, None, :]
     if neox:
         first, second = x[..., :half], x[..., half:]
         return torch.cat([first * cos - second * sin, first * sin + second * cos], dim=-1)
@@ -157,8 +204,22 @@ def forward(metadata, tensors, tokens):
     kv_heads = metadata.get(f"{arch}.attention.head_count_kv", heads)
     eps = key("attention.layer_norm_rms_epsilon")
     theta = metadata.get(f"{arch}.rope.freq_base", 10000.0)
-    scale_factor = metadata.get(f"{arch}.rope.scaling.factor", 1.0)
-    neox = arch in ("qwen2",)
+    neox = arch in ("qwen2", "qwen3", "phi3")
+    if arch == "phi3":  # fused matrices: attn_qkv rows q, k, v; ffn_up rows gate, up
+        tensors = dict(tensors)
+        q_width = heads * metadata.get(f"{arch}.attention.key_length",
+                                       key("embedding_length") // heads)
+        kv_width = (q_width // heads) * kv_heads
+        ffn = key("feed_forward_length")
+        for layer in range(key("block_count")):
+            prefix = f"blk.{layer}."
+            qkv = tensors.pop(prefix + "attn_qkv.weight")
+            tensors[prefix + "attn_q.weight"] = qkv[:q_width]
+            tensors[prefix + "attn_k.weight"] = qkv[q_width:q_width + kv_width]
+            tensors[prefix + "attn_v.weight"] = qkv[q_width + kv_width:]
+            up = tensors.pop(prefix + "ffn_up.weight")
+            tensors[prefix + "ffn_gate.weight"] = up[:ffn]
+            tensors[prefix + "ffn_up.weight"] = up[ffn:]
     weight = lambda name: torch.from_numpy(tensors[name])
     optional = lambda name: torch.from_numpy(tensors[name]) if name in tensors else None
 
@@ -166,8 +227,14 @@ def forward(metadata, tensors, tokens):
     positions = torch.arange(len(tokens))
     x = weight("token_embd.weight")[ids]
     hidden = x.shape[-1]
-    head_dim = hidden // heads
+    head_dim = metadata.get(f"{arch}.attention.key_length", hidden // heads)
+    if metadata.get(f"{arch}.attention.value_length", head_dim) != head_dim:
+        raise ValueError("value_length != key_length is not implemented")
+    frequencies, magnitude = rope_inverse_frequencies(metadata, arch, head_dim, theta, tensors)
     mask = torch.full((len(tokens), len(tokens)), float("-inf"), dtype=torch.float64).triu(1)
+    window = metadata.get(f"{arch}.attention.sliding_window", 0)
+    if window > 0:  # query p sees keys (p - window, p]
+        mask = mask + torch.full_like(mask, float("-inf")).tril(-window)
     for layer in range(layers):
         prefix = f"blk.{layer}."
         h = rms_norm(x, weight(prefix + "attn_norm.weight"), eps)
@@ -179,14 +246,19 @@ def forward(metadata, tensors, tokens):
         q = projections[0].view(len(tokens), heads, head_dim)
         k = projections[1].view(len(tokens), kv_heads, head_dim)
         v = projections[2].view(len(tokens), kv_heads, head_dim)
-        q = rope(q, positions, theta, neox, scale_factor)
-        k = rope(k, positions, theta, neox, scale_factor)
+        q_norm = optional(prefix + "attn_q_norm.weight")  # qwen3: per-head RMSNorm before RoPE
+        if q_norm is not None:
+            q = rms_norm(q, q_norm, eps)
+            k = rms_norm(k, weight(prefix + "attn_k_norm.weight"), eps)
+        q = rope(q, positions, frequencies, magnitude, neox)
+        k = rope(k, positions, frequencies, magnitude, neox)
         group = heads // kv_heads
         k = k.repeat_interleave(group, dim=1)
         v = v.repeat_interleave(group, dim=1)
         scores = torch.einsum("qhd,khd->hqk", q, k) / (head_dim ** 0.5) + mask
         attention = torch.einsum("hqk,khd->qhd", torch.softmax(scores, dim=-1), v)
-        x = x + attention.reshape(len(tokens), hidden) @ weight(prefix + "attn_output.weight").T
+        x = x + attention.reshape(len(tokens), heads * head_dim) @ weight(
+            prefix + "attn_output.weight").T
         h = rms_norm(x, weight(prefix + "ffn_norm.weight"), eps)
         gate = h @ weight(prefix + "ffn_gate.weight").T
         up = h @ weight(prefix + "ffn_up.weight").T

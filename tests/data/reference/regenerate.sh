@@ -5,10 +5,20 @@
 # the same for those models with LoRA adapters made by `folio make-adapter` (the `adapters`
 # table below).
 # Needs Debian's python3-torch (apt-get install python3-torch) and a release build.
-#   tests/data/reference/regenerate.sh [build/release]
+#   tests/data/reference/regenerate.sh [build/release [GOLDEN NAME...]]
+# With names, only those goldens are written (each LoRA golden also needs its base's name).
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 build=${1:-build/release}
+shift || true
+wanted=("$@")
+# Whether golden $1 is to be written: every one without names, else the named ones.
+want() {
+  [[ ${#wanted[@]} -eq 0 ]] && return 0
+  local name
+  for name in "${wanted[@]}"; do [[ $name == "$1" ]] && return 0; done
+  return 1
+}
 folio="$build/apps/folio/folio"
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
@@ -18,10 +28,20 @@ models=(
   "llama_f32_gqa|--preset small --dtype f32 --seed 11"
   "llama_q8_0_gqa|--preset small --dtype q8_0 --seed 12"
   "qwen2_f16_tied|--preset small --arch qwen2 --dtype f16 --tie-embeddings --seed 13"
+  "llama_mixed_dtypes|--preset small --dtype f32 --seed 14 --tensor-dtype token_embd.weight=q8_0 --tensor-dtype output.weight=q8_0 --tensor-dtype blk.*.attn_v.weight=f16 --tensor-dtype blk.0.ffn_down.weight=q4_0 --tensor-dtype blk.1.attn_q.weight=bf16"
+  "llama_head_dim_32|--preset small --dtype f16 --seed 15 --head-dim 32"
+  "llama_rope_linear|--preset small --seed 16 --rope-scaling linear --rope-scaling-factor 4"
+  "llama_rope_llama3|--preset small --seed 17 --rope-scaling llama3 --rope-scaling-factor 8 --rope-original-context 64"
+  "qwen2_rope_yarn|--preset small --arch qwen2 --seed 18 --rope-scaling yarn --rope-scaling-factor 4 --rope-original-context 64"
+  "llama_rope_freqs|--preset small --seed 19 --rope-freqs --rope-scaling linear --rope-scaling-factor 2"
+  "qwen3_f16_head_dim_32|--preset small --arch qwen3 --dtype f16 --head-dim 32 --seed 20"
+  "llama_sliding_window_6|--preset small --seed 21 --sliding-window 6"
+  "phi3_f16|--preset small --arch phi3 --dtype f16 --seed 22"
 )
 for entry in "${models[@]}"; do
   name=${entry%%|*}
   arguments=${entry#*|}
+  want "$name" || continue
   # shellcheck disable=SC2086
   "$folio" make-model -o "$work/$name.gguf" $arguments
   /usr/bin/python3 "$here/llama_reference.py" "$work/$name.gguf" "$here/prompts.json" \
@@ -50,6 +70,7 @@ adapters=(
 )
 for entry in "${adapters[@]}"; do
   IFS='|' read -r name base arguments scale <<<"$entry"
+  want "$name" || continue
   # shellcheck disable=SC2086
   "$folio" make-adapter -m "$work/$base.gguf" -o "$work/$name.gguf" $arguments
   /usr/bin/python3 "$here/llama_reference.py" "$work/$base.gguf" "$here/prompts.json" \

@@ -1,5 +1,6 @@
 #include "folio/kernels/cpu/rope.h"
 
+#include <algorithm>
 #include <cmath>
 #include <numbers>
 
@@ -45,8 +46,8 @@ void rope_body(const RopeArguments& arguments, int64_t begin, int64_t end, int /
         static_cast<double>(position) * static_cast<double>(arguments.position_scale);
     for (int32_t i = 0; i < num_pairs; ++i) {
       const double angle = scaled_position * inverse_frequencies[i];
-      cosines[i] = std::cos(angle);
-      sines[i] = std::sin(angle);
+      cosines[i] = std::cos(angle) * arguments.magnitude_scale;
+      sines[i] = std::sin(angle) * arguments.magnitude_scale;
     }
     float* query = arguments.query + token * arguments.query_row_stride;
     for (int32_t head = 0; head < arguments.num_heads; ++head) {
@@ -106,6 +107,47 @@ void llama3_frequency_factors(const Llama3RopeScaling& scaling, float theta_base
     }
     factors[i] = static_cast<float>(factor);
   }
+}
+
+namespace {
+
+// The dimension (of rotary_dim) whose wavelength fits `rotations` turns in `context` positions.
+double yarn_correction_dimension(int32_t rotary_dim, double context, double rotations,
+                                 double theta_base) {
+  return rotary_dim * std::log(context / (rotations * 2.0 * std::numbers::pi)) /
+         (2.0 * std::log(theta_base));
+}
+
+}  // namespace
+
+void yarn_frequency_factors(const YarnRopeScaling& scaling, float theta_base, int32_t rotary_dim,
+                            float* factors) {
+  FOLIO_CHECK(rotary_dim > 0 && rotary_dim % 2 == 0, "rotary_dim {}", rotary_dim);
+  FOLIO_CHECK(
+      scaling.factor > 0.0f && scaling.beta_slow > 0.0f && scaling.beta_fast > scaling.beta_slow,
+      "yarn rope scaling: factor {}, beta_fast {}, beta_slow {}", scaling.factor, scaling.beta_fast,
+      scaling.beta_slow);
+  const double context = scaling.original_context_length;
+  // ggml rounds the fast corner down and the slow one up, and clamps both to the dimensions.
+  const double low = std::max(0.0, std::floor(yarn_correction_dimension(
+                                       rotary_dim, context, scaling.beta_fast, theta_base)));
+  const double high = std::min(
+      static_cast<double>(rotary_dim - 1),
+      std::ceil(yarn_correction_dimension(rotary_dim, context, scaling.beta_slow, theta_base)));
+  const double frequency_scale = 1.0 / scaling.factor;
+  for (int32_t i = 0; i < rotary_dim / 2; ++i) {
+    // ggml's ramp at dimension 2i: 1 below `low`, 0 above `high`, linear between.
+    const double y = (i - low) / std::max(0.001, high - low);
+    const double ramp = 1.0 - std::min(1.0, std::max(0.0, y));
+    const double mix = ramp * scaling.extrapolation_factor;
+    factors[i] = static_cast<float>(1.0 / (frequency_scale * (1.0 - mix) + mix));
+  }
+}
+
+float yarn_magnitude_scale(const YarnRopeScaling& scaling) {
+  if (scaling.extrapolation_factor == 0.0f) return scaling.attention_factor;
+  return static_cast<float>(scaling.attention_factor *
+                            (1.0 + 0.1 * std::log(static_cast<double>(scaling.factor))));
 }
 
 }  // namespace folio::kernels::cpu

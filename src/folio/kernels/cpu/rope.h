@@ -8,7 +8,9 @@
 // theta_base is the model's rope.freq_base; position_scale is 1 / rope.scaling.factor for linear
 // scaling (positions are divided by the factor); frequency_factors, when given, divide each
 // pair's frequency (GGUF's rope_freqs tensor; llama3_frequency_factors() builds it from
-// Llama 3.1's rope_scaling parameters). Values past rotary_dim in a head are left unchanged.
+// Llama 3.1's rope_scaling parameters; yarn_frequency_factors() YaRN's). The rotated pair is
+// multiplied by magnitude_scale (1 but for YaRN, yarn_magnitude_scale()). Values past
+// rotary_dim in a head are left unchanged.
 //
 // Angles, cosines and sines are computed in double for each token on the fly, so the rotation
 // is accurate to f32 rounding even at positions in the millions (an f32 angle would be off by
@@ -44,6 +46,7 @@ struct RopeArguments {
   kernels::RopeStyle style = kernels::RopeStyle::kNormal;
   float theta_base = 10000.0f;
   float position_scale = 1.0f;
+  float magnitude_scale = 1.0f;  // multiplies cosines and sines (YaRN's mscale)
 };
 
 void rope_body(const RopeArguments& arguments, int64_t begin, int64_t end, int thread_index);
@@ -66,5 +69,27 @@ struct Llama3RopeScaling {
 // Requires: rotary_dim even and > 0, high_frequency_factor > low_frequency_factor.
 void llama3_frequency_factors(const Llama3RopeScaling& scaling, float theta_base,
                               int32_t rotary_dim, float* factors);
+
+// YaRN ("rope_type": "yarn") as ggml's rope computes it, with freq_scale = 1 / factor: pair i's
+// angle is theta_i * (freq_scale * (1 - r_i) + r_i), r_i = ramp_i * extrapolation_factor, where
+// ramp_i falls from 1 to 0 across the pairs between the correction dimensions of beta_fast and
+// beta_slow (the dimensions whose wavelengths fit beta_fast and beta_slow rotations in
+// original_context_length): high frequencies keep their angle, low ones are interpolated.
+struct YarnRopeScaling {
+  float factor = 1.0f;
+  float extrapolation_factor = 1.0f;
+  float attention_factor = 1.0f;
+  float beta_fast = 32.0f;
+  float beta_slow = 1.0f;
+  int32_t original_context_length = 4096;
+};
+
+// Writes the per-pair frequency divisors 1 / (freq_scale * (1 - r_i) + r_i). factors: f32
+// [rotary_dim / 2]. Requires: rotary_dim even and > 0, factor > 0, beta_fast > beta_slow > 0.
+void yarn_frequency_factors(const YarnRopeScaling& scaling, float theta_base, int32_t rotary_dim,
+                            float* factors);
+// ggml's mscale: attention_factor * (1 + 0.1 ln factor) when extrapolation_factor != 0,
+// attention_factor otherwise.
+float yarn_magnitude_scale(const YarnRopeScaling& scaling);
 
 }  // namespace folio::kernels::cpu
