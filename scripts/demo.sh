@@ -2,8 +2,9 @@
 # The main job (`make demo`): takes the shipped demo model (models/demo/kjv-q8_0.gguf: a
 # 5-million-parameter Llama trained on the King James Bible, see models/README.md), shows what
 # is in it, generates text from a prompt through the engine, shows the shipped LoRA adapters
-# (models/lora/) on one prompt and on held-out text, and runs an offline load benchmark with
-# graphs on and off. FOLIO_DEMO_MODEL picks another GGUF file (the prompt stays).
+# (models/lora/) on one prompt and on held-out text, quantizes the f16 model to Q4_K_M (a
+# different block type per tensor, as downloaded files have) and scores it on the same held-out
+# text, and runs an offline load benchmark with graphs on and off. FOLIO_DEMO_MODEL picks another GGUF file (the prompt stays).
 #   scripts/demo.sh [build dir]
 set -euo pipefail
 build=${1:-build/release}
@@ -44,6 +45,13 @@ section "LoRA: held-out perplexity of the Proverbs adapter on Proverbs it never 
 "$folio" perplexity -m "$model" -f models/lora/kjv-proverbs-heldout.txt -c 256 --stride 128 -q \
   --json "$build/perplexity-proverbs-base.json"
 
+section "folio quantize: the f16 model to Q4_K_M (q4_K, q6_K for the LM head and some layers' attn_v / ffn_down)"
+f16_model=models/demo/kjv-f16.gguf
+"$folio" quantize "$f16_model" "$build/kjv-q4_k_m.gguf" --type Q4_K_M
+"$folio" generate -m "$build/kjv-q4_k_m.gguf" -p "And God said" -n 32 --temperature 0
+"$folio" perplexity -m "$build/kjv-q4_k_m.gguf" -f models/kjv-heldout.txt -q \
+  --json "$build/perplexity-q4_k_m.json"
+
 section "folio bench: 64 requests, concurrency 16, graphs on"
 "$folio" bench -m "$model" --requests 64 --concurrency 16 --prompt-len 16:96 --output-len 16:48 \
   --shared-prefix 32 -q --json "$build/bench-graphs.json"
@@ -60,6 +68,9 @@ graphs, eager, perplexity, card = (json.load(open(path)) for path in sys.argv[1:
 print(f"held-out perplexity {perplexity['perplexity']:.3f} over {perplexity['scored_tokens']} tokens; "
       f"PyTorch measured {card['perplexity']['q8_0_weights_float32']:.3f} for these q8_0 weights "
       f"at training time")
+quantized = json.load(open(f"{sys.argv[1].rsplit('/', 1)[0]}/perplexity-q4_k_m.json"))
+print(f"held-out perplexity of the Q4_K_M quantization: {quantized['perplexity']:.3f} "
+      f"(q8_0 above: {perplexity['perplexity']:.3f})")
 print(f"output tokens/s: graphs {graphs['output_tokens_per_second']:.0f}, "
       f"eager {eager['output_tokens_per_second']:.0f} "
       f"(ratio {graphs['output_tokens_per_second'] / eager['output_tokens_per_second']:.2f})")

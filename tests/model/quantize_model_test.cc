@@ -390,6 +390,30 @@ TEST(QuantizeModelTest, SingleDtypeRecipesLoadAsModels) {
   }
 }
 
+// A mixture loads as a model whose every matrix has the file's dtype, also when the first
+// matrix's dtype (blk.0.attn_q: q4_K) does not divide another matrix's rows (ffn_down's 352,
+// which fell back to q5_0 / q8_0).
+TEST(QuantizeModelTest, MixturesWithFallbacksLoadWithEachMatrixInItsOwnDtype) {
+  const LlamaShape shape = test_shape(256, 352);
+  const std::string input = write_model(shape, "quantize_mixture_load.gguf");
+  for (Recipe recipe : {Recipe::kQ4_K_M, Recipe::kQ3_K_M, Recipe::kQ6_K, Recipe::kIQ4_XS}) {
+    SCOPED_TRACE(std::string(quantization_recipe_name(recipe)));
+    const std::string output = temporary_path("quantize_mixture_load_out.gguf");
+    ASSERT_TRUE(quantize_model_file(input, output, recipe, {}).ok());
+    Result<std::unique_ptr<LlamaModel>> model = LlamaModel::open(output);
+    ASSERT_TRUE(model.ok()) << model.status().to_string();
+    const gguf::GgufFile file = *gguf::GgufFile::open(output);
+    std::set<DType> dtypes;
+    for (const gguf::GgufTensorInfo& info : file.tensors()) {
+      if (info.dimensions.size() != 2) continue;
+      const DType dtype = file.tensor(info.name)->dtype;
+      dtypes.insert(dtype);
+      EXPECT_EQ((*model)->shape().matrix_dtype(info.name), dtype) << info.name;
+    }
+    EXPECT_GE(dtypes.size(), 2u) << "the recipe should mix dtypes on this shape";
+  }
+}
+
 // A quantized input is converted through f32: each row of the output is exactly the new
 // dtype's quantization of the input row's dequantized values; unchanged dtypes keep their bytes.
 TEST(QuantizeModelTest, QuantizedInputsAreDequantizedThenQuantized) {

@@ -395,7 +395,11 @@ DType LlamaShape::matrix_dtype(std::string_view name) const {
   return found == tensor_dtypes.end() ? weight_dtype : found->second;
 }
 
-Status validate_llama_shape(const LlamaShape& shape) {
+namespace {
+
+// validate_llama_shape without the matrix dtypes: what read_llama_shape checks before it reads
+// each matrix's dtype from the file (until then every matrix would be taken for blk.0.attn_q's).
+Status validate_sizes_and_parameters(const LlamaShape& shape) {
   FOLIO_RETURN_IF_ERROR(check_size("vocab_size", shape.vocab_size));
   FOLIO_RETURN_IF_ERROR(check_size("hidden_size", shape.hidden_size));
   FOLIO_RETURN_IF_ERROR(check_size("num_layers", shape.num_layers));
@@ -433,7 +437,6 @@ Status validate_llama_shape(const LlamaShape& shape) {
     return invalid_argument("weight dtype {} is not f32, f16, bf16 or a block-quantized type",
                             dtype_name(shape.weight_dtype));
   }
-  FOLIO_RETURN_IF_ERROR(validate_matrix_dtypes(shape));
   if (!(std::isfinite(shape.rope_theta) && shape.rope_theta > 0)) {
     return invalid_argument("rope_theta = {} must be positive and finite", shape.rope_theta);
   }
@@ -443,6 +446,13 @@ Status validate_llama_shape(const LlamaShape& shape) {
                             shape.rms_norm_epsilon);
   }
   return Status();
+}
+
+}  // namespace
+
+Status validate_llama_shape(const LlamaShape& shape) {
+  FOLIO_RETURN_IF_ERROR(validate_sizes_and_parameters(shape));
+  return validate_matrix_dtypes(shape);
 }
 
 Result<gguf::GgufWriter> make_random_llama_writer(const LlamaShape& shape, uint64_t seed) {
@@ -550,7 +560,7 @@ Result<LlamaShape> read_llama_shape(const gguf::GgufFile& file) {
                          file.tensor(llama_matrix_location(shape, "blk.0.attn_q.weight").tensor));
   shape.weight_dtype = query.dtype;
   shape.tie_embeddings = file.find_tensor("output.weight") == nullptr;
-  Status status = validate_llama_shape(shape);
+  Status status = validate_sizes_and_parameters(shape);
   if (status.ok()) status = read_tensor_dtypes(file, shape);
   if (status.ok()) status = validate_llama_shape(shape);
   if (!status.ok()) return status.with_context(file.source());
