@@ -218,9 +218,8 @@ struct Simd : SimdAvx512 {
   // sum a super-block in i32 (matmul_body.inc): per step and lane, the integer dot product
   // times the lane's integer sub-block scale, then once per super-block the conversion and the
   // multiply by d_w * d_x. Integer bounds (|x| <= 127): q4_K / q5_K take vpmaddubsw pairs
-  // (|u0 x0 + u1 x1| <= 2 * 31 * 127, no saturation) times the 6-bit scale by vpdpwssd;
-  // q6_K likewise, its signed 8-bit scale times its pairs less x's offset pairs
-  // (|pair| <= 2 * 63 * 127 + 2 * 32 * 127): |sum| < 2^26 over a super-block's 4 steps.
+  // (|u0 x0 + u1 x1| <= 2 * 31 * 127, no saturation) times the 6-bit scale by vpdpwssd:
+  // |sum| < 2^22 over a super-block's 4 steps.
   static constexpr bool sums_super_blocks_in_integers(DType dtype) {
     return has_super_block_activation_scale(dtype);
   }
@@ -231,7 +230,7 @@ struct Simd : SimdAvx512 {
     Vector scales;
     Vector offsets;  // the dtypes with minimums only
     // sums_super_blocks_in_integers: each lane's integer sub-block scale, in both 16-bit
-    // halves (the vpdpwssd operand) for q4_K / q5_K, as an i32 for q6_K.
+    // halves (the vpdpwssd operand).
     IntegerVector integer_scales;
   };
   // A super-block's 16 (or 8, in lanes 0-7) sub-block scales d * scale, and its offsets per
@@ -256,9 +255,6 @@ struct Simd : SimdAvx512 {
     IntegerVector values;
     IntegerVector corrections;
     Vector scales;
-    // q6_K summed in integers: 32 x0 + 32 x1 per pair of values (vpmaddubsw), made once per
-    // step and row of x, shared by the weight rows.
-    IntegerVector offset_pairs;
   };
 
   template <DType kDtype, bool kWhole>
@@ -287,20 +283,14 @@ struct Simd : SimdAvx512 {
       // Laid out so that step k's scales are dword k of every 128-bit chunk (one in-lane
       // vpshufd per step, load_super_block_step, rather than a cross-lane permute; the two
       // measured alike on the machine of kernels.md). Chunk c covers lanes 4c-4c+3 of a step:
-      // sub-block 4k + c for q6_K; for q4_K / q5_K step_x_blocks(k).lower (c < 2) or .upper.
-      const __m128i order =
-          kDtype == DType::kQ6_K
-              ? _mm_setr_epi8(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15)
-              : _mm_setr_epi8(0, 1, 4, 5, 0, 1, 4, 5, 2, 3, 6, 7, 2, 3, 6, 7);
+      // sub-block step_x_blocks(k).lower for c < 2, .upper for c >= 2.
+      const __m128i order = _mm_setr_epi8(0, 1, 4, 5, 0, 1, 4, 5, 2, 3, 6, 7, 2, 3, 6, 7);
       const __m512i integers = _mm512_cvtepi8_epi32(_mm_shuffle_epi8(bytes.scales, order));
-      // Both 16-bit halves of each lane: the sub-block scale (the vpdpwssd operand).
-      scales.integer_scales = _mm512_or_si512(_mm512_and_si512(integers, _mm512_set1_epi32(0xffff)),
-                                              _mm512_slli_epi32(integers, 16));
+      // Both 16-bit halves of each lane: the (6-bit, non-negative) sub-block scale.
+      scales.integer_scales = _mm512_or_si512(integers, _mm512_slli_epi32(integers, 16));
       scales.scale = super_block_scale<kDtype>(block);
     }
-    if constexpr (sums_super_blocks_in_integers(kDtype) && kDtype == DType::kQ6_K) {
-      // No minimums: the float scales are unused.
-    } else if constexpr (sub_blocks_per_super_block(kDtype) == 8 && has_weight_minimum(kDtype)) {
+    if constexpr (sub_blocks_per_super_block(kDtype) == 8 && has_weight_minimum(kDtype)) {
       // q4_K / q5_K: lanes 0-7 the scales times d, lanes 8-15 the minimums times -dmin (the
       // products rounded as ggml's dequantizer rounds d * scale and dmin * minimum); d and
       // dmin are adjacent f16.
@@ -349,16 +339,9 @@ struct Simd : SimdAvx512 {
   template <DType kDtype>
   static void accumulate_integers(const WeightBlocks& weights, const ActivationBlocks& x,
                                   IntegerVector& sum) {
-    if constexpr (kDtype == DType::kQ6_K) {
-      // Subtracting x's pairs times 32 (ActivationBlocks::offset_pairs) removes the +32 of the
-      // stored values: each pair is then (u0 - 32) x0 + (u1 - 32) x1, exact in i16.
-      sum = _mm512_dpwssd_epi32(
-          sum, _mm512_sub_epi16(_mm512_maddubs_epi16(weights.bytes, x.values), x.offset_pairs),
-          weights.integer_scales);
-    } else {
-      sum = _mm512_dpwssd_epi32(sum, _mm512_maddubs_epi16(weights.bytes, x.values),
-                                weights.integer_scales);
-    }
+    static_assert(kDtype == DType::kQ4_K || kDtype == DType::kQ5_K);
+    sum = _mm512_dpwssd_epi32(sum, _mm512_maddubs_epi16(weights.bytes, x.values),
+                              weights.integer_scales);
   }
 
   template <DType kDtype, bool kWhole>
@@ -366,21 +349,16 @@ struct Simd : SimdAvx512 {
                                                  const float* lane_scales) {
     if constexpr (has_granule_minimums(kDtype)) {
       // Their corrections are granule sums, added once per super-block.
-      return {_mm512_loadu_si512(values), _mm512_setzero_si512(), _mm512_loadu_ps(lane_scales),
-              _mm512_setzero_si512()};
-    } else if constexpr (kDtype == DType::kQ6_K && sums_super_blocks_in_integers(kDtype)) {
-      const __m512i loaded = _mm512_loadu_si512(values);
-      return {loaded, _mm512_setzero_si512(), _mm512_setzero_ps(),
-              _mm512_maddubs_epi16(_mm512_set1_epi8(32), loaded)};
+      return {_mm512_loadu_si512(values), _mm512_setzero_si512(), _mm512_loadu_ps(lane_scales)};
     } else if constexpr (kWhole) {
       return {_mm512_loadu_si512(values), _mm512_loadu_si512(corrections),
-              _mm512_loadu_ps(lane_scales), _mm512_setzero_si512()};
+              _mm512_loadu_ps(lane_scales)};
     } else {
       constexpr __mmask16 kFirstBlockLanes = 0x00ff;
       constexpr __mmask64 kFirstBlockBytes = 0xffffffffULL;
       return {_mm512_maskz_loadu_epi8(kFirstBlockBytes, values),
               _mm512_maskz_loadu_epi32(kFirstBlockLanes, corrections),
-              _mm512_maskz_loadu_ps(kFirstBlockLanes, lane_scales), _mm512_setzero_si512()};
+              _mm512_maskz_loadu_ps(kFirstBlockLanes, lane_scales)};
     }
   }
 
@@ -400,7 +378,7 @@ struct Simd : SimdAvx512 {
           _mm256_loadu_si256(
               reinterpret_cast<const __m256i*>(super_block_values + 32 * kBlocks.upper)),
           1);
-      return {values, _mm512_setzero_si512(), _mm512_setzero_ps(), _mm512_setzero_si512()};
+      return {values, _mm512_setzero_si512(), _mm512_setzero_ps()};
     } else {
       return load_activation_blocks<kDtype, true>(super_block_values + 64 * kStep, corrections,
                                                   lane_scales);
@@ -439,6 +417,20 @@ inline __m512 round_half_away(__m512 value) {
       _mm512_cmp_ps_mask(fraction, _mm512_sub_ps(_mm512_setzero_ps(), half), _CMP_LE_OQ);
   const __m512 rounded_up = _mm512_mask_add_ps(truncated, up, truncated, _mm512_set1_ps(1.0f));
   return _mm512_mask_sub_ps(rounded_up, down, truncated, _mm512_set1_ps(1.0f));
+}
+
+// super_block_max_magnitude in 512-bit registers: the same value (the max of exact magnitudes
+// does not depend on the order; NaN where any value is not finite).
+float super_block_max_magnitude_avx512(const float* input) {
+  const __m512 infinity = _mm512_set1_ps(__builtin_inff());
+  __m512 maximum = _mm512_setzero_ps();
+  __mmask16 finite = 0xffff;
+  for (int64_t i = 0; i < kSuperBlockElements; i += 16) {
+    const __m512 magnitude = _mm512_abs_ps(_mm512_loadu_ps(input + i));
+    finite &= _mm512_cmp_ps_mask(magnitude, infinity, _CMP_LT_OQ);
+    maximum = _mm512_max_ps(maximum, magnitude);
+  }
+  return finite == 0xffff ? _mm512_reduce_max_ps(maximum) : __builtin_nanf("");
 }
 
 // One block, the same bytes as quantize_activation_block (which takes blocks holding inf or
@@ -497,7 +489,8 @@ void float_rows_avx512(const MatmulArguments& arguments, int64_t row_begin, int6
 
 void quantize_activation_rows_avx512(const MatmulArguments& arguments, std::byte* workspace,
                                      int64_t row_begin, int64_t row_end) {
-  quantize_activation_rows(arguments, workspace, row_begin, row_end, quantize_block);
+  quantize_activation_rows(arguments, workspace, row_begin, row_end, quantize_block,
+                           super_block_max_magnitude_avx512);
 }
 
 void quantized_rows_avx512(const MatmulArguments& arguments,
