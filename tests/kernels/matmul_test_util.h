@@ -210,18 +210,26 @@ struct Problem {
 };
 
 // x quantized as the int8 kernels quantize it (32-value blocks, d = amax / 127 in f32,
-// q = round(x * (1 / d))), written here independently of the kernel's code.
+// q = round(x * (1 / d))), written here independently of the kernel's code. For q4_K and q5_K
+// weights the amax is that of the block's 256-value super-block (one d per super-block,
+// as ggml's q8_K): `scale_elements` is 256 then, else 32.
 struct QuantizedRow {
-  std::vector<double> scales;  // per block
+  std::vector<double> scales;  // per 32-value block
   std::vector<int> values;
 };
 
-inline QuantizedRow quantize_reference(const float* input, int64_t count) {
+inline int64_t activation_scale_elements(DType weight_dtype) {
+  return weight_dtype == DType::kQ4_K || weight_dtype == DType::kQ5_K ? 256 : 32;
+}
+
+inline QuantizedRow quantize_reference(const float* input, int64_t count,
+                                       int64_t scale_elements = 32) {
   QuantizedRow row;
   for (int64_t block = 0; block < count / 32; ++block) {
+    const int64_t first = block * 32 / scale_elements * scale_elements;
     float max_magnitude = 0.0f;
-    for (int64_t i = 0; i < 32; ++i)
-      max_magnitude = std::max(max_magnitude, std::fabs(input[block * 32 + i]));
+    for (int64_t i = 0; i < scale_elements; ++i)
+      max_magnitude = std::max(max_magnitude, std::fabs(input[first + i]));
     const float scale = max_magnitude / 127.0f;
     const float inverse = scale != 0.0f ? 1.0f / scale : 0.0f;
     row.scales.push_back(scale);
@@ -246,7 +254,8 @@ inline void expect_matches_reference(const Problem& problem, const std::vector<f
   int failures = 0;
   for (int64_t row = 0; row < problem.rows && failures < 5; ++row) {
     const float* x = problem.input.data() + row * k_count;
-    const QuantizedRow quantized = quantize_reference(x, k_count);
+    const QuantizedRow quantized =
+        quantize_reference(x, k_count, activation_scale_elements(problem.dtype));
     for (int64_t column = 0; column < problem.output_features && failures < 5; ++column) {
       const float* w = problem.widened_weight.data() + column * k_count;
       const float* w_magnitude = problem.weight_magnitude.data() + column * k_count;

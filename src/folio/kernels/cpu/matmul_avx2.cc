@@ -225,6 +225,24 @@ struct Simd : SimdAvx2 {
   static Vector scaled_sums(const ActivationBlocks& activations) {
     return _mm256_castsi256_ps(activations.corrections);
   }
+
+  template <DType kDtype, int kStep>
+  static ActivationBlocks load_super_block_step_activations(const int8_t* super_block_values,
+                                                            const int32_t* corrections,
+                                                            const float* lane_scales) {
+    return load_activation_blocks<kDtype, true>(super_block_values + 32 * kStep, corrections,
+                                                lane_scales);
+  }
+
+  // Every super-block dtype is summed in f32 per step (matmul_body.inc): the integer sums are
+  // not implemented here.
+  static constexpr bool sums_super_blocks_in_integers(DType) { return false; }
+  static IntegerVector integer_zero() { return _mm256_setzero_si256(); }
+  template <DType kDtype>
+  static void accumulate_integers(const WeightBlocks&, const ActivationBlocks&, IntegerVector&) {}
+  static Vector add_integer_sums(const SuperBlockScales&, IntegerVector, float, Vector sum) {
+    return sum;
+  }
 };
 
 #include "folio/kernels/cpu/matmul_body.inc"

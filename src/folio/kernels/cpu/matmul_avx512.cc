@@ -111,27 +111,41 @@ inline __m512i load_twice(const std::byte* pointer) {
   return _mm512_broadcast_i64x4(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(pointer)));
 }
 
-// The 64 bytes of step kStep (x-blocks 2 kStep, 2 kStep + 1) of a super-block: for q4_K, q5_K
+// The x-blocks (of the 8 of a super-block) in the lower and upper halves of step kStep of
+// q4_K and q5_K: 4 j + h and 4 j + 2 + h, j = kStep / 2, h = kStep % 2.
+struct StepXBlocks {
+  int lower;
+  int upper;
+};
+constexpr StepXBlocks step_x_blocks(int step) {
+  return {4 * (step / 2) + step % 2, 4 * (step / 2) + 2 + step % 2};
+}
+
+// The 64 bytes of step kStep (x-blocks 2 kStep, 2 kStep + 1; for q4_K and q5_K
+// step_x_blocks(kStep)) of a super-block: for q4_K, q5_K
 // and q6_K decoded in 512-bit registers (each loaded byte feeds both halves: fewer operations
 // than two 256-bit decodes, measured), the others as two weight_block_bytes.
 template <DType kDtype, int kStep>
 inline __m512i super_block_step_bytes(const std::byte* block) {
   const __m512i nibble = _mm512_set1_epi8(0x0f);
   if constexpr (kDtype == DType::kQ4_K || kDtype == DType::kQ5_K) {
-    // Pair kStep: low nibbles (x-block 2 kStep) in the lower half, high ones in the upper.
+    // Step kStep pairs x-blocks step_x_blocks(kStep): the low (even kStep) or high nibbles of
+    // quant bytes 64 j - 64 j + 63, j = kStep / 2, one plain 64-byte load. (Pairing the low
+    // and high nibbles of 32 bytes instead needs a 256-to-512-bit broadcast per step and row,
+    // a shuffle: 12% of q4_K's time at batch 1, measured.)
     using Block = std::conditional_t<kDtype == DType::kQ4_K, BlockQ4_K, BlockQ5_K>;
-    constexpr __mmask32 kUpperWords = 0xffff0000u;
-    const __m512i packed = load_twice(block + offsetof(Block, quants) + 32 * kStep);
+    const __m512i packed = _mm512_loadu_si512(block + offsetof(Block, quants) + 64 * (kStep / 2));
     const __m512i low_bits =
-        _mm512_and_si512(_mm512_mask_srli_epi16(packed, kUpperWords, packed, 4), nibble);
+        _mm512_and_si512(kStep % 2 == 0 ? packed : _mm512_srli_epi16(packed, 4), nibble);
     if constexpr (kDtype == DType::kQ4_K) {
       return low_bits;
     } else {
-      // Bit 2 kStep of high_bits[l] for the lower half, bit 2 kStep + 1 for the upper.
+      // The fifth bit of x-block b's value l is bit b of high_bits[l].
+      constexpr int kLower = step_x_blocks(kStep).lower;
+      constexpr int kUpper = step_x_blocks(kStep).upper;
       const __m512i high = load_twice(block + offsetof(BlockQ5_K, high_bits));
-      const __m512i bit =
-          _mm512_inserti64x4(_mm512_set1_epi8(static_cast<char>(1 << (2 * kStep))),
-                             _mm256_set1_epi8(static_cast<char>(2 << (2 * kStep))), 1);
+      const __m512i bit = _mm512_inserti64x4(_mm512_set1_epi8(static_cast<char>(1 << kLower)),
+                                             _mm256_set1_epi8(static_cast<char>(1 << kUpper)), 1);
       return _mm512_mask_add_epi8(low_bits, _mm512_test_epi8_mask(high, bit), low_bits,
                                   _mm512_set1_epi8(16));
     }
@@ -200,17 +214,38 @@ struct Simd : SimdAvx512 {
   }
   static Vector to_float(IntegerVector value) { return _mm512_cvtepi32_ps(value); }
 
+  // The super-block dtypes whose x has one d per super-block (has_super_block_activation_scale)
+  // sum a super-block in i32 (matmul_body.inc): per step and lane, the integer dot product
+  // times the lane's integer sub-block scale, then once per super-block the conversion and the
+  // multiply by d_w * d_x. Integer bounds (|x| <= 127): q4_K / q5_K take vpmaddubsw pairs
+  // (|u0 x0 + u1 x1| <= 2 * 31 * 127, no saturation) times the 6-bit scale by vpdpwssd:
+  // |sum| < 2^22 over a super-block's 4 steps.
+  static constexpr bool sums_super_blocks_in_integers(DType dtype) {
+    return has_super_block_activation_scale(dtype);
+  }
+  static IntegerVector integer_zero() { return _mm512_setzero_si512(); }
+
   struct WeightBlocks {
     IntegerVector bytes;  // the unsigned operand of vpdpbusd
     Vector scales;
     Vector offsets;  // the dtypes with minimums only
+    // sums_super_blocks_in_integers: each lane's integer sub-block scale, in both 16-bit
+    // halves (the vpdpwssd operand).
+    IntegerVector integer_scales;
   };
   // A super-block's 16 (or 8, in lanes 0-7) sub-block scales d * scale, and its offsets per
-  // 16-value granule.
+  // 16-value granule. sums_super_blocks_in_integers: the integer scales instead (as
+  // WeightBlocks::integer_scales holds them, per sub-block) and d.
   struct SuperBlockScales {
     Vector scales;
     Vector offsets;
+    IntegerVector integer_scales;
+    float scale;
   };
+  static Vector add_integer_sums(const SuperBlockScales& scales, IntegerVector sums, float x_scale,
+                                 Vector sum) {
+    return _mm512_fmadd_ps(_mm512_cvtepi32_ps(sums), _mm512_set1_ps(scales.scale * x_scale), sum);
+  }
   using GranuleSums = Vector;
   static GranuleSums load_granule_sums(const float* sums) { return _mm512_loadu_ps(sums); }
   static Vector add_minimum_terms(const SuperBlockScales& scales, GranuleSums sums, Vector sum) {
@@ -244,6 +279,17 @@ struct Simd : SimdAvx512 {
     const SubBlockBytes bytes = sub_block_bytes<kDtype>(block);
     const Vector integers = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(bytes.scales));
     SuperBlockScales scales;
+    if constexpr (sums_super_blocks_in_integers(kDtype)) {
+      // Laid out so that step k's scales are dword k of every 128-bit chunk (one in-lane
+      // vpshufd per step, load_super_block_step, rather than a cross-lane permute; the two
+      // measured alike on the machine of kernels.md). Chunk c covers lanes 4c-4c+3 of a step:
+      // sub-block step_x_blocks(k).lower for c < 2, .upper for c >= 2.
+      const __m128i order = _mm_setr_epi8(0, 1, 4, 5, 0, 1, 4, 5, 2, 3, 6, 7, 2, 3, 6, 7);
+      const __m512i integers = _mm512_cvtepi8_epi32(_mm_shuffle_epi8(bytes.scales, order));
+      // Both 16-bit halves of each lane: the (6-bit, non-negative) sub-block scale.
+      scales.integer_scales = _mm512_or_si512(integers, _mm512_slli_epi32(integers, 16));
+      scales.scale = super_block_scale<kDtype>(block);
+    }
     if constexpr (sub_blocks_per_super_block(kDtype) == 8 && has_weight_minimum(kDtype)) {
       // q4_K / q5_K: lanes 0-7 the scales times d, lanes 8-15 the minimums times -dmin (the
       // products rounded as ggml's dequantizer rounds d * scale and dmin * minimum); d and
@@ -281,8 +327,21 @@ struct Simd : SimdAvx512 {
             : _mm512_add_epi32(_mm512_srli_epi32(lanes, 3), _mm512_set1_epi32(2 * kStep));
     WeightBlocks weights;
     weights.bytes = super_block_step_bytes<kDtype, kStep>(block);
-    weights.scales = _mm512_permutexvar_ps(sub_block, scales.scales);
+    if constexpr (sums_super_blocks_in_integers(kDtype)) {
+      weights.integer_scales =
+          _mm512_shuffle_epi32(scales.integer_scales, static_cast<_MM_PERM_ENUM>(kStep * 0x55));
+    } else {
+      weights.scales = _mm512_permutexvar_ps(sub_block, scales.scales);
+    }
     return weights;
+  }
+
+  template <DType kDtype>
+  static void accumulate_integers(const WeightBlocks& weights, const ActivationBlocks& x,
+                                  IntegerVector& sum) {
+    static_assert(kDtype == DType::kQ4_K || kDtype == DType::kQ5_K);
+    sum = _mm512_dpwssd_epi32(sum, _mm512_maddubs_epi16(weights.bytes, x.values),
+                              weights.integer_scales);
   }
 
   template <DType kDtype, bool kWhole>
@@ -300,6 +359,29 @@ struct Simd : SimdAvx512 {
       return {_mm512_maskz_loadu_epi8(kFirstBlockBytes, values),
               _mm512_maskz_loadu_epi32(kFirstBlockLanes, corrections),
               _mm512_maskz_loadu_ps(kFirstBlockLanes, lane_scales)};
+    }
+  }
+
+  // x for step kStep of a super-block whose first value (of this row of x) is at
+  // `super_block_values`; corrections and lane_scales point at the step's lanes (natural order).
+  template <DType kDtype, int kStep>
+  static ActivationBlocks load_super_block_step_activations(const int8_t* super_block_values,
+                                                            const int32_t* corrections,
+                                                            const float* lane_scales) {
+    if constexpr (kDtype == DType::kQ4_K || kDtype == DType::kQ5_K) {
+      // Their steps pair x-blocks step_x_blocks(kStep); they use neither corrections nor lane
+      // scales per step (granule sums, and one d per super-block).
+      constexpr StepXBlocks kBlocks = step_x_blocks(kStep);
+      const __m512i values = _mm512_inserti64x4(
+          _mm512_castsi256_si512(_mm256_loadu_si256(
+              reinterpret_cast<const __m256i*>(super_block_values + 32 * kBlocks.lower))),
+          _mm256_loadu_si256(
+              reinterpret_cast<const __m256i*>(super_block_values + 32 * kBlocks.upper)),
+          1);
+      return {values, _mm512_setzero_si512(), _mm512_setzero_ps()};
+    } else {
+      return load_activation_blocks<kDtype, true>(super_block_values + 64 * kStep, corrections,
+                                                  lane_scales);
     }
   }
 
@@ -337,6 +419,20 @@ inline __m512 round_half_away(__m512 value) {
   return _mm512_mask_sub_ps(rounded_up, down, truncated, _mm512_set1_ps(1.0f));
 }
 
+// super_block_max_magnitude in 512-bit registers: the same value (the max of exact magnitudes
+// does not depend on the order; NaN where any value is not finite).
+float super_block_max_magnitude_avx512(const float* input) {
+  const __m512 infinity = _mm512_set1_ps(__builtin_inff());
+  __m512 maximum = _mm512_setzero_ps();
+  __mmask16 finite = 0xffff;
+  for (int64_t i = 0; i < kSuperBlockElements; i += 16) {
+    const __m512 magnitude = _mm512_abs_ps(_mm512_loadu_ps(input + i));
+    finite &= _mm512_cmp_ps_mask(magnitude, infinity, _CMP_LT_OQ);
+    maximum = _mm512_max_ps(maximum, magnitude);
+  }
+  return finite == 0xffff ? _mm512_reduce_max_ps(maximum) : __builtin_nanf("");
+}
+
 // One block, the same bytes as quantize_activation_block (which takes blocks holding inf or
 // NaN, and is the reference this is tested against).
 void quantize_block(const float* input, int8_t* values, int32_t* corrections, float* lane_scales,
@@ -350,7 +446,8 @@ void quantize_block(const float* input, int8_t* values, int32_t* corrections, fl
     quantize_activation_block(input, values, corrections, lane_scales, term);
     return;
   }
-  const float scale = _mm512_reduce_max_ps(magnitude) / 127.0f;
+  const float scale =
+      (term.super_block_scale ? term.max_magnitude : _mm512_reduce_max_ps(magnitude)) / 127.0f;
   float inverse = scale != 0.0f ? 1.0f / scale : 0.0f;
   if (!(inverse < __builtin_inff())) inverse = 0.0f;
   const __m512 inverse_vector = _mm512_set1_ps(inverse);
@@ -392,7 +489,8 @@ void float_rows_avx512(const MatmulArguments& arguments, int64_t row_begin, int6
 
 void quantize_activation_rows_avx512(const MatmulArguments& arguments, std::byte* workspace,
                                      int64_t row_begin, int64_t row_end) {
-  quantize_activation_rows(arguments, workspace, row_begin, row_end, quantize_block);
+  quantize_activation_rows(arguments, workspace, row_begin, row_end, quantize_block,
+                           super_block_max_magnitude_avx512);
 }
 
 void quantized_rows_avx512(const MatmulArguments& arguments,

@@ -13,6 +13,7 @@
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <limits>
 
 #include "folio/kernels/matmul.h"
 #include "folio/tensor/quantize.h"
@@ -82,7 +83,8 @@ class Prefetch {
   int64_t lines_per_step_ = 0;
 };
 
-// x quantized per 32-value block: q = round(x / d), d = amax / 127 (kept in f32). Two derived
+// x quantized per 32-value block: q = round(x / d), d = amax / 127 (kept in f32), the amax
+// that of the block's super-block for has_super_block_activation_scale's weight dtypes. Two derived
 // arrays serve the SIMD kernels, per group of 4 consecutive values (one 32-bit lane of an
 // int8 dot product):
 // - corrections, for weights stored as unsigned integers offset by c (value = s * (u - c)):
@@ -192,18 +194,48 @@ constexpr bool has_granule_minimums(DType dtype) {
   return has_weight_minimum(dtype) && dtype_info(dtype).block_elements == kSuperBlockElements;
 }
 
+// Whether x is quantized with one d per 256 values (ggml's q8_K) rather than per 32-value block
+// for a weight dtype: then every 32-value block of a super-block has the same d, and the
+// AVX-512 kernel sums a super-block's integer dot products, times the integer sub-block
+// scales, in i32 before one conversion to f32 (a multiply and a conversion per super-block
+// instead of per step; the other kernels, which read the d of each block, are unaffected).
+// The super-block's amax bounds every value of its blocks, so the int8 values stay in range.
+constexpr bool has_super_block_activation_scale(DType dtype) {
+  // q6_K measured slower so (cached_weight: +3% at batch 1, +12% at batch 32; kernels.md).
+  return dtype == DType::kQ4_K || dtype == DType::kQ5_K;
+}
+
 // What a block quantizer of x writes into the corrections (QuantizedActivations): -offset *
 // lane sum (8 entries); with scaled_sums the f32 bits of d * lane sum (8 entries); with
 // granule_sums the f32 bits of d * (sum of 16 q) (2 entries).
+// With super_block_scale, d is max_magnitude / 127 instead of the block's own amax / 127:
+// max_magnitude is the amax of the 256 values of the block's super-block, NaN when any of them
+// is inf or NaN (so that every block of that super-block gets a NaN d, and a kernel reading
+// one d per super-block still propagates the non-finite value).
 struct LaneTerm {
   int32_t offset = 0;
   bool scaled_sums = false;
   bool granule_sums = false;
+  bool super_block_scale = false;
+  float max_magnitude = 0.0f;
 };
 constexpr LaneTerm lane_term(DType weight_dtype) {
   return {weight_offset(weight_dtype),
           has_weight_minimum(weight_dtype) && !has_granule_minimums(weight_dtype),
-          has_granule_minimums(weight_dtype)};
+          has_granule_minimums(weight_dtype), has_super_block_activation_scale(weight_dtype)};
+}
+
+// The max_magnitude of LaneTerm for the 256 values at `input`: their amax, NaN if any is not
+// finite. Shared by every instruction set, so that all write the same bytes.
+inline float super_block_max_magnitude(const float* input) {
+  float max_magnitude = 0.0f;
+  bool finite = true;
+  for (int64_t i = 0; i < kSuperBlockElements; ++i) {
+    const float magnitude = input[i] < 0.0f ? -input[i] : input[i];
+    finite = finite && magnitude <= std::numeric_limits<float>::max();
+    max_magnitude = std::max(max_magnitude, magnitude);
+  }
+  return finite ? max_magnitude : std::numeric_limits<float>::quiet_NaN();
 }
 
 // Quantizes one 32-value block of x: values, its 8 lane corrections (`term`) and lane scales.
@@ -216,20 +248,25 @@ void quantize_activation_block(const float* input, int8_t* values, int32_t* corr
 // laid out in `workspace` (quantized_activations_layout for all num_rows rows), block by block
 // with `quantize_block` (quantize_activation_block's signature): the walk every instruction set
 // shares, only its block quantizer differing.
-template <typename BlockQuantizer>
+template <typename BlockQuantizer, typename SuperBlockMaxMagnitude = float (*)(const float*)>
 void quantize_activation_rows(const MatmulArguments& arguments, std::byte* workspace,
-                              int64_t row_begin, int64_t row_end, BlockQuantizer quantize_block) {
+                              int64_t row_begin, int64_t row_end, BlockQuantizer quantize_block,
+                              SuperBlockMaxMagnitude max_magnitude = super_block_max_magnitude) {
   const int64_t input_features = arguments.input_features;
   const QuantizedActivationsLayout layout =
       quantized_activations_layout(arguments.num_rows, input_features);
   auto* values = reinterpret_cast<int8_t*>(workspace + layout.values_offset);
   auto* corrections = reinterpret_cast<int32_t*>(workspace + layout.corrections_offset);
   auto* lane_scales = reinterpret_cast<float*>(workspace + layout.lane_scales_offset);
-  const LaneTerm term = lane_term(arguments.weight_dtype);
+  LaneTerm term = lane_term(arguments.weight_dtype);
   for (int64_t row = row_begin; row < row_end; ++row) {
     const int64_t row_start = row * input_features;
     for (int64_t k = 0; k < input_features; k += kQuantBlockElements) {
       const int64_t element = row_start + k;
+      if (term.super_block_scale && k % kSuperBlockElements == 0) {
+        // K is a multiple of 256 for the super-block dtypes.
+        term.max_magnitude = max_magnitude(arguments.input + element);
+      }
       // Granule sums of a row start at the row's first entry.
       int32_t* block_corrections =
           term.granule_sums ? corrections + row_start / 4 + k / 16 : corrections + element / 4;

@@ -250,6 +250,7 @@ void quantize_activation_block(const float* input, int8_t* values, int32_t* corr
     finite = finite && std::isfinite(input[i]);
     max_magnitude = std::max(max_magnitude, std::fabs(input[i]));
   }
+  if (term.super_block_scale) max_magnitude = term.max_magnitude;
   float scale = max_magnitude / 127.0f;
   float inverse = scale != 0.0f ? 1.0f / scale : 0.0f;
   if (!std::isfinite(inverse)) inverse = 0.0f;  // scale so small its reciprocal overflows
