@@ -196,63 +196,6 @@ std::vector<Linear> forward_pass_matrices(const ModelShape& model) {
   return matrices;
 }
 
-// The f16 fields of a block type (byte offsets of d and of dmin / m; -1: none).
-struct HalfFields {
-  int scale = -1;
-  int minimum = -1;
-};
-
-HalfFields half_fields(DType dtype) {
-  switch (dtype) {
-    case DType::kQ4_1:
-    case DType::kQ5_1:
-    case DType::kQ4_K:
-    case DType::kQ5_K:
-      return {0, 2};
-    case DType::kQ5_0:
-    case DType::kIQ4_NL:
-    case DType::kIQ4_XS:
-      return {0, -1};
-    case DType::kQ2_K:
-      return {80, 82};
-    case DType::kQ3_K:
-      return {108, -1};
-    case DType::kQ6_K:
-      return {208, -1};
-    case DType::kF32:
-    case DType::kF16:
-    case DType::kBF16:
-    case DType::kQ8_0:
-    case DType::kQ4_0:
-    case DType::kI32:
-    case DType::kI8:
-      break;
-  }
-  return {};
-}
-
-// Whether quantize_row writes the dtype; the other block types get random block bytes.
-bool has_quantizer(DType dtype) {
-  return !dtype_info(dtype).quantized || dtype == DType::kQ8_0 || dtype == DType::kQ4_0;
-}
-
-// A row of random blocks: random quant and scale bytes, f16 d and dmin / m small and finite.
-// The speed of the kernels does not depend on the values.
-void random_block_row(DType dtype, std::byte* row, int64_t count, uint32_t& state) {
-  const DTypeInfo info = dtype_info(dtype);
-  const HalfFields fields = half_fields(dtype);
-  const uint16_t small_half = f32_to_f16(0.001f);
-  for (int64_t i = 0; i < row_bytes(dtype, count); ++i) {
-    state = state * 1664525u + 1013904223u;
-    row[i] = static_cast<std::byte>(state >> 24);
-  }
-  for (int64_t block = 0; block < count / info.block_elements; ++block) {
-    std::byte* bytes = row + block * info.block_bytes;
-    std::memcpy(bytes + fields.scale, &small_half, sizeof(small_half));
-    if (fields.minimum >= 0) std::memcpy(bytes + fields.minimum, &small_half, sizeof(small_half));
-  }
-}
-
 // One model's weights in one dtype, each matrix in its own buffer (so a forward pass streams
 // distinct memory, as a real model does), filled with random values quantized to the dtype.
 struct ModelWeights {
@@ -277,10 +220,6 @@ const ModelWeights& weights_for(const ModelShape& model, DType dtype) {
     auto buffer = std::make_unique<AlignedBuffer>(linear.output_features * stride);
     row.resize(linear.input_features);
     for (int64_t n = 0; n < linear.output_features; ++n) {
-      if (!has_quantizer(dtype)) {
-        random_block_row(dtype, buffer->data() + n * stride, linear.input_features, state);
-        continue;
-      }
       for (float& value : row) {
         state = state * 1664525u + 1013904223u;  // LCG: fast, and quality does not matter here
         value = static_cast<float>(static_cast<int32_t>(state)) * (1.0f / 2147483648.0f) * 0.05f;
@@ -419,12 +358,7 @@ void cached_weight(benchmark::State& state, DType dtype, int64_t batch, int thre
   const int64_t stride = row_bytes(dtype, kFeatures);
   AlignedBuffer weight(kFeatures * stride);
   std::vector<float> row(kFeatures);
-  uint32_t random_state = 7;
   for (int64_t n = 0; n < kFeatures; ++n) {
-    if (!has_quantizer(dtype)) {
-      random_block_row(dtype, weight.data() + n * stride, kFeatures, random_state);
-      continue;
-    }
     for (int64_t k = 0; k < kFeatures; ++k)
       row[k] = static_cast<float>((n * 7 + k * 3) % 23) * 0.01f - 0.1f;
     quantize_row(dtype, row.data(), weight.data() + n * stride, kFeatures);

@@ -68,7 +68,7 @@ TEST_F(MatmulBlockTypesTest, ExtremeQuantBytesAreMultipliedExactly) {
     for (uint8_t fill : {uint8_t{0xff}, uint8_t{0x00}}) {
       Problem problem(2, 6, 256, dtype, false, 7);
       const DTypeInfo info = dtype_info(dtype);
-      const HalfFields fields = half_fields(dtype);
+      const BlockHalfFields fields = block_half_fields(dtype);
       for (int64_t block = 0;
            block < static_cast<int64_t>(problem.weight.size()) / info.block_bytes; ++block) {
         std::byte* bytes = problem.weight.data() + block * info.block_bytes;

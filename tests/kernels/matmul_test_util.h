@@ -40,42 +40,6 @@ inline bool has_quantizer(DType dtype) {
   return false;
 }
 
-// Where a block type keeps its f16 fields (byte offsets in the block): d, and the f16 that
-// scales the minimum (dmin, or q4_1 / q5_1's m itself), -1 when there is none.
-struct HalfFields {
-  int scale = -1;
-  int minimum = -1;
-};
-
-inline HalfFields half_fields(DType dtype) {
-  switch (dtype) {
-    case DType::kQ4_1:
-    case DType::kQ5_1:
-    case DType::kQ4_K:
-    case DType::kQ5_K:
-      return {0, 2};
-    case DType::kQ5_0:
-    case DType::kIQ4_NL:
-    case DType::kIQ4_XS:
-    case DType::kQ8_0:
-    case DType::kQ4_0:
-      return {0, -1};
-    case DType::kQ2_K:
-      return {80, 82};
-    case DType::kQ3_K:
-      return {108, -1};
-    case DType::kQ6_K:
-      return {208, -1};
-    case DType::kF32:
-    case DType::kF16:
-    case DType::kBF16:
-    case DType::kI32:
-    case DType::kI8:
-      break;
-  }
-  return {};
-}
-
 inline void store_half(std::byte* pointer, float value) {
   const uint16_t bits = f32_to_f16(value);
   std::memcpy(pointer, &bits, sizeof(bits));
@@ -83,14 +47,14 @@ inline void store_half(std::byte* pointer, float value) {
 
 // A row of `count` values of a block type as random bytes: every quant, sub-block scale and
 // high bit random, and the f16 fields finite: d and dmin of random sign and magnitude 2^-12 to
-// 2^-7, q4_1 / q5_1's m in [-0.1, 0.1]. (The tensor quantizers of these types are written on
-// another branch; the kernels must take any bytes a file may hold anyway.)
+// 2^-7, q4_1 / q5_1's m in [-0.1, 0.1]: the kernels must take any bytes a file may hold, not only
+// what Folio's quantizers write.
 inline void random_weight_row(DType dtype, std::byte* row, int64_t count, std::mt19937& generator) {
   std::uniform_int_distribution<int> byte(0, 255);
   std::uniform_real_distribution<float> exponent(-12.0f, -7.0f);
   std::uniform_real_distribution<float> unit(-1.0f, 1.0f);
   const DTypeInfo info = dtype_info(dtype);
-  const HalfFields fields = half_fields(dtype);
+  const BlockHalfFields fields = block_half_fields(dtype);
   for (int64_t block = 0; block < count / info.block_elements; ++block) {
     std::byte* bytes = row + block * info.block_bytes;
     for (int64_t i = 0; i < info.block_bytes; ++i)
@@ -112,7 +76,7 @@ inline void random_weight_row(DType dtype, std::byte* row, int64_t count, std::m
 inline void weight_magnitudes(DType dtype, const std::byte* row, int64_t count, float* output) {
   std::vector<float> part(count);
   dequantize_row(dtype, row, output, count);
-  const HalfFields fields = half_fields(dtype);
+  const BlockHalfFields fields = block_half_fields(dtype);
   if (!is_quantized(dtype) || fields.minimum < 0) {
     for (int64_t k = 0; k < count; ++k) output[k] = std::fabs(output[k]);
     return;

@@ -11,7 +11,10 @@
 // - f16 fields are raw IEEE half bits (tensor/half.h converts them).
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
+
+#include "folio/tensor/dtype.h"
 
 namespace folio {
 
@@ -163,6 +166,50 @@ inline void q3_k_scales(const uint8_t* packed, int8_t* scales) {
     const int high = (packed[8 + j % 4] >> (2 * (j / 4))) & 3;
     scales[j] = static_cast<int8_t>(low | (high << 4));
   }
+}
+
+// Byte offsets of a block's f16 fields: `scale` (d) and `minimum` (dmin, or q4_1 / q5_1's m);
+// -1 where the type has none (both for the float and integer dtypes). Whoever writes block bytes
+// other than by quantizing (tests, benchmarks, fuzzers) must keep these finite.
+struct BlockHalfFields {
+  int scale = -1;
+  int minimum = -1;
+};
+
+constexpr BlockHalfFields block_half_fields(DType dtype) {
+  switch (dtype) {
+    case DType::kQ8_0:
+      return {offsetof(BlockQ8_0, scale), -1};
+    case DType::kQ4_0:
+      return {offsetof(BlockQ4_0, scale), -1};
+    case DType::kQ4_1:
+      return {offsetof(BlockQ4_1, scale), offsetof(BlockQ4_1, minimum)};
+    case DType::kQ5_0:
+      return {offsetof(BlockQ5_0, scale), -1};
+    case DType::kQ5_1:
+      return {offsetof(BlockQ5_1, scale), offsetof(BlockQ5_1, minimum)};
+    case DType::kQ2_K:
+      return {offsetof(BlockQ2_K, scale), offsetof(BlockQ2_K, minimum_scale)};
+    case DType::kQ3_K:
+      return {offsetof(BlockQ3_K, scale), -1};
+    case DType::kQ4_K:
+      return {offsetof(BlockQ4_K, scale), offsetof(BlockQ4_K, minimum_scale)};
+    case DType::kQ5_K:
+      return {offsetof(BlockQ5_K, scale), offsetof(BlockQ5_K, minimum_scale)};
+    case DType::kQ6_K:
+      return {offsetof(BlockQ6_K, scale), -1};
+    case DType::kIQ4_NL:
+      return {offsetof(BlockIQ4_NL, scale), -1};
+    case DType::kIQ4_XS:
+      return {offsetof(BlockIQ4_XS, scale), -1};
+    case DType::kF32:
+    case DType::kF16:
+    case DType::kBF16:
+    case DType::kI32:
+    case DType::kI8:
+      break;
+  }
+  return {};
 }
 
 }  // namespace folio
