@@ -132,21 +132,32 @@ void dequantize_row_q3_k(const BlockQ3_K* input, float* output, int64_t count) {
   }
 }
 
-void dequantize_row_q4_k(const BlockQ4_K* input, float* output, int64_t count) {
-  check_whole_blocks(DType::kQ4_K, count);
+namespace {
+
+// The q4_K / q5_K super-block: 8 sub-blocks of 32 with 6-bit scales and minimums, each pair of
+// sub-blocks in the low and high nibbles of 32 bytes; q5_K adds bit 2 * pair + part of
+// high_bits[l] as the fifth bit (high_bits is null for q4_K).
+template <typename Block>
+void dequantize_row_k_quant_with_minimums(const Block* input,
+                                          const uint8_t* (*high_bits)(const Block&), float* output,
+                                          int64_t count) {
   for (int64_t super = 0; super < count / kSuperBlockElements; ++super) {
-    const BlockQ4_K& block = input[super];
+    const Block& block = input[super];
     const float d = f16_to_f32(block.scale);
     const float minimum = f16_to_f32(block.minimum_scale);
     const uint8_t* quants = block.quants;
+    const uint8_t* fifth_bits = high_bits(block);
     float* y = output + super * kSuperBlockElements;
     for (int pair = 0; pair < 4; ++pair) {
       for (int part = 0; part < 2; ++part) {
-        const ScaleAndMinimum packed = k_quant_scale_and_minimum(2 * pair + part, block.scales);
+        const int sub_block = 2 * pair + part;
+        const ScaleAndMinimum packed = k_quant_scale_and_minimum(sub_block, block.scales);
         const float scale = d * static_cast<float>(packed.scale);
         const float offset = minimum * static_cast<float>(packed.minimum);
         for (int l = 0; l < 32; ++l) {
-          *y++ = scale * static_cast<float>((quants[l] >> (4 * part)) & 0x0f) - offset;
+          int value = (quants[l] >> (4 * part)) & 0x0f;
+          if (fifth_bits != nullptr) value += ((fifth_bits[l] >> sub_block) & 1) << 4;
+          *y++ = scale * static_cast<float>(value) - offset;
         }
       }
       quants += 32;
@@ -154,29 +165,19 @@ void dequantize_row_q4_k(const BlockQ4_K* input, float* output, int64_t count) {
   }
 }
 
+}  // namespace
+
+void dequantize_row_q4_k(const BlockQ4_K* input, float* output, int64_t count) {
+  check_whole_blocks(DType::kQ4_K, count);
+  dequantize_row_k_quant_with_minimums<BlockQ4_K>(
+      input, [](const BlockQ4_K&) -> const uint8_t* { return nullptr; }, output, count);
+}
+
 void dequantize_row_q5_k(const BlockQ5_K* input, float* output, int64_t count) {
   check_whole_blocks(DType::kQ5_K, count);
-  for (int64_t super = 0; super < count / kSuperBlockElements; ++super) {
-    const BlockQ5_K& block = input[super];
-    const float d = f16_to_f32(block.scale);
-    const float minimum = f16_to_f32(block.minimum_scale);
-    const uint8_t* quants = block.quants;
-    float* y = output + super * kSuperBlockElements;
-    for (int pair = 0; pair < 4; ++pair) {
-      for (int part = 0; part < 2; ++part) {
-        const ScaleAndMinimum packed = k_quant_scale_and_minimum(2 * pair + part, block.scales);
-        const float scale = d * static_cast<float>(packed.scale);
-        const float offset = minimum * static_cast<float>(packed.minimum);
-        const int high_bit = 2 * pair + part;
-        for (int l = 0; l < 32; ++l) {
-          const int value = ((quants[l] >> (4 * part)) & 0x0f) +
-                            (((block.high_bits[l] >> high_bit) & 1) << 4);
-          *y++ = scale * static_cast<float>(value) - offset;
-        }
-      }
-      quants += 32;
-    }
-  }
+  dequantize_row_k_quant_with_minimums<BlockQ5_K>(
+      input, [](const BlockQ5_K& block) -> const uint8_t* { return block.high_bits; }, output,
+      count);
 }
 
 void dequantize_row_q6_k(const BlockQ6_K* input, float* output, int64_t count) {

@@ -39,8 +39,8 @@ enum class DType : uint8_t {
 
 // Every dtype, in enum order.
 inline constexpr DType kAllDTypes[] = {
-    DType::kF32,  DType::kF16,  DType::kBF16, DType::kQ8_0, DType::kQ4_0,   DType::kI32,
-    DType::kI8,   DType::kQ4_1, DType::kQ5_0, DType::kQ5_1, DType::kQ2_K,   DType::kQ3_K,
+    DType::kF32,  DType::kF16,  DType::kBF16, DType::kQ8_0,   DType::kQ4_0,   DType::kI32,
+    DType::kI8,   DType::kQ4_1, DType::kQ5_0, DType::kQ5_1,   DType::kQ2_K,   DType::kQ3_K,
     DType::kQ4_K, DType::kQ5_K, DType::kQ6_K, DType::kIQ4_NL, DType::kIQ4_XS,
 };
 
