@@ -35,9 +35,26 @@ namespace folio::server {
 
 enum class Endpoint : uint8_t { kCompletions, kChatCompletions };
 
+// One call of a tool the model made: `arguments` is the JSON text of the arguments object.
+struct ToolCall {
+  std::string id;  // "call_..." as the response named it
+  std::string name;
+  std::string arguments;
+};
+
 struct ChatMessage {
-  std::string role;  // "system", "user" or "assistant" ("developer" is read as "system")
+  // "system", "user", "assistant" or "tool" ("developer" is read as "system").
+  std::string role;
   std::string content;
+  std::vector<ToolCall> tool_calls;  // assistant: the calls it made (content may be empty)
+  std::string tool_call_id;          // tool: the call whose result this is
+};
+
+// A function the model may call (`tools: [{"type": "function", "function": {...}}]`).
+struct ToolDefinition {
+  std::string name;
+  std::string description;
+  std::string parameters_schema = "{}";  // JSON Schema text of the arguments object
 };
 
 struct GenerationRequest {
