@@ -25,6 +25,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "folio/base/result.h"
@@ -43,6 +44,10 @@ struct ToolCall {
 };
 
 struct ChatMessage {
+  ChatMessage() = default;
+  ChatMessage(std::string role, std::string content)
+      : role(std::move(role)), content(std::move(content)) {}
+
   // "system", "user", "assistant" or "tool" ("developer" is read as "system").
   std::string role;
   std::string content;
