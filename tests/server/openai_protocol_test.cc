@@ -36,7 +36,8 @@ TEST(OpenAiProtocolTest, ParsesACompletionWithEverySupportedField) {
       "repetition_penalty": 1.1, "ignore_eos": true})");
   ASSERT_TRUE(parsed.ok()) << parsed.status();
   EXPECT_EQ(parsed->model, "m");
-  EXPECT_EQ(parsed->prompt_text, "Hello");
+  ASSERT_EQ(parsed->prompts.size(), 1u);
+  EXPECT_EQ(parsed->prompts[0].text, "Hello");
   EXPECT_EQ(parsed->max_tokens, 7);
   EXPECT_EQ(parsed->sampling.temperature, 0.0f);
   EXPECT_EQ(parsed->sampling.top_p, 0.5f);
@@ -56,7 +57,8 @@ TEST(OpenAiProtocolTest, DefaultsAndNullsLeaveOpenAiDefaults) {
   Result<GenerationRequest> parsed =
       parse_completion(R"({"model": "m", "prompt": ["one"], "max_tokens": null, "stop": null})");
   ASSERT_TRUE(parsed.ok()) << parsed.status();
-  EXPECT_EQ(parsed->prompt_text, "one");
+  ASSERT_EQ(parsed->prompts.size(), 1u);
+  EXPECT_EQ(parsed->prompts[0].text, "one");
   EXPECT_FALSE(parsed->max_tokens.has_value());
   EXPECT_EQ(parsed->sampling.temperature, 1.0f);
   EXPECT_FALSE(parsed->stream);
@@ -65,10 +67,29 @@ TEST(OpenAiProtocolTest, DefaultsAndNullsLeaveOpenAiDefaults) {
 TEST(OpenAiProtocolTest, TokenPromptsAreAccepted) {
   Result<GenerationRequest> parsed = parse_completion(R"({"model": "m", "prompt": [1, 2, 3]})");
   ASSERT_TRUE(parsed.ok()) << parsed.status();
-  EXPECT_EQ(parsed->prompt_tokens, (std::vector<int32_t>{1, 2, 3}));
+  ASSERT_EQ(parsed->prompts.size(), 1u);
+  EXPECT_EQ(parsed->prompts[0].tokens, (std::vector<int32_t>{1, 2, 3}));
   parsed = parse_completion(R"({"model": "m", "prompt": [[4, 5]]})");
   ASSERT_TRUE(parsed.ok()) << parsed.status();
-  EXPECT_EQ(parsed->prompt_tokens, (std::vector<int32_t>{4, 5}));
+  ASSERT_EQ(parsed->prompts.size(), 1u);
+  EXPECT_EQ(parsed->prompts[0].tokens, (std::vector<int32_t>{4, 5}));
+}
+
+TEST(OpenAiProtocolTest, ListsOfPromptsAreAccepted) {
+  Result<GenerationRequest> parsed =
+      parse_completion(R"({"model": "m", "prompt": ["a", [7, 8], "c"], "n": 2})");
+  ASSERT_TRUE(parsed.ok()) << parsed.status();
+  ASSERT_EQ(parsed->prompts.size(), 3u);
+  EXPECT_EQ(parsed->prompts[0].text, "a");
+  EXPECT_EQ(parsed->prompts[1].tokens, (std::vector<int32_t>{7, 8}));
+  EXPECT_EQ(parsed->prompts[2].text, "c");
+  EXPECT_EQ(parsed->n, 2);
+  EXPECT_EQ(parsed->best_of, 2);
+  expect_rejected(Endpoint::kCompletions, R"({"model": "m", "prompt": ["a", []]})", "prompt[]");
+  expect_rejected(Endpoint::kCompletions, R"({"model": "m", "prompt": ["a", 3]})", "prompt[]");
+  // 3 prompts x 8 choices is above the default limit of 16.
+  expect_rejected(Endpoint::kCompletions, R"({"model": "m", "prompt": ["a", "b", "c"], "n": 8})",
+                  "limit");
 }
 
 TEST(OpenAiProtocolTest, ParsesChatMessagesAndTextParts) {
@@ -141,38 +162,163 @@ TEST(OpenAiProtocolTest, MissingRequiredFieldsAndEmptyMessagesAreRejected) {
   expect_rejected(Endpoint::kChatCompletions, R"({"model": "m", "messages": [{"role": "user"}]})",
                   "content");
   expect_rejected(Endpoint::kChatCompletions,
-                  R"({"model": "m", "messages": [{"role": "tool", "content": "x"}]})", "role");
+                  R"({"model": "m", "messages": [{"role": "tool", "content": "x"}]})",
+                  "tool_call_id");
+  expect_rejected(Endpoint::kChatCompletions,
+                  R"({"model": "m", "messages": [{"role": "robot", "content": "x"}]})", "role");
 }
 
 TEST(OpenAiProtocolTest, UnsupportedAndUnknownFieldsAreRejected) {
   const Endpoint completions = Endpoint::kCompletions;
   const Endpoint chat = Endpoint::kChatCompletions;
-  expect_rejected(completions, R"({"model": "m", "prompt": "x", "n": 2})", "'n'");
-  expect_rejected(completions, R"({"model": "m", "prompt": "x", "best_of": 3})", "best_of");
-  expect_rejected(completions, R"({"model": "m", "prompt": "x", "logprobs": 2})", "logprobs");
-  expect_rejected(completions, R"({"model": "m", "prompt": "x", "echo": true})", "echo");
-  expect_rejected(completions, R"({"model": "m", "prompt": "x", "logit_bias": {"1": 5}})",
+  expect_rejected(completions, R"({"model": "m", "prompt": "x", "n": 2, "best_of": 1})", "best_of");
+  expect_rejected(completions, R"({"model": "m", "prompt": "x", "n": 0})", "'n'");
+  expect_rejected(completions, R"({"model": "m", "prompt": "x", "n": 17})", "'n'");
+  expect_rejected(completions,
+                  R"({"model": "m", "prompt": "x", "best_of": 3, "n": 2, "stream": true})",
+                  "streamed");
+  expect_rejected(completions, R"({"model": "m", "prompt": "x", "logprobs": 21})", "logprobs");
+  expect_rejected(completions, R"({"model": "m", "prompt": "x", "echo": 1})", "echo");
+  expect_rejected(completions, R"({"model": "m", "prompt": "x", "max_tokens": 0})", "echo");
+  expect_rejected(completions, R"({"model": "m", "prompt": "x", "logit_bias": {"a": 5}})",
+                  "logit_bias");
+  expect_rejected(completions, R"({"model": "m", "prompt": "x", "logit_bias": {"1": 101}})",
+                  "logit_bias");
+  expect_rejected(completions, R"({"model": "m", "prompt": "x", "logit_bias": {"-1": 1}})",
                   "logit_bias");
   expect_rejected(completions, R"({"model": "m", "prompt": "x", "suffix": "end"})", "suffix");
   expect_rejected(completions, R"({"model": "m", "prompt": "x", "temprature": 0})", "temprature");
   expect_rejected(completions, R"({"model": "m", "prompt": "x", "messages": []})", "messages");
-  expect_rejected(completions, R"({"model": "m", "prompt": ["a", "b"]})", "prompt");
   expect_rejected(completions, R"({"model": "m", "prompt": "x", "stream_options": {}})",
                   "stream_options");
   const std::string messages = R"("messages": [{"role": "user", "content": "x"}])";
   expect_rejected(chat, R"({"model": "m", )" + messages + R"(, "tools": [{"type": "function"}]})",
+                  "tools[0].function");
+  expect_rejected(chat, R"({"model": "m", )" + messages + R"(, "tools": [{"type": "code"}]})",
+                  "tools[0].type");
+  expect_rejected(chat,
+                  R"({"model": "m", )" + messages +
+                      R"(, "tools": [{"type": "function", "function": {"name": "a b"}}]})",
+                  "tools[0].function.name");
+  expect_rejected(chat,
+                  R"({"model": "m", )" + messages +
+                      R"(, "tools": [{"type": "function", "function": {"name": "f"}},
+                         {"type": "function", "function": {"name": "f"}}]})",
+                  "twice");
+  expect_rejected(chat, R"({"model": "m", )" + messages + R"(, "tool_choice": "required"})",
                   "tools");
-  expect_rejected(chat, R"({"model": "m", )" + messages + R"(, "logprobs": true})", "logprobs");
+  expect_rejected(chat,
+                  R"({"model": "m", )" + messages +
+                      R"(, "tools": [{"type": "function", "function": {"name": "f"}}],
+                         "tool_choice": {"type": "function", "function": {"name": "g"}}})",
+                  "'g'");
+  expect_rejected(chat, R"({"model": "m", )" + messages + R"(, "tool_choice": "sometimes"})",
+                  "tool_choice");
+  expect_rejected(chat, R"({"model": "m", )" + messages + R"(, "top_logprobs": 3})", "logprobs");
+  expect_rejected(chat, R"({"model": "m", )" + messages + R"(, "logprobs": 3})", "logprobs");
+  expect_rejected(chat,
+                  R"({"model": "m", )" + messages + R"(, "logprobs": true, "top_logprobs": 21})",
+                  "top_logprobs");
+  expect_rejected(chat, R"({"model": "m", )" + messages + R"(, "echo": true})", "echo");
+  expect_rejected(chat, R"({"model": "m", )" + messages + R"(, "best_of": 2})", "best_of");
   expect_rejected(chat, R"({"model": "m", )" + messages + R"(, "prompt": "x"})", "prompt");
+  expect_rejected(chat,
+                  R"({"model": "m", )" + messages + R"(, "response_format": {"type": "xml"}})",
+                  "response_format.type");
   expect_rejected(
-      chat, R"({"model": "m", )" + messages + R"(, "response_format": {"type": "json_object"}})",
-      "response_format");
+      chat, R"({"model": "m", )" + messages + R"(, "response_format": {"type": "json_schema"}})",
+      "json_schema");
+  expect_rejected(chat,
+                  R"({"model": "m", )" + messages +
+                      R"(, "response_format": {"type": "json_schema",
+                         "json_schema": {"schema": {}}}})",
+                  "name");
   expect_rejected(chat, R"({"model": "m", "messages": [{"role": "user", "content": "x",
       "tool_calls": []}]})",
                   "tool_calls");
+  expect_rejected(chat, R"({"model": "m", "messages": [{"role": "assistant", "tool_calls":
+      [{"id": "c", "type": "function", "function": {"name": "f", "arguments": "[1]"}}]}]})",
+                  "arguments");
   expect_rejected(chat, R"({"model": "m", "messages": [{"role": "user", "content": [{"type":
       "image_url", "image_url": {"url": "x"}}]}]})",
                   "parts");
+}
+
+TEST(OpenAiProtocolTest, ParsesTheFieldsOfLogprobsEchoBiasAndChoices) {
+  Result<GenerationRequest> parsed = parse_completion(R"({"model": "m", "prompt": "x",
+      "logprobs": 5, "echo": true, "max_tokens": 0, "n": 2, "best_of": 4,
+      "logit_bias": {"12": -100, "3": 2.5}})");
+  ASSERT_TRUE(parsed.ok()) << parsed.status();
+  EXPECT_EQ(parsed->logprobs, 5);
+  EXPECT_TRUE(parsed->echo);
+  EXPECT_EQ(parsed->max_tokens, 0);
+  EXPECT_EQ(parsed->n, 2);
+  EXPECT_EQ(parsed->best_of, 4);
+  EXPECT_EQ(parsed->logit_bias, (std::vector<std::pair<int32_t, float>>{{3, 2.5f}, {12, -100.0f}}));
+  parsed = parse_completion(R"({"model": "m", "prompt": "x", "logprobs": 0})");
+  ASSERT_TRUE(parsed.ok()) << parsed.status();
+  EXPECT_EQ(parsed->logprobs, 0);
+  const std::string messages = R"("messages": [{"role": "user", "content": "x"}])";
+  // Chat: top_logprobs may come before logprobs.
+  parsed = parse_chat(R"({"model": "m", "top_logprobs": 3, "logprobs": true, )" + messages + "}");
+  ASSERT_TRUE(parsed.ok()) << parsed.status();
+  EXPECT_EQ(parsed->logprobs, 3);
+  parsed = parse_chat(R"({"model": "m", "logprobs": true, )" + messages + "}");
+  ASSERT_TRUE(parsed.ok()) << parsed.status();
+  EXPECT_EQ(parsed->logprobs, 0);
+  parsed = parse_chat(R"({"model": "m", "logprobs": false, )" + messages + "}");
+  ASSERT_TRUE(parsed.ok()) << parsed.status();
+  EXPECT_FALSE(parsed->logprobs.has_value());
+}
+
+TEST(OpenAiProtocolTest, ParsesToolsToolChoiceToolMessagesAndResponseFormats) {
+  Result<GenerationRequest> parsed = parse_chat(R"({"model": "m", "messages": [
+      {"role": "user", "content": "weather?"},
+      {"role": "assistant", "content": null, "tool_calls": [{"id": "call_1", "type": "function",
+          "function": {"name": "get_weather", "arguments": "{\"city\": \"Paris\"}"}}]},
+      {"role": "tool", "tool_call_id": "call_1", "content": "sunny"}],
+      "tools": [{"type": "function", "function": {"name": "get_weather", "description": "d",
+          "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}}}],
+      "parallel_tool_calls": false})");
+  ASSERT_TRUE(parsed.ok()) << parsed.status();
+  ASSERT_EQ(parsed->messages.size(), 3u);
+  ASSERT_EQ(parsed->messages[1].tool_calls.size(), 1u);
+  EXPECT_EQ(parsed->messages[1].tool_calls[0].id, "call_1");
+  EXPECT_EQ(parsed->messages[1].tool_calls[0].name, "get_weather");
+  EXPECT_EQ(Json::parse(parsed->messages[1].tool_calls[0].arguments), (Json{{"city", "Paris"}}));
+  EXPECT_EQ(parsed->messages[1].content, "");
+  EXPECT_EQ(parsed->messages[2].role, "tool");
+  EXPECT_EQ(parsed->messages[2].tool_call_id, "call_1");
+  ASSERT_EQ(parsed->tools.size(), 1u);
+  EXPECT_EQ(parsed->tools[0].name, "get_weather");
+  EXPECT_EQ(parsed->tools[0].description, "d");
+  EXPECT_EQ(Json::parse(parsed->tools[0].parameters_schema)["properties"]["city"]["type"],
+            "string");
+  EXPECT_EQ(parsed->tool_choice.mode, ToolChoice::Mode::kAuto);  // tools given, no choice
+  EXPECT_FALSE(parsed->parallel_tool_calls);
+
+  parsed = parse_chat(R"({"model": "m", "messages": [{"role": "user", "content": "x"}],
+      "tools": [{"type": "function", "function": {"name": "f"}}],
+      "tool_choice": {"type": "function", "function": {"name": "f"}}})");
+  ASSERT_TRUE(parsed.ok()) << parsed.status();
+  EXPECT_EQ(parsed->tool_choice.mode, ToolChoice::Mode::kFunction);
+  EXPECT_EQ(parsed->tool_choice.function, "f");
+  EXPECT_EQ(parsed->tools[0].parameters_schema, "{}");
+
+  parsed = parse_chat(R"({"model": "m", "messages": [{"role": "user", "content": "x"}],
+      "response_format": {"type": "json_schema", "json_schema": {"name": "s", "strict": true,
+          "schema": {"type": "object"}}}})");
+  ASSERT_TRUE(parsed.ok()) << parsed.status();
+  EXPECT_EQ(parsed->response_format.type, ResponseFormat::Type::kJsonSchema);
+  EXPECT_EQ(parsed->response_format.name, "s");
+  EXPECT_TRUE(parsed->response_format.strict);
+  EXPECT_EQ(Json::parse(parsed->response_format.schema), (Json{{"type", "object"}}));
+  EXPECT_EQ(parsed->tool_choice.mode, ToolChoice::Mode::kNone);  // no tools
+
+  parsed = parse_chat(R"({"model": "m", "messages": [{"role": "user", "content": "x"}],
+      "response_format": {"type": "json_object"}})");
+  ASSERT_TRUE(parsed.ok()) << parsed.status();
+  EXPECT_EQ(parsed->response_format.type, ResponseFormat::Type::kJsonObject);
 }
 
 TEST(OpenAiProtocolTest, ResponsesHaveTheOpenAiShape) {
@@ -192,6 +338,110 @@ TEST(OpenAiProtocolTest, ResponsesHaveTheOpenAiShape) {
   EXPECT_EQ(chat["choices"][0]["message"]["role"], "assistant");
   EXPECT_EQ(chat["choices"][0]["message"]["content"], "out");
   EXPECT_EQ(chat["usage"]["prompt_tokens"], 3);
+}
+
+// The JSON of one "data: ...\n\n" event.
+Json event_json(const std::string& event);
+
+TEST(OpenAiProtocolTest, ChoicesLogprobsAndToolCallsHaveTheOpenAiShape) {
+  const ResponseHeader header{"cmpl-1", 1700000000, "m"};
+  ResponseBody body;
+  body.prompt_tokens = 2;
+  body.completion_tokens = 3;
+  ChoiceResult first;
+  first.index = 0;
+  first.text = "ab";
+  first.has_logprobs = true;
+  first.logprobs = {TokenLogprob{"a", std::nullopt, {}},
+                    TokenLogprob{"b", -0.5, {{"b", -0.5}, {"\xe2", -1.5}}}};
+  ChoiceResult second;
+  second.index = 1;
+  second.reason = engine::FinishReason::kLength;
+  body.choices = {first, second};
+  const Json completion = Json::parse(format_response(Endpoint::kCompletions, header, body));
+  ASSERT_EQ(completion["choices"].size(), 2u);
+  EXPECT_EQ(completion["choices"][1]["index"], 1);
+  EXPECT_EQ(completion["choices"][1]["finish_reason"], "length");
+  EXPECT_TRUE(completion["choices"][1]["logprobs"].is_null());
+  const Json& logprobs = completion["choices"][0]["logprobs"];
+  EXPECT_EQ(logprobs["tokens"], (Json{"a", "b"}));
+  EXPECT_TRUE(logprobs["token_logprobs"][0].is_null());
+  EXPECT_EQ(logprobs["token_logprobs"][1], -0.5);
+  EXPECT_TRUE(logprobs["top_logprobs"][0].is_null());
+  EXPECT_EQ(logprobs["top_logprobs"][1]["b"], -0.5);
+  EXPECT_EQ(logprobs["top_logprobs"][1]["\xEF\xBF\xBD"], -1.5);  // a partial character
+  EXPECT_EQ(logprobs["text_offset"], (Json{0, 1}));
+  EXPECT_EQ(completion["usage"]["total_tokens"], 5);
+
+  body.choices[0].logprobs[0].logprob = -2.0;
+  body.choices[0].tool_calls = {ToolCall{"call_1", "f", R"({"x": 1})"}};
+  body.choices[0].text.clear();
+  const Json chat = Json::parse(format_response(Endpoint::kChatCompletions, header, body));
+  const Json& choice = chat["choices"][0];
+  EXPECT_EQ(choice["finish_reason"], "tool_calls");
+  EXPECT_TRUE(choice["message"]["content"].is_null());
+  EXPECT_EQ(choice["message"]["tool_calls"][0],
+            (Json{{"id", "call_1"},
+                  {"type", "function"},
+                  {"function", {{"name", "f"}, {"arguments", R"({"x": 1})"}}}}));
+  const Json& content = choice["logprobs"]["content"];
+  ASSERT_EQ(content.size(), 2u);
+  EXPECT_EQ(content[1]["token"], "b");
+  EXPECT_EQ(content[1]["bytes"], (Json{98}));
+  EXPECT_EQ(content[1]["top_logprobs"][1]["bytes"], (Json{0xe2}));
+  EXPECT_EQ(content[1]["top_logprobs"][1]["logprob"], -1.5);
+}
+
+TEST(OpenAiProtocolTest, StreamedChoicesCarryTheirIndexLogprobsAndToolCalls) {
+  const ResponseHeader header{"chatcmpl-1", 1700000000, "m"};
+  const std::vector<TokenLogprob> tokens = {TokenLogprob{"x", -0.25, {}}};
+  const std::vector<ToolCall> calls = {ToolCall{"call_9", "f", "{}"}};
+  ChoiceDelta delta;
+  delta.index = 2;
+  delta.has_logprobs = true;
+  delta.logprobs = tokens;
+  delta.tool_calls = calls;
+  delta.first_tool_call = 1;
+  const Json chunk = event_json(format_chunk(Endpoint::kChatCompletions, header, delta));
+  const Json& choice = chunk["choices"][0];
+  EXPECT_EQ(choice["index"], 2);
+  EXPECT_TRUE(choice["delta"]["content"].is_null());
+  EXPECT_EQ(choice["delta"]["tool_calls"][0]["index"], 1);
+  EXPECT_EQ(choice["delta"]["tool_calls"][0]["function"]["name"], "f");
+  EXPECT_EQ(choice["logprobs"]["content"][0]["logprob"], -0.25);
+  const Json text = event_json(format_chunk(Endpoint::kCompletions, header, delta));
+  EXPECT_EQ(text["choices"][0]["logprobs"]["tokens"], (Json{"x"}));
+  const Json finish = event_json(format_finish_chunk(Endpoint::kChatCompletions, header, 2,
+                                                     engine::FinishReason::kStop, true));
+  EXPECT_EQ(finish["choices"][0]["finish_reason"], "tool_calls");
+  EXPECT_EQ(finish["choices"][0]["index"], 2);
+}
+
+TEST(OpenAiProtocolTest, TokenizeAndDetokenizeBodies) {
+  Result<TokenizeRequest> tokenize =
+      parse_tokenize_request(R"({"prompt": "hi", "add_special_tokens": false})", {});
+  ASSERT_TRUE(tokenize.ok()) << tokenize.status();
+  EXPECT_EQ(tokenize->prompt, "hi");
+  EXPECT_FALSE(tokenize->add_special_tokens);
+  tokenize = parse_tokenize_request(
+      R"({"model": "m", "messages": [{"role": "user", "content": "x"}]})", {});
+  ASSERT_TRUE(tokenize.ok()) << tokenize.status();
+  EXPECT_EQ(tokenize->model, "m");
+  ASSERT_EQ(tokenize->messages.size(), 1u);
+  for (const char* bad : {R"({})", R"({"prompt": 1})", R"({"prompt": "a", "messages": []})",
+                          R"({"prompt": "a", "extra": 1})"}) {
+    EXPECT_EQ(parse_tokenize_request(bad, {}).status().code(), StatusCode::kInvalidArgument) << bad;
+  }
+  EXPECT_EQ(Json::parse(format_tokenize_response(std::vector<int32_t>{1, 2}, 64)),
+            (Json{{"count", 2}, {"max_model_len", 64}, {"tokens", {1, 2}}}));
+  Result<DetokenizeRequest> detokenize = parse_detokenize_request(R"({"tokens": [5, 6]})", {});
+  ASSERT_TRUE(detokenize.ok()) << detokenize.status();
+  EXPECT_EQ(detokenize->tokens, (std::vector<int32_t>{5, 6}));
+  for (const char* bad : {R"({})", R"({"tokens": [-1]})", R"({"tokens": "1"})"}) {
+    EXPECT_EQ(parse_detokenize_request(bad, {}).status().code(), StatusCode::kInvalidArgument)
+        << bad;
+  }
+  EXPECT_EQ(Json::parse(format_detokenize_response("hey")), (Json{{"prompt", "hey"}}));
 }
 
 Json event_json(const std::string& event) {

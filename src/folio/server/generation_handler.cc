@@ -1,5 +1,7 @@
 #include "folio/server/generation_handler.h"
 
+#include <algorithm>
+
 #include <fmt/format.h>
 
 #include "folio/base/check.h"
@@ -55,20 +57,42 @@ Result<std::vector<int32_t>> Server::Handlers::prompt_tokens(
   const tokenizer::Tokenizer& tokenizer = *server_.model_.tokenizer;
   std::vector<int32_t> tokens;
   if (parsed.endpoint == Endpoint::kChatCompletions) {
+    const bool plain =
+        parsed.best_of == 1 && !parsed.logprobs.has_value() && parsed.logit_bias.empty() &&
+        parsed.response_format.type == ResponseFormat::Type::kText && parsed.tools.empty() &&
+        std::all_of(parsed.messages.begin(), parsed.messages.end(), [](const ChatMessage& message) {
+          return message.role != "tool" && message.tool_calls.empty();
+        });
+    if (!plain) {
+      return invalid_argument(
+          "n, logprobs, logit_bias, response_format and tools are not served "
+          "yet");
+    }
     // Template markers are control tokens when the vocabulary has them.
     tokenizer::EncodeOptions options;
     options.parse_special = true;
     tokens = tokenizer.encode(render_chat(server_.chat_template_, parsed.messages), options);
-  } else if (!parsed.prompt_tokens.empty()) {
-    for (int32_t token : parsed.prompt_tokens) {
-      if (token >= tokenizer.vocab_size()) {
-        return invalid_argument("prompt token id {} is outside the vocabulary of {} tokens", token,
-                                tokenizer.vocab_size());
-      }
-    }
-    tokens = parsed.prompt_tokens;
   } else {
-    tokens = tokenizer.encode(parsed.prompt_text);
+    // The protocol reads every form; the engine path below serves one plain prompt.
+    const bool plain = parsed.prompts.size() == 1 && parsed.best_of == 1 &&
+                       !parsed.logprobs.has_value() && !parsed.echo && parsed.logit_bias.empty();
+    if (!plain) {
+      return invalid_argument(
+          "several prompts, n, best_of, logprobs, echo and logit_bias are not "
+          "served yet");
+    }
+    const CompletionPrompt& prompt = parsed.prompts[0];
+    if (!prompt.tokens.empty()) {
+      for (int32_t token : prompt.tokens) {
+        if (token >= tokenizer.vocab_size()) {
+          return invalid_argument("prompt token id {} is outside the vocabulary of {} tokens",
+                                  token, tokenizer.vocab_size());
+        }
+      }
+      tokens = prompt.tokens;
+    } else {
+      tokens = tokenizer.encode(prompt.text);
+    }
   }
   if (tokens.empty()) return invalid_argument("the prompt encodes to no tokens");
   return tokens;

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <limits>
 
+#include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
 namespace folio::server {
@@ -135,6 +136,173 @@ Status read_sampling_field(std::string_view key, const Json& value, GenerationRe
   return Status();
 }
 
+// logit_bias: {"<token id>": bias}; OpenAI's keys are decimal strings.
+Result<std::vector<std::pair<int32_t, float>>> read_logit_bias(const Json& value) {
+  if (!value.is_object()) return wrong_type("logit_bias", "an object", value);
+  std::vector<std::pair<int32_t, float>> bias;
+  for (const auto& [key, entry] : value.items()) {
+    int64_t token = 0;
+    const bool digits =
+        !key.empty() && key.size() <= 10 &&
+        std::all_of(key.begin(), key.end(), [](char c) { return c >= '0' && c <= '9'; });
+    if (digits) token = std::stoll(key);
+    if (!digits || token > std::numeric_limits<int32_t>::max()) {
+      return invalid_argument("'logit_bias' keys must be token ids (decimal strings), got '{}'",
+                              key);
+    }
+    FOLIO_ASSIGN_OR_RETURN(const float amount, read_float(entry, "logit_bias[]", -100.0, 100.0));
+    bias.emplace_back(static_cast<int32_t>(token), amount);
+  }
+  std::sort(bias.begin(), bias.end());
+  return bias;
+}
+
+// A tool's or a function's name: what the templates and the OpenAI API allow.
+Status check_function_name(std::string_view name, std::string_view field) {
+  const bool valid =
+      !name.empty() && name.size() <= 64 && std::all_of(name.begin(), name.end(), [](char c) {
+        return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+               c == '_' || c == '-' || c == '.';
+      });
+  if (!valid) {
+    return invalid_argument("'{}' must be 1 to 64 letters, digits, '_', '-' or '.', got '{}'",
+                            field, name);
+  }
+  return Status();
+}
+
+Result<std::vector<ToolDefinition>> read_tools(const Json& value, const ProtocolLimits& limits) {
+  if (!value.is_array()) return wrong_type("tools", "an array", value);
+  if (value.size() > static_cast<size_t>(limits.max_tools)) {
+    return invalid_argument("'tools' has {} entries, more than the limit of {}", value.size(),
+                            limits.max_tools);
+  }
+  std::vector<ToolDefinition> tools;
+  for (size_t index = 0; index < value.size(); ++index) {
+    const Json& tool = value[index];
+    if (!tool.is_object()) return wrong_type("tools[]", "an object", tool);
+    for (const auto& [key, field] : tool.items()) {
+      if (key != "type" && key != "function") {
+        return invalid_argument("unrecognized field 'tools[{}].{}'", index, key);
+      }
+    }
+    if (!tool.contains("type") || tool["type"] != Json("function")) {
+      return invalid_argument("'tools[{}].type' must be \"function\"", index);
+    }
+    if (!tool.contains("function") || !tool["function"].is_object()) {
+      return invalid_argument("'tools[{}].function' must be an object", index);
+    }
+    const Json& function = tool["function"];
+    ToolDefinition definition;
+    for (const auto& [key, field] : function.items()) {
+      if (key == "name") {
+        if (!field.is_string()) return wrong_type("tools[].function.name", "a string", field);
+        definition.name = field.get<std::string>();
+      } else if (key == "description") {
+        if (field.is_null()) continue;
+        if (!field.is_string()) {
+          return wrong_type("tools[].function.description", "a string", field);
+        }
+        definition.description = field.get<std::string>();
+      } else if (key == "parameters") {
+        if (field.is_null()) continue;
+        if (!field.is_object()) {
+          return wrong_type("tools[].function.parameters", "an object", field);
+        }
+        definition.parameters_schema = dump(field);
+      } else if (key != "strict") {  // arguments are always held to the schema
+        return invalid_argument("unrecognized field 'tools[{}].function.{}'", index, key);
+      }
+    }
+    FOLIO_RETURN_IF_ERROR(
+        check_function_name(definition.name, fmt::format("tools[{}].function.name", index)));
+    for (const ToolDefinition& earlier : tools) {
+      if (earlier.name == definition.name) {
+        return invalid_argument("'tools' names the function '{}' twice", definition.name);
+      }
+    }
+    tools.push_back(std::move(definition));
+  }
+  return tools;
+}
+
+Result<ToolChoice> read_tool_choice(const Json& value) {
+  ToolChoice choice;
+  if (value.is_string()) {
+    const std::string mode = value.get<std::string>();
+    if (mode == "none") {
+      choice.mode = ToolChoice::Mode::kNone;
+    } else if (mode == "auto") {
+      choice.mode = ToolChoice::Mode::kAuto;
+    } else if (mode == "required") {
+      choice.mode = ToolChoice::Mode::kRequired;
+    } else {
+      return invalid_argument("'tool_choice' must be none, auto, required or a function, got '{}'",
+                              mode);
+    }
+    return choice;
+  }
+  const bool function_shape = value.is_object() && value.contains("type") &&
+                              value["type"] == Json("function") && value.contains("function") &&
+                              value["function"].is_object() && value["function"].contains("name") &&
+                              value["function"]["name"].is_string();
+  if (!function_shape) {
+    return invalid_argument(
+        "'tool_choice' must be \"none\", \"auto\", \"required\" or {{\"type\": \"function\", "
+        "\"function\": {{\"name\": ...}}}}");
+  }
+  choice.mode = ToolChoice::Mode::kFunction;
+  choice.function = value["function"]["name"].get<std::string>();
+  return choice;
+}
+
+Result<ResponseFormat> read_response_format(const Json& value) {
+  if (!value.is_object() || !value.contains("type") || !value["type"].is_string()) {
+    return invalid_argument("'response_format' must be an object with a string 'type'");
+  }
+  ResponseFormat format;
+  const std::string type = value["type"].get<std::string>();
+  for (const auto& [key, field] : value.items()) {
+    if (key != "type" && !(key == "json_schema" && type == "json_schema")) {
+      return invalid_argument("unrecognized field 'response_format.{}'", key);
+    }
+  }
+  if (type == "text") return format;
+  if (type == "json_object") {
+    format.type = ResponseFormat::Type::kJsonObject;
+    return format;
+  }
+  if (type != "json_schema") {
+    return invalid_argument(
+        "'response_format.type' must be text, json_object or json_schema, got '{}'", type);
+  }
+  format.type = ResponseFormat::Type::kJsonSchema;
+  if (!value.contains("json_schema") || !value["json_schema"].is_object()) {
+    return invalid_argument("'response_format.json_schema' must be an object");
+  }
+  format.schema = "{}";
+  for (const auto& [key, field] : value["json_schema"].items()) {
+    if (key == "name") {
+      if (!field.is_string())
+        return wrong_type("response_format.json_schema.name", "a string", field);
+      format.name = field.get<std::string>();
+    } else if (key == "schema") {
+      if (!field.is_object()) {
+        return wrong_type("response_format.json_schema.schema", "an object", field);
+      }
+      format.schema = dump(field);
+    } else if (key == "strict") {
+      if (field.is_null()) continue;
+      FOLIO_ASSIGN_OR_RETURN(format.strict, read_bool(field, "response_format.json_schema.strict"));
+    } else if (key != "description") {
+      return invalid_argument("unrecognized field 'response_format.json_schema.{}'", key);
+    }
+  }
+  if (format.name.empty())
+    return invalid_argument("'response_format.json_schema.name' is required");
+  return format;
+}
+
 Status read_common_field(std::string_view key, const Json& value, const ProtocolLimits& limits,
                          GenerationRequest& out) {
   if (value.is_null()) return Status();  // OpenAI's clients send null for "not given"
@@ -142,11 +310,15 @@ Status read_common_field(std::string_view key, const Json& value, const Protocol
     if (!value.is_string()) return wrong_type(key, "a string", value);
     out.model = value.get<std::string>();
   } else if (key == "max_tokens" || key == "max_completion_tokens") {
-    FOLIO_ASSIGN_OR_RETURN(int64_t max_tokens, read_integer(value, key, 1, limits.max_tokens));
+    // 0 only asks for the echoed prompt's logprobs; parse_fields checks that echo is on.
+    FOLIO_ASSIGN_OR_RETURN(int64_t max_tokens, read_integer(value, key, 0, limits.max_tokens));
     out.max_tokens = static_cast<int32_t>(max_tokens);
-  } else if (key == "n" || key == "best_of") {
-    FOLIO_ASSIGN_OR_RETURN(int64_t count, read_integer(value, key, 1, 1));
-    static_cast<void>(count);
+  } else if (key == "n") {
+    FOLIO_ASSIGN_OR_RETURN(int64_t count, read_integer(value, key, 1, limits.max_choices));
+    out.n = static_cast<int32_t>(count);
+  } else if (key == "best_of") {
+    FOLIO_ASSIGN_OR_RETURN(int64_t count, read_integer(value, key, 1, limits.max_choices));
+    out.best_of = static_cast<int32_t>(count);
   } else if (key == "stream") {
     FOLIO_ASSIGN_OR_RETURN(out.stream, read_bool(value, key));
   } else if (key == "stream_options") {
@@ -164,61 +336,82 @@ Status read_common_field(std::string_view key, const Json& value, const Protocol
   } else if (key == "ignore_eos") {
     FOLIO_ASSIGN_OR_RETURN(out.ignore_eos, read_bool(value, key));
   } else if (key == "logit_bias") {
-    if (!value.is_object()) return wrong_type(key, "an object", value);
-    FOLIO_RETURN_IF_ERROR(require_default(value, key, value.empty()));
-  } else if (key == "logprobs") {
-    const bool off = (value.is_boolean() && !value.get<bool>()) ||
-                     (value.is_number_integer() && value.get<int64_t>() == 0);
-    FOLIO_RETURN_IF_ERROR(require_default(value, key, off));
+    FOLIO_ASSIGN_OR_RETURN(out.logit_bias, read_logit_bias(value));
+  } else if (key == "logprobs" && out.endpoint == Endpoint::kCompletions) {
+    if (!(value.is_boolean() && !value.get<bool>())) {  // false: none
+      FOLIO_ASSIGN_OR_RETURN(int64_t count, read_integer(value, key, 0, limits.max_logprobs));
+      out.logprobs = static_cast<int32_t>(count);
+    }
+  } else if (key == "logprobs") {  // chat: a boolean; check_combinations reads it
+    FOLIO_RETURN_IF_ERROR(read_bool(value, key).status());
+  } else if (key == "top_logprobs") {
+    FOLIO_ASSIGN_OR_RETURN(int64_t count, read_integer(value, key, 0, limits.max_logprobs));
+    out.logprobs = static_cast<int32_t>(count);
   } else if (key == "echo") {
-    FOLIO_RETURN_IF_ERROR(require_default(value, key, value.is_boolean() && !value.get<bool>()));
+    FOLIO_ASSIGN_OR_RETURN(out.echo, read_bool(value, key));
   } else if (key == "suffix") {
     FOLIO_RETURN_IF_ERROR(require_default(value, key, value == Json("")));
-  } else if (key == "top_logprobs") {
-    FOLIO_RETURN_IF_ERROR(require_default(value, key, false));
   } else if (key == "tools") {
-    FOLIO_RETURN_IF_ERROR(require_default(value, key, value.is_array() && value.empty()));
+    FOLIO_ASSIGN_OR_RETURN(out.tools, read_tools(value, limits));
   } else if (key == "tool_choice") {
-    FOLIO_RETURN_IF_ERROR(require_default(value, key, value == Json("none")));
+    FOLIO_ASSIGN_OR_RETURN(out.tool_choice, read_tool_choice(value));
+  } else if (key == "parallel_tool_calls") {
+    FOLIO_ASSIGN_OR_RETURN(out.parallel_tool_calls, read_bool(value, key));
   } else if (key == "response_format") {
-    const bool text = value.is_object() && value.size() == 1 && value.contains("type") &&
-                      value["type"] == Json("text");
-    FOLIO_RETURN_IF_ERROR(require_default(value, key, text));
+    FOLIO_ASSIGN_OR_RETURN(out.response_format, read_response_format(value));
   } else {
     return read_sampling_field(key, value, out);
   }
   return Status();
 }
 
+Result<std::vector<int32_t>> read_token_ids(const Json& value, std::string_view field,
+                                            const ProtocolLimits& limits) {
+  if (value.empty()) return invalid_argument("'{}' must not be empty", field);
+  if (limits.max_prompt_token_ids > 0 &&
+      value.size() > static_cast<size_t>(limits.max_prompt_token_ids)) {
+    return invalid_argument("'{}' has {} token ids, more than the limit of {}", field, value.size(),
+                            limits.max_prompt_token_ids);
+  }
+  std::vector<int32_t> tokens;
+  tokens.reserve(value.size());
+  for (const Json& token : value) {
+    FOLIO_ASSIGN_OR_RETURN(int64_t id, read_integer(token, fmt::format("{}[]", field), 0,
+                                                    std::numeric_limits<int32_t>::max()));
+    tokens.push_back(static_cast<int32_t>(id));
+  }
+  return tokens;
+}
+
+// "prompt": a string, token ids, a list of strings, or a list of token id lists.
 Status read_prompt(const Json& value, const ProtocolLimits& limits, GenerationRequest& out) {
   if (value.is_string()) {
-    out.prompt_text = value.get<std::string>();
+    out.prompts.push_back(CompletionPrompt{value.get<std::string>(), {}});
     return Status();
   }
   if (!value.is_array()) {
-    return wrong_type("prompt", "a string or an array of token ids", value);
+    return wrong_type("prompt", "a string, an array of token ids or an array of prompts", value);
   }
-  const Json* tokens = &value;
-  if (value.size() == 1 && value[0].is_string()) {
-    out.prompt_text = value[0].get<std::string>();
+  if (value.empty()) return invalid_argument("'prompt' must not be empty");
+  if (value[0].is_number()) {
+    FOLIO_ASSIGN_OR_RETURN(std::vector<int32_t> tokens, read_token_ids(value, "prompt", limits));
+    out.prompts.push_back(CompletionPrompt{"", std::move(tokens)});
     return Status();
   }
-  if (value.size() == 1 && value[0].is_array()) tokens = &value[0];
-  if (tokens->empty()) return invalid_argument("'prompt' must not be empty");
-  if (!(*tokens)[0].is_number()) {
-    return invalid_argument(
-        "'prompt' arrays must hold one string or token ids (one prompt "
-        "per request)");
+  if (value.size() > static_cast<size_t>(limits.max_prompts)) {
+    return invalid_argument("'prompt' lists {} prompts, more than the limit of {}", value.size(),
+                            limits.max_prompts);
   }
-  if (limits.max_prompt_token_ids > 0 &&
-      tokens->size() > static_cast<size_t>(limits.max_prompt_token_ids)) {
-    return invalid_argument("'prompt' has {} token ids, more than the limit of {}", tokens->size(),
-                            limits.max_prompt_token_ids);
-  }
-  for (const Json& token : *tokens) {
-    FOLIO_ASSIGN_OR_RETURN(int64_t id,
-                           read_integer(token, "prompt[]", 0, std::numeric_limits<int32_t>::max()));
-    out.prompt_tokens.push_back(static_cast<int32_t>(id));
+  for (const Json& prompt : value) {
+    if (prompt.is_string()) {
+      out.prompts.push_back(CompletionPrompt{prompt.get<std::string>(), {}});
+    } else if (prompt.is_array()) {
+      FOLIO_ASSIGN_OR_RETURN(std::vector<int32_t> tokens,
+                             read_token_ids(prompt, "prompt[]", limits));
+      out.prompts.push_back(CompletionPrompt{"", std::move(tokens)});
+    } else {
+      return wrong_type("prompt[]", "a string or an array of token ids", prompt);
+    }
   }
   return Status();
 }
@@ -245,6 +438,40 @@ Result<std::string> read_message_content(const Json& value, size_t index) {
   return text;
 }
 
+// An assistant message's "tool_calls": [{"id", "type": "function", "function": {"name",
+// "arguments": JSON text}}].
+Result<std::vector<ToolCall>> read_message_tool_calls(const Json& value, size_t index) {
+  if (!value.is_array()) {
+    return invalid_argument("'messages[{}].tool_calls' must be an array", index);
+  }
+  std::vector<ToolCall> calls;
+  for (const Json& call : value) {
+    const bool shape =
+        call.is_object() && call.contains("function") && call["function"].is_object() &&
+        call["function"].contains("name") && call["function"]["name"].is_string() &&
+        call["function"].contains("arguments") && call["function"]["arguments"].is_string() &&
+        (!call.contains("id") || call["id"].is_string());
+    if (!shape) {
+      return invalid_argument(
+          "'messages[{}].tool_calls[]' must be {{\"id\": string, \"type\": \"function\", "
+          "\"function\": {{\"name\": string, \"arguments\": string}}}}",
+          index);
+    }
+    ToolCall parsed;
+    if (call.contains("id")) parsed.id = call["id"].get<std::string>();
+    parsed.name = call["function"]["name"].get<std::string>();
+    parsed.arguments = call["function"]["arguments"].get<std::string>();
+    const Json arguments = Json::parse(parsed.arguments, nullptr, /*allow_exceptions=*/false);
+    if (arguments.is_discarded() || !arguments.is_object()) {
+      return invalid_argument(
+          "'messages[{}].tool_calls[].function.arguments' must be the JSON text of an object",
+          index);
+    }
+    calls.push_back(std::move(parsed));
+  }
+  return calls;
+}
+
 Status read_messages(const Json& value, const ProtocolLimits& limits, GenerationRequest& out) {
   if (!value.is_array()) return wrong_type("messages", "an array", value);
   if (value.empty()) return invalid_argument("'messages' must not be empty");
@@ -256,7 +483,8 @@ Status read_messages(const Json& value, const ProtocolLimits& limits, Generation
     const Json& message = value[index];
     if (!message.is_object()) return wrong_type("messages[]", "an object", message);
     for (const auto& [key, field] : message.items()) {
-      if (key != "role" && key != "content" && key != "name") {
+      if (key != "role" && key != "content" && key != "name" && key != "tool_calls" &&
+          key != "tool_call_id" && key != "refusal") {
         return invalid_argument("'messages[{}].{}' is not supported by this server", index, key);
       }
     }
@@ -266,15 +494,91 @@ Status read_messages(const Json& value, const ProtocolLimits& limits, Generation
     ChatMessage parsed;
     parsed.role = message["role"].get<std::string>();
     if (parsed.role == "developer") parsed.role = "system";
-    if (parsed.role != "system" && parsed.role != "user" && parsed.role != "assistant") {
-      return invalid_argument("'messages[{}].role' must be system, user or assistant, got '{}'",
-                              index, parsed.role);
+    if (parsed.role != "system" && parsed.role != "user" && parsed.role != "assistant" &&
+        parsed.role != "tool") {
+      return invalid_argument(
+          "'messages[{}].role' must be system, user, assistant or tool, got '{}'", index,
+          parsed.role);
     }
-    if (!message.contains("content")) {
-      return invalid_argument("'messages[{}].content' is required", index);
+    const bool has_tool_calls = message.contains("tool_calls") && !message["tool_calls"].is_null();
+    if (has_tool_calls) {
+      if (parsed.role != "assistant") {
+        return invalid_argument("'messages[{}].tool_calls' is only for assistant messages", index);
+      }
+      FOLIO_ASSIGN_OR_RETURN(parsed.tool_calls,
+                             read_message_tool_calls(message["tool_calls"], index));
     }
-    FOLIO_ASSIGN_OR_RETURN(parsed.content, read_message_content(message["content"], index));
+    if (parsed.role == "tool") {
+      if (!message.contains("tool_call_id") || !message["tool_call_id"].is_string()) {
+        return invalid_argument(
+            "'messages[{}].tool_call_id' is required (a string) for a tool message", index);
+      }
+      parsed.tool_call_id = message["tool_call_id"].get<std::string>();
+    } else if (message.contains("tool_call_id")) {
+      return invalid_argument("'messages[{}].tool_call_id' is only for tool messages", index);
+    }
+    // An assistant message that called tools may have no content (absent or null).
+    const bool content_optional = has_tool_calls;
+    if (!message.contains("content") || message["content"].is_null()) {
+      if (!content_optional) {
+        return invalid_argument("'messages[{}].content' is required", index);
+      }
+    } else {
+      FOLIO_ASSIGN_OR_RETURN(parsed.content, read_message_content(message["content"], index));
+    }
     out.messages.push_back(std::move(parsed));
+  }
+  return Status();
+}
+
+// The checks that look at several fields at once, after every field is read.
+Status check_combinations(const Json& body, const ProtocolLimits& limits, GenerationRequest& out) {
+  const bool chat = out.endpoint == Endpoint::kChatCompletions;
+  const bool has_best_of = body.contains("best_of") && !body["best_of"].is_null();
+  if (!has_best_of) out.best_of = out.n;
+  if (out.best_of < out.n) {
+    return invalid_argument("'best_of' ({}) must be at least 'n' ({})", out.best_of, out.n);
+  }
+  if (out.stream && out.best_of > out.n) {
+    return invalid_argument("'best_of' above 'n' cannot be streamed");
+  }
+  const int64_t num_prompts = chat ? 1 : static_cast<int64_t>(out.prompts.size());
+  if (num_prompts * out.best_of > limits.max_choices) {
+    return invalid_argument("{} prompt(s) times {} choices is more than the limit of {}",
+                            num_prompts, out.best_of, limits.max_choices);
+  }
+  if (out.max_tokens == 0 && !out.echo) {
+    return invalid_argument("'max_tokens' must be at least 1 (0 is allowed with echo)");
+  }
+  if (chat) {
+    // "logprobs": true turns logprobs on; "top_logprobs" (which needs it) sets the count.
+    const bool logprobs_on = body.contains("logprobs") && body["logprobs"] == Json(true);
+    const bool has_top = body.contains("top_logprobs") && !body["top_logprobs"].is_null();
+    if (has_top && !logprobs_on) {
+      return invalid_argument("'top_logprobs' needs 'logprobs' to be true");
+    }
+    if (!logprobs_on) out.logprobs.reset();
+    if (logprobs_on && !out.logprobs.has_value()) out.logprobs = 0;
+    const bool has_tool_choice = body.contains("tool_choice") && !body["tool_choice"].is_null();
+    if (!has_tool_choice) {
+      out.tool_choice.mode = out.tools.empty() ? ToolChoice::Mode::kNone : ToolChoice::Mode::kAuto;
+    }
+    const ToolChoice::Mode mode = out.tool_choice.mode;
+    if ((mode == ToolChoice::Mode::kRequired || mode == ToolChoice::Mode::kFunction) &&
+        out.tools.empty()) {
+      return invalid_argument("'tool_choice' asks for a tool call but 'tools' is empty");
+    }
+    if (mode == ToolChoice::Mode::kFunction &&
+        std::none_of(out.tools.begin(), out.tools.end(), [&](const ToolDefinition& tool) {
+          return tool.name == out.tool_choice.function;
+        })) {
+      return invalid_argument("'tool_choice' names '{}', which is not among 'tools'",
+                              out.tool_choice.function);
+    }
+    const bool calls_possible = mode != ToolChoice::Mode::kNone && !out.tools.empty();
+    if (calls_possible && out.response_format.type != ResponseFormat::Type::kText) {
+      return invalid_argument("'response_format' and tool calls cannot be combined");
+    }
   }
   return Status();
 }
@@ -286,7 +590,7 @@ Status parse_fields(Endpoint endpoint, const Json& body, const ProtocolLimits& l
     const bool known = contains(kCommonFields, key) ||
                        (chat ? contains(kChatFields, key) : contains(kCompletionFields, key));
     if (!known) return invalid_argument("unrecognized request argument '{}'", key);
-    if (contains(kIgnoredFields, key) || key == "parallel_tool_calls") continue;
+    if (contains(kIgnoredFields, key)) continue;
     if (key == "prompt") {
       FOLIO_RETURN_IF_ERROR(read_prompt(value, limits, out));
     } else if (key == "messages") {
@@ -305,13 +609,13 @@ Status parse_fields(Endpoint endpoint, const Json& body, const ProtocolLimits& l
   if (has_stream_options && !out.stream) {
     return invalid_argument("'stream_options' is only allowed when 'stream' is true");
   }
-  return Status();
+  return check_combinations(body, limits, out);
 }
 
-Json usage_json(const GenerationResult& result) {
-  return Json{{"prompt_tokens", result.prompt_tokens},
-              {"completion_tokens", result.completion_tokens},
-              {"total_tokens", result.prompt_tokens + result.completion_tokens}};
+Json usage_json(int32_t prompt_tokens, int32_t completion_tokens) {
+  return Json{{"prompt_tokens", prompt_tokens},
+              {"completion_tokens", completion_tokens},
+              {"total_tokens", prompt_tokens + completion_tokens}};
 }
 
 Json chunk_base(Endpoint endpoint, const ResponseHeader& header) {
@@ -379,44 +683,154 @@ std::string_view openai_finish_reason(engine::FinishReason reason) {
   return "stop";
 }
 
+namespace {
+
+Json bytes_json(std::string_view token) {
+  Json bytes = Json::array();
+  for (char byte : token) bytes.push_back(static_cast<int>(static_cast<unsigned char>(byte)));
+  return bytes;
+}
+
+// Chat's logprobs: {"content": [{"token", "logprob", "bytes", "top_logprobs": [...]}],
+// "refusal": null}. A token without a logprob (never produced for chat) is shown as 0.
+Json chat_logprobs_json(std::span<const TokenLogprob> tokens) {
+  Json content = Json::array();
+  for (const TokenLogprob& entry : tokens) {
+    Json top = Json::array();
+    for (const auto& [token, logprob] : entry.top) {
+      top.push_back(Json{{"token", token}, {"logprob", logprob}, {"bytes", bytes_json(token)}});
+    }
+    content.push_back(Json{{"token", entry.token},
+                           {"logprob", entry.logprob.value_or(0.0)},
+                           {"bytes", bytes_json(entry.token)},
+                           {"top_logprobs", std::move(top)}});
+  }
+  return Json{{"content", std::move(content)}, {"refusal", nullptr}};
+}
+
+// Completions' logprobs: parallel arrays; text_offset is each token's byte offset in the
+// concatenation of the tokens' texts, starting at `first_offset`.
+Json completion_logprobs_json(std::span<const TokenLogprob> tokens, size_t first_offset) {
+  Json texts = Json::array(), logprobs = Json::array(), tops = Json::array(),
+       offsets = Json::array();
+  size_t offset = first_offset;
+  for (const TokenLogprob& entry : tokens) {
+    texts.push_back(entry.token);
+    logprobs.push_back(entry.logprob.has_value() ? Json(*entry.logprob) : Json(nullptr));
+    if (entry.logprob.has_value()) {
+      Json top = Json::object();
+      for (const auto& [token, logprob] : entry.top) top[token] = logprob;
+      tops.push_back(std::move(top));
+    } else {
+      tops.push_back(nullptr);
+    }
+    offsets.push_back(offset);
+    offset += entry.token.size();
+  }
+  return Json{{"tokens", std::move(texts)},
+              {"token_logprobs", std::move(logprobs)},
+              {"top_logprobs", std::move(tops)},
+              {"text_offset", std::move(offsets)}};
+}
+
+Json tool_call_json(const ToolCall& call) {
+  return Json{{"id", call.id},
+              {"type", "function"},
+              {"function", Json{{"name", call.name}, {"arguments", call.arguments}}}};
+}
+
+std::string_view choice_finish_reason(const ChoiceResult& choice) {
+  if (!choice.tool_calls.empty()) return "tool_calls";
+  return openai_finish_reason(choice.reason);
+}
+
+}  // namespace
+
 std::string format_response(Endpoint endpoint, const ResponseHeader& header,
-                            const GenerationResult& result) {
-  Json choice{
-      {"index", 0}, {"logprobs", nullptr}, {"finish_reason", openai_finish_reason(result.reason)}};
+                            const ResponseBody& body) {
   const bool chat = endpoint == Endpoint::kChatCompletions;
-  if (chat) {
-    choice["message"] = Json{{"role", "assistant"}, {"content", result.text}};
-  } else {
-    choice["text"] = result.text;
+  Json choices = Json::array();
+  for (const ChoiceResult& result : body.choices) {
+    Json choice{{"index", result.index},
+                {"logprobs", nullptr},
+                {"finish_reason", choice_finish_reason(result)}};
+    if (chat) {
+      Json message{{"role", "assistant"}, {"content", result.text}};
+      if (!result.tool_calls.empty()) {
+        if (result.text.empty()) message["content"] = nullptr;
+        Json calls = Json::array();
+        for (const ToolCall& call : result.tool_calls) calls.push_back(tool_call_json(call));
+        message["tool_calls"] = std::move(calls);
+      }
+      choice["message"] = std::move(message);
+      if (result.has_logprobs) choice["logprobs"] = chat_logprobs_json(result.logprobs);
+    } else {
+      choice["text"] = result.text;
+      if (result.has_logprobs) choice["logprobs"] = completion_logprobs_json(result.logprobs, 0);
+    }
+    choices.push_back(std::move(choice));
   }
   Json response{{"id", header.id},
                 {"object", chat ? "chat.completion" : "text_completion"},
                 {"created", header.created},
                 {"model", header.model},
-                {"choices", Json::array({choice})},
-                {"usage", usage_json(result)}};
+                {"choices", std::move(choices)},
+                {"usage", usage_json(body.prompt_tokens, body.completion_tokens)}};
   return dump(response);
 }
 
-std::string format_text_chunk(Endpoint endpoint, const ResponseHeader& header,
-                              std::string_view text, bool first) {
+std::string format_response(Endpoint endpoint, const ResponseHeader& header,
+                            const GenerationResult& result) {
+  ResponseBody body;
+  body.choices.push_back(ChoiceResult{});
+  body.choices[0].text = result.text;
+  body.choices[0].reason = result.reason;
+  body.prompt_tokens = result.prompt_tokens;
+  body.completion_tokens = result.completion_tokens;
+  return format_response(endpoint, header, body);
+}
+
+std::string format_chunk(Endpoint endpoint, const ResponseHeader& header,
+                         const ChoiceDelta& delta) {
   Json data = chunk_base(endpoint, header);
-  Json choice{{"index", 0}, {"logprobs", nullptr}, {"finish_reason", nullptr}};
+  Json choice{{"index", delta.index}, {"logprobs", nullptr}, {"finish_reason", nullptr}};
   if (endpoint == Endpoint::kChatCompletions) {
-    Json delta{{"content", text}};
-    if (first) delta["role"] = "assistant";
-    choice["delta"] = std::move(delta);
+    Json content{{"content", delta.text}};
+    if (delta.first) content["role"] = "assistant";
+    if (!delta.tool_calls.empty()) {
+      Json calls = Json::array();
+      for (size_t i = 0; i < delta.tool_calls.size(); ++i) {
+        Json call = tool_call_json(delta.tool_calls[i]);
+        call["index"] = delta.first_tool_call + static_cast<int32_t>(i);
+        calls.push_back(std::move(call));
+      }
+      content["tool_calls"] = std::move(calls);
+      if (delta.text.empty()) content["content"] = nullptr;
+    }
+    choice["delta"] = std::move(content);
+    if (delta.has_logprobs) choice["logprobs"] = chat_logprobs_json(delta.logprobs);
   } else {
-    choice["text"] = text;
+    choice["text"] = delta.text;
+    if (delta.has_logprobs) choice["logprobs"] = completion_logprobs_json(delta.logprobs, 0);
   }
   data["choices"] = Json::array({std::move(choice)});
   return event(data);
 }
 
-std::string format_finish_chunk(Endpoint endpoint, const ResponseHeader& header,
-                                engine::FinishReason reason) {
+std::string format_text_chunk(Endpoint endpoint, const ResponseHeader& header,
+                              std::string_view text, bool first) {
+  ChoiceDelta delta;
+  delta.text = text;
+  delta.first = first;
+  return format_chunk(endpoint, header, delta);
+}
+
+std::string format_finish_chunk(Endpoint endpoint, const ResponseHeader& header, int32_t index,
+                                engine::FinishReason reason, bool called_tools) {
   Json data = chunk_base(endpoint, header);
-  Json choice{{"index", 0}, {"logprobs", nullptr}, {"finish_reason", openai_finish_reason(reason)}};
+  Json choice{{"index", index},
+              {"logprobs", nullptr},
+              {"finish_reason", called_tools ? "tool_calls" : openai_finish_reason(reason)}};
   if (endpoint == Endpoint::kChatCompletions) {
     choice["delta"] = Json::object();
   } else {
@@ -426,12 +840,22 @@ std::string format_finish_chunk(Endpoint endpoint, const ResponseHeader& header,
   return event(data);
 }
 
+std::string format_finish_chunk(Endpoint endpoint, const ResponseHeader& header,
+                                engine::FinishReason reason) {
+  return format_finish_chunk(endpoint, header, 0, reason, /*called_tools=*/false);
+}
+
 std::string format_usage_chunk(Endpoint endpoint, const ResponseHeader& header,
-                               const GenerationResult& result) {
+                               int32_t prompt_tokens, int32_t completion_tokens) {
   Json data = chunk_base(endpoint, header);
   data["choices"] = Json::array();
-  data["usage"] = usage_json(result);
+  data["usage"] = usage_json(prompt_tokens, completion_tokens);
   return event(data);
+}
+
+std::string format_usage_chunk(Endpoint endpoint, const ResponseHeader& header,
+                               const GenerationResult& result) {
+  return format_usage_chunk(endpoint, header, result.prompt_tokens, result.completion_tokens);
 }
 
 std::string format_error_body(std::string_view message, std::string_view type,
@@ -490,6 +914,74 @@ Result<std::string> parse_unload_adapter_request(std::string_view body) {
   }
   if (name.empty()) return invalid_argument("'lora_name' is required (a string)");
   return name;
+}
+
+Result<TokenizeRequest> parse_tokenize_request(std::string_view body,
+                                               const ProtocolLimits& limits) {
+  FOLIO_ASSIGN_OR_RETURN(const Json parsed, parse_object(body));
+  TokenizeRequest request;
+  try {
+    for (const auto& [key, value] : parsed.items()) {
+      if (key == "model") {
+        if (value.is_null()) continue;
+        if (!value.is_string()) return wrong_type(key, "a string", value);
+        request.model = value.get<std::string>();
+      } else if (key == "prompt") {
+        if (!value.is_string()) return wrong_type(key, "a string", value);
+        request.prompt = value.get<std::string>();
+      } else if (key == "messages") {
+        GenerationRequest conversation;
+        conversation.endpoint = Endpoint::kChatCompletions;
+        FOLIO_RETURN_IF_ERROR(read_messages(value, limits, conversation));
+        request.messages = std::move(conversation.messages);
+      } else if (key == "add_special_tokens") {
+        FOLIO_ASSIGN_OR_RETURN(request.add_special_tokens, read_bool(value, key));
+      } else if (key == "add_generation_prompt") {
+        FOLIO_ASSIGN_OR_RETURN(request.add_generation_prompt, read_bool(value, key));
+      } else {
+        return invalid_argument("unrecognized request argument '{}'", key);
+      }
+    }
+  } catch (const Json::exception& error) {
+    return invalid_argument("malformed request: {}", error.what());
+  }
+  if (request.prompt.has_value() == parsed.contains("messages")) {
+    return invalid_argument("give exactly one of 'prompt' and 'messages'");
+  }
+  return request;
+}
+
+std::string format_tokenize_response(std::span<const int32_t> tokens, int32_t max_model_len) {
+  return dump(Json{{"count", tokens.size()},
+                   {"max_model_len", max_model_len},
+                   {"tokens", std::vector<int32_t>(tokens.begin(), tokens.end())}});
+}
+
+Result<DetokenizeRequest> parse_detokenize_request(std::string_view body,
+                                                   const ProtocolLimits& limits) {
+  FOLIO_ASSIGN_OR_RETURN(const Json parsed, parse_object(body));
+  DetokenizeRequest request;
+  bool has_tokens = false;
+  for (const auto& [key, value] : parsed.items()) {
+    if (key == "model") {
+      if (value.is_null()) continue;
+      if (!value.is_string()) return wrong_type(key, "a string", value);
+      request.model = value.get<std::string>();
+    } else if (key == "tokens") {
+      if (!value.is_array()) return wrong_type(key, "an array of token ids", value);
+      has_tokens = true;
+      if (value.empty()) continue;  // detokenizes to ""
+      FOLIO_ASSIGN_OR_RETURN(request.tokens, read_token_ids(value, "tokens", limits));
+    } else {
+      return invalid_argument("unrecognized request argument '{}'", key);
+    }
+  }
+  if (!has_tokens) return invalid_argument("'tokens' is required (an array of token ids)");
+  return request;
+}
+
+std::string format_detokenize_response(std::string_view text) {
+  return dump(Json{{"prompt", text}});
 }
 
 }  // namespace folio::server

@@ -9,12 +9,16 @@
 // a stream ends with "data: [DONE]\n\n". *Usage* counts prompt and generated tokens.
 //
 // Validation follows the OpenAI API: a wrong type, a value out of range, or a field Folio does
-// not implement (n > 1, logprobs, echo, tools, logit_bias, ...) is a kInvalidArgument whose
-// message names the field; the server answers it with 400 and an OpenAI-style error body.
-// Fields that only describe the caller (user, metadata, store) are accepted and ignored; any
-// other unknown field is rejected, since silently ignoring a field the caller relies on would
-// change the answer without telling them. Extensions beyond OpenAI's fields, as vLLM names
-// them: top_k, min_p, repetition_penalty, ignore_eos.
+// not implement (suffix, audio, ...) is a kInvalidArgument whose message names the field; the
+// server answers it with 400 and an OpenAI-style error body. Fields that only describe the
+// caller (user, metadata, store) are accepted and ignored; any other unknown field is rejected,
+// since silently ignoring a field the caller relies on would change the answer without telling
+// them. Extensions beyond OpenAI's fields, as vLLM names them: top_k, min_p,
+// repetition_penalty, ignore_eos.
+//
+// Logprobs are the model's own: log softmax of its logits for the position, before logit bias,
+// structured-output masks, penalties and temperature (engine/request.h), so that echo's prompt
+// logprobs sum to what `folio perplexity` computes for the same tokens.
 //
 // Parsing never throws: JSON errors from nlohmann-json are caught here and become Status.
 // Every formatter emits valid UTF-8 JSON (invalid bytes, which the engine never produces,
@@ -23,6 +27,7 @@
 
 #include <cstdint>
 #include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -62,22 +67,70 @@ struct ToolDefinition {
   std::string parameters_schema = "{}";  // JSON Schema text of the arguments object
 };
 
+// tool_choice: whether, and which, tool the model must call.
+struct ToolChoice {
+  enum class Mode : uint8_t {
+    kNone,      // no calls (the tools are still shown to the model, as the templates do)
+    kAuto,      // the model decides: text or calls
+    kRequired,  // at least one call
+    kFunction,  // exactly a call of `function`
+  };
+  Mode mode = Mode::kAuto;
+  std::string function;  // kFunction: its name, one of the request's tools
+};
+
+// response_format.
+struct ResponseFormat {
+  enum class Type : uint8_t {
+    kText,        // no constraint
+    kJsonObject,  // any JSON object
+    kJsonSchema,  // a value valid against `schema`
+  };
+  Type type = Type::kText;
+  std::string name;    // json_schema.name
+  std::string schema;  // json_schema.schema as JSON text ("{}" when absent)
+  bool strict = false;
+};
+
+// One prompt of a completions request: text, or token ids (then `text` is empty).
+struct CompletionPrompt {
+  std::string text;
+  std::vector<int32_t> tokens;
+};
+
 struct GenerationRequest {
   Endpoint endpoint = Endpoint::kCompletions;
   std::string model;
-  // Completions: the prompt as text, or as token ids (then prompt_text is empty).
-  std::string prompt_text;
-  std::vector<int32_t> prompt_tokens;
+  // Completions: one or more prompts ("prompt" as a string, token ids, a list of strings or a
+  // list of token id lists). Each gets `n` choices; choice indices run prompt by prompt.
+  std::vector<CompletionPrompt> prompts;
   // Chat completions: at least one message.
   std::vector<ChatMessage> messages;
   // Absent: the endpoint's default (completions: ProtocolLimits::default_max_tokens; chat: the
-  // rest of the context, up to ProtocolLimits::max_tokens).
+  // rest of the context, up to ProtocolLimits::max_tokens). Completions with echo may ask for 0.
   std::optional<int32_t> max_tokens;
   engine::SamplingParams sampling;  // OpenAI's default temperature is 1
-  std::vector<std::string> stop;    // at most 4 non-empty strings
+  // logit_bias: token id -> bias in [-100, 100], ascending by token (ids checked against the
+  // vocabulary by the server).
+  std::vector<std::pair<int32_t, float>> logit_bias;
+  std::vector<std::string> stop;  // at most 4 non-empty strings
   bool ignore_eos = false;
   bool stream = false;
   bool include_usage = false;  // stream_options.include_usage: a last chunk with usage
+  // Choices per prompt, and (completions) how many are generated to pick the `n` with the
+  // highest cumulative logprob from; best_of >= n, and streaming needs best_of == n.
+  int32_t n = 1;
+  int32_t best_of = 1;
+  // Absent: no logprobs. Otherwise how many alternatives each token lists (0: only the chosen
+  // token's). Completions: "logprobs": k; chat: "logprobs": true with "top_logprobs": k.
+  std::optional<int32_t> logprobs;
+  // Completions: the prompt is returned in front of the text (with its tokens' logprobs when
+  // logprobs are asked; the first prompt token has none).
+  bool echo = false;
+  ResponseFormat response_format;     // chat
+  std::vector<ToolDefinition> tools;  // chat; unique names
+  ToolChoice tool_choice;             // chat; kAuto when tools are given, else kNone
+  bool parallel_tool_calls = true;
 };
 
 // Bounds applied while parsing (the context-dependent checks happen once the prompt is
@@ -87,6 +140,10 @@ struct ProtocolLimits {
   int32_t default_max_tokens = 16;   // completions without max_tokens (OpenAI's default)
   int32_t max_messages = 1024;       // chat messages per request
   int32_t max_prompt_token_ids = 0;  // 0: no limit at parse time (the server checks later)
+  int32_t max_choices = 16;          // n and best_of, times the number of prompts
+  int32_t max_prompts = 64;          // prompts in one completions request
+  int32_t max_logprobs = 20;         // alternatives per token
+  int32_t max_tools = 128;
 };
 
 // Parses a request body for `endpoint`. kInvalidArgument naming the field on malformed JSON, a
@@ -95,12 +152,38 @@ struct ProtocolLimits {
 Result<GenerationRequest> parse_generation_request(Endpoint endpoint, std::string_view body,
                                                    const ProtocolLimits& limits);
 
-// What the engine produced for one request, as the formatters need it.
+// What the engine produced for one single-choice request, as the formatters need it.
 struct GenerationResult {
   std::string text;
   engine::FinishReason reason = engine::FinishReason::kStop;
   int32_t prompt_tokens = 0;
   int32_t completion_tokens = 0;
+};
+
+// One token with its logprob and the most likely alternatives, as the answer shows them.
+// `token` holds the token's bytes, which may be part of a UTF-8 character: the formatters
+// write invalid bytes as U+FFFD in the text fields and the exact bytes in chat's "bytes".
+struct TokenLogprob {
+  std::string token;
+  std::optional<double> logprob;                    // nullopt: the first token of an echoed prompt
+  std::vector<std::pair<std::string, double>> top;  // most likely first
+};
+
+// One choice of an answer.
+struct ChoiceResult {
+  int32_t index = 0;
+  std::string text;  // completions with echo: the prompt's text in front
+  engine::FinishReason reason = engine::FinishReason::kStop;
+  std::vector<ToolCall> tool_calls;  // chat: non-empty -> content null, "tool_calls" finish
+  bool has_logprobs = false;         // the request asked for logprobs
+  std::vector<TokenLogprob> logprobs;
+};
+
+// A whole answer: its choices (ascending index) and the usage over all of them.
+struct ResponseBody {
+  std::vector<ChoiceResult> choices;
+  int32_t prompt_tokens = 0;      // counted once per prompt
+  int32_t completion_tokens = 0;  // over every returned choice
 };
 
 // Identity of one answer: the same in every chunk of a stream.
@@ -114,14 +197,40 @@ struct ResponseHeader {
 std::string_view openai_finish_reason(engine::FinishReason reason);
 
 std::string format_response(Endpoint endpoint, const ResponseHeader& header,
+                            const ResponseBody& body);
+// A single choice's answer.
+std::string format_response(Endpoint endpoint, const ResponseHeader& header,
                             const GenerationResult& result);
-// One "data: {...}\n\n" event carrying `text` (chat: the first chunk also carries the role).
+
+// What one streamed event carries for one choice.
+struct ChoiceDelta {
+  int32_t index = 0;
+  std::string_view text;
+  bool first = false;  // chat: the first event of the choice carries the role
+  // The tokens whose text this event carries (when the request asked for logprobs; an event
+  // with logprobs and no text is valid: text held back by a stop string or a partial UTF-8
+  // character comes in a later event).
+  bool has_logprobs = false;
+  std::span<const TokenLogprob> logprobs;
+  // Chat: calls completed in this event; `first_tool_call` is the index of the first of them
+  // among the choice's calls.
+  std::span<const ToolCall> tool_calls;
+  int32_t first_tool_call = 0;
+};
+std::string format_chunk(Endpoint endpoint, const ResponseHeader& header, const ChoiceDelta& delta);
+// One "data: {...}\n\n" event carrying `text` for choice 0 (chat: the first chunk also carries
+// the role).
 std::string format_text_chunk(Endpoint endpoint, const ResponseHeader& header,
                               std::string_view text, bool first);
-// The event that ends the choice with its finish reason (empty delta / empty text).
+// The event that ends a choice with its finish reason (empty delta / empty text);
+// `called_tools`: chat's "tool_calls" finish.
+std::string format_finish_chunk(Endpoint endpoint, const ResponseHeader& header, int32_t index,
+                                engine::FinishReason reason, bool called_tools);
 std::string format_finish_chunk(Endpoint endpoint, const ResponseHeader& header,
                                 engine::FinishReason reason);
 // The extra last event of stream_options.include_usage: no choices, the usage.
+std::string format_usage_chunk(Endpoint endpoint, const ResponseHeader& header,
+                               int32_t prompt_tokens, int32_t completion_tokens);
 std::string format_usage_chunk(Endpoint endpoint, const ResponseHeader& header,
                                const GenerationResult& result);
 inline constexpr std::string_view kStreamDone = "data: [DONE]\n\n";
@@ -168,5 +277,30 @@ Result<LoadAdapterRequest> parse_load_adapter_request(std::string_view body);
 // POST /v1/unload_lora_adapter: {"lora_name"} (vLLM's "lora_int_id" is accepted and ignored:
 // adapters are named, and an id a vLLM client remembers means nothing here). Returns the name.
 Result<std::string> parse_unload_adapter_request(std::string_view body);
+
+// POST /tokenize (vLLM's shape): {"model"?, "prompt": string, "add_special_tokens"?} or
+// {"model"?, "messages": [...], "add_generation_prompt"?} (a conversation is rendered through
+// the chat template first; special tokens are then parsed from the text, never added).
+struct TokenizeRequest {
+  std::string model;  // empty: the base model
+  std::optional<std::string> prompt;
+  std::vector<ChatMessage> messages;  // when prompt is absent; non-empty
+  bool add_special_tokens = true;     // prompt: BOS as the vocabulary asks
+  bool add_generation_prompt = true;  // messages: end with the assistant's turn opening
+};
+// kInvalidArgument naming the field: malformed JSON, neither or both of prompt and messages,
+// wrong types, an unknown field.
+Result<TokenizeRequest> parse_tokenize_request(std::string_view body, const ProtocolLimits& limits);
+// {"count", "max_model_len", "tokens"}.
+std::string format_tokenize_response(std::span<const int32_t> tokens, int32_t max_model_len);
+
+// POST /detokenize: {"model"?, "tokens": [ids]} -> {"prompt": text}.
+struct DetokenizeRequest {
+  std::string model;
+  std::vector<int32_t> tokens;  // ids >= 0 (the server checks them against the vocabulary)
+};
+Result<DetokenizeRequest> parse_detokenize_request(std::string_view body,
+                                                   const ProtocolLimits& limits);
+std::string format_detokenize_response(std::string_view text);
 
 }  // namespace folio::server
