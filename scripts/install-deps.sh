@@ -21,7 +21,7 @@ install_node_packages() {
   local folder
   folder="$(dirname "$0")/../tests/server/openai_node"
   if command -v node >/dev/null 2>&1 && command -v npm >/dev/null 2>&1; then
-    if [ ! -d "$folder/node_modules/openai" ]; then
+    if [ ! -d "$folder/node_modules/openai" ] || [ ! -d "$folder/node_modules/openai-6" ]; then
       echo "install-deps: npm ci in tests/server/openai_node"
       (cd "$folder" && npm ci --no-audit --no-fund)
     fi
