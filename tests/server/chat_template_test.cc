@@ -379,13 +379,15 @@ TEST(ChatTemplateToolsTest, Llama31RendersToolsInTheFirstUserMessage) {
 }
 
 // json.dumps(ensure_ascii=False): quotes, backslashes and control characters escaped (\n, \t
-// by name, others as lowercase \u00XX), non-ASCII and '/' kept; numbers as Python prints them.
+// by name, others as lowercase \u00XX), non-ASCII and '/' kept; floats as Python's repr prints
+// them (positional up to 16 digits before the point, where C++ libraries switch at 15).
 TEST(ChatTemplateToolsTest, ToolJsonIsWrittenAsPythonJsonDumps) {
   ToolDefinition tool;
   tool.name = "f";
   tool.description = "a\"b\\c\nd\te\x01\x7f/ü";
   tool.parameters_schema =
-      R"({"type":"object","properties":{"x":{"enum":[1,2.5,-0.0,1e20,1E-5,true,null,"é"]}}})";
+      R"({"type":"object","properties":{"x":{"enum":[1,2.5,-0.0,1e20,1E-5,1e15,1e16,0.0001,)"
+      R"(123456789.125,true,null,"é"]}}})";
   const std::vector<ChatMessage> messages = {{"user", "U"}};
   Result<std::string> prompt =
       render_chat_with_tools(ChatTemplate::kChatMl, messages, std::span(&tool, 1));
@@ -393,7 +395,8 @@ TEST(ChatTemplateToolsTest, ToolJsonIsWrittenAsPythonJsonDumps) {
   const std::string expected_tool =
       "{\"type\": \"function\", \"function\": {\"name\": \"f\", \"description\": "
       "\"a\\\"b\\\\c\\nd\\te\\u0001\x7f/ü\", \"parameters\": {\"type\": \"object\", "
-      "\"properties\": {\"x\": {\"enum\": [1, 2.5, -0.0, 1e+20, 1e-05, true, null, \"é\"]}}}}}";
+      "\"properties\": {\"x\": {\"enum\": [1, 2.5, -0.0, 1e+20, 1e-05, 1000000000000000.0, "
+      "1e+16, 0.0001, 123456789.125, true, null, \"é\"]}}}}}";
   EXPECT_NE(prompt->find("<tools>\n" + expected_tool + "\n</tools>"), std::string::npos) << *prompt;
 }
 

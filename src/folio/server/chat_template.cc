@@ -1,6 +1,8 @@
 #include "folio/server/chat_template.h"
 
 #include <array>
+#include <charconv>
+#include <cstdlib>
 #include <optional>
 
 #include <fmt/format.h>
@@ -159,8 +161,45 @@ void append_python_json_string(std::string_view text, std::string& out) {
   out += '"';
 }
 
-// indent < 0: one line. Numbers print as nlohmann writes them, which for the values JSON text
-// can carry matches Python's repr (shortest round-trip digits, "1.0", "1e+16", "1e-05").
+// A float as Python's repr writes it: the shortest digits that read back to the same double,
+// positional when the decimal point falls within 16 digits of the first one and not more than 4
+// places before it ("1000000000000000.0", "0.0001", "2.5", "-0.0"), otherwise in exponent form
+// with at least two exponent digits ("1e+16", "1e-05", "1.5e+300").
+void append_python_float(double value, std::string& out) {
+  std::array<char, 64> buffer{};
+  const std::to_chars_result written = std::to_chars(buffer.data(), buffer.data() + buffer.size(),
+                                                     value, std::chars_format::scientific);
+  const std::string_view scientific(buffer.data(), written.ptr - buffer.data());
+  const size_t e = scientific.find('e');
+  std::string_view mantissa = scientific.substr(0, e);
+  if (mantissa.starts_with('-')) {
+    out += '-';
+    mantissa.remove_prefix(1);
+  }
+  std::string digits;
+  for (const char c : mantissa) {
+    if (c != '.') digits += c;
+  }
+  const int exponent = std::stoi(std::string(scientific.substr(e + 1)));
+  const int point = exponent + 1;  // digits before the decimal point
+  const int num_digits = static_cast<int>(digits.size());
+  if (point > -4 && point <= 16) {
+    if (point <= 0) {
+      out += "0." + std::string(static_cast<size_t>(-point), '0') + digits;
+    } else if (point >= num_digits) {
+      out += digits + std::string(static_cast<size_t>(point - num_digits), '0') + ".0";
+    } else {
+      out += digits.substr(0, static_cast<size_t>(point)) + "." +
+             digits.substr(static_cast<size_t>(point));
+    }
+    return;
+  }
+  out += digits.substr(0, 1);
+  if (num_digits > 1) out += "." + digits.substr(1);
+  out += fmt::format("e{}{:02d}", exponent < 0 ? '-' : '+', std::abs(exponent));
+}
+
+// indent < 0: one line.
 void append_python_json(const OrderedJson& value, int indent, int depth, std::string& out) {
   const auto newline = [&](int level) {
     out += '\n';
@@ -188,8 +227,10 @@ void append_python_json(const OrderedJson& value, int indent, int depth, std::st
     }
     if (indent >= 0) newline(depth);
     out += object ? '}' : ']';
+  } else if (value.is_number_float()) {
+    append_python_float(value.get<double>(), out);
   } else {
-    out += value.dump();
+    out += value.dump();  // integers, booleans, null
   }
 }
 
