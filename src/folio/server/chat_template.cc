@@ -1,19 +1,17 @@
 #include "folio/server/chat_template.h"
 
 #include <array>
-#include <charconv>
-#include <cstdlib>
 #include <optional>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
 #include "folio/base/check.h"
+#include "folio/server/jinja_json.h"
 
 namespace folio::server {
 namespace {
 
-// Keys in the order they were written: the templates print JSON in the client's order.
 using OrderedJson = nlohmann::ordered_json;
 
 constexpr std::array<ChatTemplate, 9> kAllTemplates = {
@@ -120,126 +118,6 @@ std::string render_gemma(std::span<const ChatMessage> messages) {
   return prompt + "<start_of_turn>model\n";
 }
 
-// --- JSON as the templates' tojson filter writes it ---------------------------------------
-// transformers' tojson is json.dumps(value, ensure_ascii=False, indent=indent): separators ", "
-// and ": " on one line; with an indent, "," ends each line and containers open a new level;
-// empty containers stay "{}" and "[]". Strings escape only '"', '\' and control characters.
-
-void append_python_json_string(std::string_view text, std::string& out) {
-  out += '"';
-  for (const char c : text) {
-    switch (c) {
-      case '"':
-        out += "\\\"";
-        break;
-      case '\\':
-        out += "\\\\";
-        break;
-      case '\n':
-        out += "\\n";
-        break;
-      case '\r':
-        out += "\\r";
-        break;
-      case '\t':
-        out += "\\t";
-        break;
-      case '\b':
-        out += "\\b";
-        break;
-      case '\f':
-        out += "\\f";
-        break;
-      default:
-        if (static_cast<unsigned char>(c) < 0x20) {
-          out += fmt::format("\\u{:04x}", static_cast<unsigned char>(c));
-        } else {
-          out += c;
-        }
-    }
-  }
-  out += '"';
-}
-
-// A float as Python's repr writes it: the shortest digits that read back to the same double,
-// positional when the decimal point falls within 16 digits of the first one and not more than 4
-// places before it ("1000000000000000.0", "0.0001", "2.5", "-0.0"), otherwise in exponent form
-// with at least two exponent digits ("1e+16", "1e-05", "1.5e+300").
-void append_python_float(double value, std::string& out) {
-  std::array<char, 64> buffer{};
-  const std::to_chars_result written = std::to_chars(buffer.data(), buffer.data() + buffer.size(),
-                                                     value, std::chars_format::scientific);
-  const std::string_view scientific(buffer.data(), written.ptr - buffer.data());
-  const size_t e = scientific.find('e');
-  std::string_view mantissa = scientific.substr(0, e);
-  if (mantissa.starts_with('-')) {
-    out += '-';
-    mantissa.remove_prefix(1);
-  }
-  std::string digits;
-  for (const char c : mantissa) {
-    if (c != '.') digits += c;
-  }
-  const int exponent = std::stoi(std::string(scientific.substr(e + 1)));
-  const int point = exponent + 1;  // digits before the decimal point
-  const int num_digits = static_cast<int>(digits.size());
-  if (point > -4 && point <= 16) {
-    if (point <= 0) {
-      out += "0." + std::string(static_cast<size_t>(-point), '0') + digits;
-    } else if (point >= num_digits) {
-      out += digits + std::string(static_cast<size_t>(point - num_digits), '0') + ".0";
-    } else {
-      out += digits.substr(0, static_cast<size_t>(point)) + "." +
-             digits.substr(static_cast<size_t>(point));
-    }
-    return;
-  }
-  out += digits.substr(0, 1);
-  if (num_digits > 1) out += "." + digits.substr(1);
-  out += fmt::format("e{}{:02d}", exponent < 0 ? '-' : '+', std::abs(exponent));
-}
-
-// indent < 0: one line.
-void append_python_json(const OrderedJson& value, int indent, int depth, std::string& out) {
-  const auto newline = [&](int level) {
-    out += '\n';
-    out.append(static_cast<size_t>(indent * level), ' ');
-  };
-  if (value.is_string()) {
-    append_python_json_string(value.get_ref<const std::string&>(), out);
-  } else if (value.is_object() || value.is_array()) {
-    const bool object = value.is_object();
-    if (value.empty()) {
-      out += object ? "{}" : "[]";
-      return;
-    }
-    out += object ? '{' : '[';
-    bool first = true;
-    for (auto it = value.begin(); it != value.end(); ++it) {
-      if (!first) out += indent < 0 ? ", " : ",";
-      first = false;
-      if (indent >= 0) newline(depth + 1);
-      if (object) {
-        append_python_json_string(it.key(), out);
-        out += ": ";
-      }
-      append_python_json(it.value(), indent, depth + 1, out);
-    }
-    if (indent >= 0) newline(depth);
-    out += object ? '}' : ']';
-  } else if (value.is_number_float()) {
-    append_python_float(value.get<double>(), out);
-  } else {
-    out += value.dump();  // integers, booleans, null
-  }
-}
-
-std::string python_json(const OrderedJson& value, int indent = -1) {
-  std::string out;
-  append_python_json(value, indent, 0, out);
-  return out;
-}
-
 // A JSON text parsed keeping its key order; nullopt when it is not JSON.
 std::optional<OrderedJson> parse_ordered_json(std::string_view text) {
   OrderedJson value = OrderedJson::parse(text, nullptr, /*allow_exceptions=*/false);
@@ -268,10 +146,10 @@ OrderedJson tool_json(const ToolDefinition& tool) {
 // inserts it as is, Llama's tojson quotes it.
 std::string rendered_arguments(std::string_view arguments, bool quote_if_not_json) {
   std::optional<OrderedJson> parsed = parse_ordered_json(arguments);
-  if (parsed) return python_json(*parsed);
+  if (parsed) return jinja_tojson(*parsed);
   if (!quote_if_not_json) return std::string(arguments);
   std::string quoted;
-  append_python_json_string(arguments, quoted);
+  append_jinja_json_string(arguments, quoted);
   return quoted;
 }
 
@@ -298,7 +176,7 @@ std::string render_chatml(std::span<const ChatMessage> messages,
     prompt += "<|im_start|>system\n";
     if (system_first) prompt += messages[0].content + "\n\n";
     prompt += kQwenToolsIntro;
-    for (const ToolDefinition& tool : tools) prompt += "\n" + python_json(tool_json(tool));
+    for (const ToolDefinition& tool : tools) prompt += "\n" + jinja_tojson(tool_json(tool));
     prompt += kQwenToolsOutro;
   } else if (system_first) {
     prompt += "<|im_start|>system\n" + messages[0].content + "<|im_end|>\n";
@@ -362,7 +240,7 @@ std::string render_llama31(std::span<const ChatMessage> messages,
     prompt += llama_header("user");
     prompt += kLlamaToolsIntro;
     for (const ToolDefinition& tool : tools) {
-      prompt += python_json(tool_json(tool), /*indent=*/4) + "\n\n";
+      prompt += jinja_tojson(tool_json(tool), /*indent=*/4) + "\n\n";
     }
     prompt += fmt::format("{}<|eot_id|>", trim(messages[next].content));
     ++next;
@@ -371,7 +249,7 @@ std::string render_llama31(std::span<const ChatMessage> messages,
     const ChatMessage& message = messages[next];
     if (message.role == "tool") {
       std::string quoted;
-      append_python_json_string(message.content, quoted);
+      append_jinja_json_string(message.content, quoted);
       prompt += llama_header("ipython") + quoted + "<|eot_id|>";
     } else if (!message.tool_calls.empty()) {
       const ToolCall& tool_call = message.tool_calls.front();

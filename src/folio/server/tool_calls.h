@@ -147,8 +147,8 @@ class ToolCallStreamSplitter {
   ChatTemplate chat_template_;
   State state_;
   std::string pending_;
-  // chatml: the whitespace at the start of pending_ that precedes a possible call (dropped when
-  // the call is well formed) and whether a call just ended (whitespace after it is dropped).
+  // chatml: a well-formed call just ended, so whitespace arriving now is not content (it is
+  // dropped until other text arrives).
   bool after_call_ = false;
 };
 
