@@ -16,6 +16,7 @@
 #include <gtest/gtest.h>
 
 #include "folio/gguf/gguf_file.h"
+#include "folio/server/jinja_json.h"
 
 namespace folio::server {
 namespace {
@@ -398,6 +399,28 @@ TEST(ChatTemplateToolsTest, ToolJsonIsWrittenAsPythonJsonDumps) {
       "\"properties\": {\"x\": {\"enum\": [1, 2.5, -0.0, 1e+20, 1e-05, 1000000000000000.0, "
       "1e+16, 0.0001, 123456789.125, true, null, \"é\"]}}}}}";
   EXPECT_NE(prompt->find("<tools>\n" + expected_tool + "\n</tools>"), std::string::npos) << *prompt;
+}
+
+// The expected texts are what Python 3.11's json.dumps(value, ensure_ascii=False[, indent=2])
+// prints for the same value: key order kept, empty containers, floats at the edges of
+// positional form and of the double range, every escape.
+TEST(JinjaJsonTest, PrintsAsPythonJsonDumps) {
+  const nlohmann::ordered_json value = nlohmann::ordered_json::parse(
+      R"({"b":[1,2.5,1e15,1e16,0.0001,1e-05,-0.0,123456789.125,5e-324,1.7976931348623157e308],)"
+      R"("a":{},"c":[],"d":{"x":[{}]},"s":"\u0000\u001f)"
+      "\x7f"
+      R"(\"\\\/é\t"})");
+  EXPECT_EQ(jinja_tojson(value),
+            R"({"b": [1, 2.5, 1000000000000000.0, 1e+16, 0.0001, 1e-05, -0.0, 123456789.125, )"
+            R"(5e-324, 1.7976931348623157e+308], "a": {}, "c": [], "d": {"x": [{}]}, "s": )"
+            R"("\u0000\u001f)"
+            "\x7f"
+            R"(\"\\/é\t"})");
+  EXPECT_EQ(jinja_tojson(value, 2),
+            "{\n  \"b\": [\n    1,\n    2.5,\n    1000000000000000.0,\n    1e+16,\n    0.0001,\n"
+            "    1e-05,\n    -0.0,\n    123456789.125,\n    5e-324,\n    1.7976931348623157e+308\n"
+            "  ],\n  \"a\": {},\n  \"c\": [],\n  \"d\": {\n    \"x\": [\n      {}\n    ]\n  },\n"
+            "  \"s\": \"\\u0000\\u001f\x7f\\\"\\\\/é\\t\"\n}");
 }
 
 TEST(ChatTemplateToolsTest, OnlyChatMlAndLlama31SupportTools) {
