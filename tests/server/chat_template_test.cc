@@ -3,7 +3,10 @@
 // add_generation_prompt set and bos_token rendered as nothing, since Folio's tokenizer adds BOS
 // as a token id), and each family is recognised from a template source written for this test
 // with the family's markers (and, when ../shared/data is present, from the Phi-3 vocabulary's
-// real tokenizer.chat_template).
+// real tokenizer.chat_template). The tool-calling families also render tools, calls and tool
+// results as Qwen 2.5/3's and Llama 3.1/3.3's templates do, JSON written as transformers' tojson
+// filter (Python's json.dumps, ensure_ascii=False) writes it; the expected prompts were worked
+// out by hand from the templates' text.
 #include "folio/server/chat_template.h"
 
 #include <cstdlib>
@@ -13,6 +16,7 @@
 #include <gtest/gtest.h>
 
 #include "folio/gguf/gguf_file.h"
+#include "folio/server/jinja_json.h"
 
 namespace folio::server {
 namespace {
@@ -32,6 +36,25 @@ TEST(ChatTemplateTest, ChatMlRendersAsQwenTemplate) {
             "<|im_start|>assistant\n A1\n<|im_end|>\n"
             "<|im_start|>user\nU2<|im_end|>\n"
             "<|im_start|>assistant\n");
+}
+
+// Llama-3.1-8B-Instruct's (and 3.3's) template without tools: the system header is always
+// there, with the knowledge-cutoff and date lines (date_string's default) before the trimmed
+// system prompt; the rest as Llama 3.
+TEST(ChatTemplateTest, Llama31OpensWithTheDateLinesInTheSystemHeader) {
+  EXPECT_EQ(render_chat(ChatTemplate::kLlama31, kConversation),
+            "<|start_header_id|>system<|end_header_id|>\n\n"
+            "Cutting Knowledge Date: December 2023\nToday Date: 26 Jul 2024\n\nS<|eot_id|>"
+            "<|start_header_id|>user<|end_header_id|>\n\nU1<|eot_id|>"
+            "<|start_header_id|>assistant<|end_header_id|>\n\nA1<|eot_id|>"
+            "<|start_header_id|>user<|end_header_id|>\n\nU2<|eot_id|>"
+            "<|start_header_id|>assistant<|end_header_id|>\n\n");
+  const std::vector<ChatMessage> no_system = {{"user", "U1"}};
+  EXPECT_EQ(render_chat(ChatTemplate::kLlama31, no_system),
+            "<|start_header_id|>system<|end_header_id|>\n\n"
+            "Cutting Knowledge Date: December 2023\nToday Date: 26 Jul 2024\n\n<|eot_id|>"
+            "<|start_header_id|>user<|end_header_id|>\n\nU1<|eot_id|>"
+            "<|start_header_id|>assistant<|end_header_id|>\n\n");
 }
 
 // Meta-Llama-3-8B-Instruct's template: header, blank line, content | trim, <|eot_id|>; the
@@ -115,6 +138,9 @@ TEST(ChatTemplateTest, DetectsEachFamilyByItsMarkers) {
                                  "'<|end_header_id|>\\n\\n' + message['content'] | trim + "
                                  "'<|eot_id|>' %}"),
             ChatTemplate::kLlama3);
+  EXPECT_EQ(detect_chat_template("{{- \"<|start_header_id|>system<|end_header_id|>\\n\\n\" }}"
+                                 "{{- \"Cutting Knowledge Date: December 2023\\n\" }}"),
+            ChatTemplate::kLlama31);
   EXPECT_EQ(detect_chat_template("{% if loop.index0 == 0 %}{% set content = '<<SYS>>\\n' + "
                                  "system_message + '\\n<</SYS>>\\n\\n' + content %}{% endif %}"
                                  "{{ bos_token + '[INST] ' + content.strip() + ' [/INST]' }}"),
@@ -163,7 +189,7 @@ TEST(ChatTemplateTest, DetectsPhi3FromTheRealVocabularyFile) {
 
 TEST(ChatTemplateTest, NamesRoundTrip) {
   for (ChatTemplate chat_template :
-       {ChatTemplate::kChatMl, ChatTemplate::kLlama3, ChatTemplate::kLlama2,
+       {ChatTemplate::kChatMl, ChatTemplate::kLlama3, ChatTemplate::kLlama31, ChatTemplate::kLlama2,
         ChatTemplate::kMistralV1, ChatTemplate::kMistralV3, ChatTemplate::kZephyr,
         ChatTemplate::kPhi3, ChatTemplate::kGemma}) {
     Result<ChatTemplate> read = chat_template_from_name(chat_template_name(chat_template));
@@ -173,6 +199,287 @@ TEST(ChatTemplateTest, NamesRoundTrip) {
   const Result<ChatTemplate> unknown = chat_template_from_name("jinja");
   ASSERT_FALSE(unknown.ok());
   EXPECT_NE(unknown.status().message().find("mistral-v3"), std::string::npos);
+}
+
+// --- Tools -------------------------------------------------------------------------------------
+
+// Keys deliberately out of alphabetical order ("type" before "properties"), a non-ASCII
+// character and escaped quotes, and a float: the prompt must keep the client's order and print
+// them as json.dumps does.
+ToolDefinition weather_tool() {
+  ToolDefinition tool;
+  tool.name = "get_weather";
+  tool.description = "Weather in a city";
+  tool.parameters_schema =
+      R"({"type":"object","properties":{"city":{"type":"string","description":"Name, e.g. )"
+      R"(\"Zürich\""},"days":{"type":"integer","minimum":1.0}},"required":["city"]})";
+  return tool;
+}
+
+// No description (left out of the prompt) and an empty properties object.
+ToolDefinition time_tool() {
+  ToolDefinition tool;
+  tool.name = "get_time";
+  tool.parameters_schema = R"({"type": "object", "properties": {}})";
+  return tool;
+}
+
+ChatMessage assistant_calling(std::string content, std::vector<ToolCall> calls) {
+  ChatMessage message("assistant", std::move(content));
+  message.tool_calls = std::move(calls);
+  return message;
+}
+
+ChatMessage tool_result(std::string call_id, std::string content) {
+  ChatMessage message("tool", std::move(content));
+  message.tool_call_id = std::move(call_id);
+  return message;
+}
+
+const std::vector<ToolDefinition> kTools = {weather_tool(), time_tool()};
+
+constexpr std::string_view kQwenToolsBlock =
+    "# Tools\n\nYou may call one or more functions to assist with the user query.\n\n"
+    "You are provided with function signatures within <tools></tools> XML tags:\n<tools>\n"
+    R"({"type": "function", "function": {"name": "get_weather", "description": "Weather in a )"
+    R"(city", "parameters": {"type": "object", "properties": {"city": {"type": "string", )"
+    R"("description": "Name, e.g. \"Zürich\""}, "days": {"type": "integer", "minimum": 1.0}}, )"
+    R"("required": ["city"]}}})"
+    "\n"
+    R"({"type": "function", "function": {"name": "get_time", "parameters": {"type": "object", )"
+    R"("properties": {}}}})"
+    "\n</tools>\n\nFor each function call, return a json object with function name and "
+    "arguments within <tool_call></tool_call> XML tags:\n<tool_call>\n{\"name\": "
+    "<function-name>, \"arguments\": <args-json-object>}\n</tool_call><|im_end|>\n";
+
+// Qwen 2.5's template (and Qwen 3's, which renders this conversation the same): the system
+// prompt, a blank line and the tools block make the system turn; two parallel calls, each
+// "\n<tool_call>\n{...}\n</tool_call>" with the arguments through tojson; the two results in one
+// user turn of <tool_response> blocks.
+TEST(ChatTemplateToolsTest, ChatMlRendersToolsCallsAndResultsAsQwen) {
+  const std::vector<ChatMessage> messages = {
+      {"system", "S"},
+      {"user", "Weather in Zürich?"},
+      assistant_calling(
+          "",
+          {{.id = "call_1", .name = "get_weather", .arguments = R"({"city":"Zürich","days":2})"},
+           {.id = "call_2", .name = "get_time", .arguments = "{}"}}),
+      tool_result("call_1", R"({"temp": 21})"),
+      tool_result("call_2", "12:00"),
+      {"assistant", "It is 21 degrees."},
+      {"user", "Thanks"}};
+  Result<std::string> prompt = render_chat_with_tools(ChatTemplate::kChatMl, messages, kTools);
+  ASSERT_TRUE(prompt.ok()) << prompt.status().to_string();
+  EXPECT_EQ(*prompt, "<|im_start|>system\nS\n\n" + std::string(kQwenToolsBlock) +
+                         "<|im_start|>user\nWeather in Zürich?<|im_end|>\n"
+                         "<|im_start|>assistant\n<tool_call>\n"
+                         R"({"name": "get_weather", "arguments": {"city": "Zürich", "days": 2}})"
+                         "\n</tool_call>\n<tool_call>\n"
+                         R"({"name": "get_time", "arguments": {}})"
+                         "\n</tool_call><|im_end|>\n"
+                         "<|im_start|>user\n<tool_response>\n{\"temp\": 21}\n</tool_response>\n"
+                         "<tool_response>\n12:00\n</tool_response><|im_end|>\n"
+                         "<|im_start|>assistant\nIt is 21 degrees.<|im_end|>\n"
+                         "<|im_start|>user\nThanks<|im_end|>\n"
+                         "<|im_start|>assistant\n");
+}
+
+// Without a system message the tools block alone makes the system turn (Qwen 3; Qwen 2.5 would
+// put its default system prompt first, which Folio never adds). Content before a call is
+// followed by a newline; arguments that are not JSON are inserted as they are (Qwen 3's string
+// branch).
+TEST(ChatTemplateToolsTest, ChatMlWithoutSystemPromptAndWithContentBeforeACall) {
+  const std::vector<ChatMessage> messages = {
+      {"user", "Time?"},
+      assistant_calling("Let me check.",
+                        {{.id = "call_1", .name = "get_time", .arguments = "not json"}}),
+      tool_result("call_1", "12:00")};
+  Result<std::string> prompt = render_chat_with_tools(ChatTemplate::kChatMl, messages, kTools);
+  ASSERT_TRUE(prompt.ok()) << prompt.status().to_string();
+  EXPECT_EQ(*prompt, "<|im_start|>system\n" + std::string(kQwenToolsBlock) +
+                         "<|im_start|>user\nTime?<|im_end|>\n"
+                         "<|im_start|>assistant\nLet me check.\n<tool_call>\n"
+                         R"({"name": "get_time", "arguments": not json})"
+                         "\n</tool_call><|im_end|>\n"
+                         "<|im_start|>user\n<tool_response>\n12:00\n</tool_response><|im_end|>\n"
+                         "<|im_start|>assistant\n");
+  // Without tools, a tool conversation renders the same turns, and render_chat agrees.
+  Result<std::string> without_tools = render_chat_with_tools(ChatTemplate::kChatMl, messages, {});
+  ASSERT_TRUE(without_tools.ok());
+  EXPECT_EQ(*without_tools, render_chat(ChatTemplate::kChatMl, messages));
+  EXPECT_TRUE(without_tools->starts_with("<|im_start|>user\nTime?"));
+}
+
+// Llama-3.1-8B-Instruct's (and 3.3's) template with tools_in_user_message left at its default:
+// "Environment: ipython" opens the system header; the tools, each tojson(indent=4) followed by
+// a blank line, open the first user message (trimmed); the call is the whole assistant turn with
+// "parameters"; the result is an ipython turn holding tojson(content), a JSON string.
+TEST(ChatTemplateToolsTest, Llama31RendersToolsInTheFirstUserMessage) {
+  const std::vector<ChatMessage> messages = {
+      {"system", " S \n"},
+      {"user", " Weather in Zürich? "},
+      assistant_calling(
+          "ignored",
+          {{.id = "call_1", .name = "get_weather", .arguments = R"({"city":"Zürich","days":2})"}}),
+      tool_result("call_1", R"({"temp": 21})"),
+      {"assistant", "It is 21."},
+      {"user", "Thanks"}};
+  Result<std::string> prompt = render_chat_with_tools(ChatTemplate::kLlama31, messages, kTools);
+  ASSERT_TRUE(prompt.ok()) << prompt.status().to_string();
+  EXPECT_EQ(*prompt,
+            "<|start_header_id|>system<|end_header_id|>\n\nEnvironment: ipython\n"
+            "Cutting Knowledge Date: December 2023\nToday Date: 26 Jul 2024\n\nS<|eot_id|>"
+            "<|start_header_id|>user<|end_header_id|>\n\n"
+            "Given the following functions, please respond with a JSON for a function call with "
+            "its proper arguments that best answers the given prompt.\n\n"
+            "Respond in the format {\"name\": function name, \"parameters\": dictionary of "
+            "argument name and its value}.Do not use variables.\n\n"
+            "{\n"
+            "    \"type\": \"function\",\n"
+            "    \"function\": {\n"
+            "        \"name\": \"get_weather\",\n"
+            "        \"description\": \"Weather in a city\",\n"
+            "        \"parameters\": {\n"
+            "            \"type\": \"object\",\n"
+            "            \"properties\": {\n"
+            "                \"city\": {\n"
+            "                    \"type\": \"string\",\n"
+            "                    \"description\": \"Name, e.g. \\\"Zürich\\\"\"\n"
+            "                },\n"
+            "                \"days\": {\n"
+            "                    \"type\": \"integer\",\n"
+            "                    \"minimum\": 1.0\n"
+            "                }\n"
+            "            },\n"
+            "            \"required\": [\n"
+            "                \"city\"\n"
+            "            ]\n"
+            "        }\n"
+            "    }\n"
+            "}\n\n"
+            "{\n"
+            "    \"type\": \"function\",\n"
+            "    \"function\": {\n"
+            "        \"name\": \"get_time\",\n"
+            "        \"parameters\": {\n"
+            "            \"type\": \"object\",\n"
+            "            \"properties\": {}\n"
+            "        }\n"
+            "    }\n"
+            "}\n\n"
+            "Weather in Zürich?<|eot_id|>"
+            "<|start_header_id|>assistant<|end_header_id|>\n\n"
+            R"({"name": "get_weather", "parameters": {"city": "Zürich", "days": 2}})"
+            "<|eot_id|>"
+            "<|start_header_id|>ipython<|end_header_id|>\n\n"
+            R"("{\"temp\": 21}")"
+            "<|eot_id|>"
+            "<|start_header_id|>assistant<|end_header_id|>\n\nIt is 21.<|eot_id|>"
+            "<|start_header_id|>user<|end_header_id|>\n\nThanks<|eot_id|>"
+            "<|start_header_id|>assistant<|end_header_id|>\n\n");
+}
+
+// json.dumps(ensure_ascii=False): quotes, backslashes and control characters escaped (\n, \t
+// by name, others as lowercase \u00XX), non-ASCII and '/' kept; floats as Python's repr prints
+// them (positional up to 16 digits before the point, where C++ libraries switch at 15).
+TEST(ChatTemplateToolsTest, ToolJsonIsWrittenAsPythonJsonDumps) {
+  ToolDefinition tool;
+  tool.name = "f";
+  tool.description = "a\"b\\c\nd\te\x01\x7f/ü";
+  tool.parameters_schema =
+      R"({"type":"object","properties":{"x":{"enum":[1,2.5,-0.0,1e20,1E-5,1e15,1e16,0.0001,)"
+      R"(123456789.125,true,null,"é"]}}})";
+  const std::vector<ChatMessage> messages = {{"user", "U"}};
+  Result<std::string> prompt =
+      render_chat_with_tools(ChatTemplate::kChatMl, messages, std::span(&tool, 1));
+  ASSERT_TRUE(prompt.ok()) << prompt.status().to_string();
+  const std::string expected_tool =
+      "{\"type\": \"function\", \"function\": {\"name\": \"f\", \"description\": "
+      "\"a\\\"b\\\\c\\nd\\te\\u0001\x7f/ü\", \"parameters\": {\"type\": \"object\", "
+      "\"properties\": {\"x\": {\"enum\": [1, 2.5, -0.0, 1e+20, 1e-05, 1000000000000000.0, "
+      "1e+16, 0.0001, 123456789.125, true, null, \"é\"]}}}}}";
+  EXPECT_NE(prompt->find("<tools>\n" + expected_tool + "\n</tools>"), std::string::npos) << *prompt;
+}
+
+// The expected texts are what Python 3.11's json.dumps(value, ensure_ascii=False[, indent=2])
+// prints for the same value: key order kept, empty containers, floats at the edges of
+// positional form and of the double range, every escape.
+TEST(JinjaJsonTest, PrintsAsPythonJsonDumps) {
+  const nlohmann::ordered_json value = nlohmann::ordered_json::parse(
+      R"({"b":[1,2.5,1e15,1e16,0.0001,1e-05,-0.0,123456789.125,5e-324,1.7976931348623157e308],)"
+      R"("a":{},"c":[],"d":{"x":[{}]},"s":"\u0000\u001f)"
+      "\x7f"
+      R"(\"\\\/é\t"})");
+  EXPECT_EQ(jinja_tojson(value),
+            R"({"b": [1, 2.5, 1000000000000000.0, 1e+16, 0.0001, 1e-05, -0.0, 123456789.125, )"
+            R"(5e-324, 1.7976931348623157e+308], "a": {}, "c": [], "d": {"x": [{}]}, "s": )"
+            R"("\u0000\u001f)"
+            "\x7f"
+            R"(\"\\/é\t"})");
+  EXPECT_EQ(jinja_tojson(value, 2),
+            "{\n  \"b\": [\n    1,\n    2.5,\n    1000000000000000.0,\n    1e+16,\n    0.0001,\n"
+            "    1e-05,\n    -0.0,\n    123456789.125,\n    5e-324,\n    1.7976931348623157e+308\n"
+            "  ],\n  \"a\": {},\n  \"c\": [],\n  \"d\": {\n    \"x\": [\n      {}\n    ]\n  },\n"
+            "  \"s\": \"\\u0000\\u001f\x7f\\\"\\\\/é\\t\"\n}");
+}
+
+TEST(ChatTemplateToolsTest, OnlyChatMlAndLlama31SupportTools) {
+  for (ChatTemplate chat_template :
+       {ChatTemplate::kChatMl, ChatTemplate::kLlama3, ChatTemplate::kLlama31, ChatTemplate::kLlama2,
+        ChatTemplate::kMistralV1, ChatTemplate::kMistralV3, ChatTemplate::kZephyr,
+        ChatTemplate::kPhi3, ChatTemplate::kGemma}) {
+    const bool supports =
+        chat_template == ChatTemplate::kChatMl || chat_template == ChatTemplate::kLlama31;
+    EXPECT_EQ(chat_template_supports_tools(chat_template), supports)
+        << chat_template_name(chat_template);
+    // Without anything tool-related, every family renders as render_chat does.
+    Result<std::string> plain = render_chat_with_tools(chat_template, kConversation, {});
+    ASSERT_TRUE(plain.ok());
+    EXPECT_EQ(*plain, render_chat(chat_template, kConversation));
+  }
+}
+
+TEST(ChatTemplateToolsTest, ToolUseOnAFamilyWithoutToolsIsRefused) {
+  const std::vector<ChatMessage> user_only = {{"user", "U"}};
+  const Result<std::string> with_tools =
+      render_chat_with_tools(ChatTemplate::kGemma, user_only, kTools);
+  ASSERT_FALSE(with_tools.ok());
+  EXPECT_EQ(with_tools.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(with_tools.status().message().find("'gemma'"), std::string::npos);
+
+  const std::vector<ChatMessage> with_result = {{"user", "U"}, tool_result("call_1", "R")};
+  const Result<std::string> tool_message =
+      render_chat_with_tools(ChatTemplate::kLlama3, with_result, {});
+  ASSERT_FALSE(tool_message.ok());
+  EXPECT_NE(tool_message.status().message().find("messages[1]"), std::string::npos);
+
+  const std::vector<ChatMessage> with_call = {
+      {"user", "U"}, assistant_calling("", {{.id = "c", .name = "f", .arguments = "{}"}})};
+  EXPECT_FALSE(render_chat_with_tools(ChatTemplate::kMistralV3, with_call, {}).ok());
+}
+
+TEST(ChatTemplateToolsTest, RefusesWhatTheTemplatesRefuse) {
+  // Llama 3.1's template raises on more than one call in an assistant message.
+  const std::vector<ChatMessage> two_calls = {
+      {"user", "U"},
+      assistant_calling("", {{.id = "a", .name = "f", .arguments = "{}"},
+                             {.id = "b", .name = "g", .arguments = "{}"}})};
+  const Result<std::string> refused =
+      render_chat_with_tools(ChatTemplate::kLlama31, two_calls, kTools);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_NE(refused.status().message().find("messages[1].tool_calls"), std::string::npos);
+  EXPECT_TRUE(render_chat_with_tools(ChatTemplate::kChatMl, two_calls, kTools).ok());
+  // ... and when there is no message after the system prompt to carry the tools.
+  const std::vector<ChatMessage> system_only = {{"system", "S"}};
+  EXPECT_FALSE(render_chat_with_tools(ChatTemplate::kLlama31, system_only, kTools).ok());
+  // A parameters schema that is not a JSON object.
+  ToolDefinition broken = time_tool();
+  broken.parameters_schema = "[1, 2";
+  const std::vector<ChatMessage> user_only = {{"user", "U"}};
+  const Result<std::string> bad_schema =
+      render_chat_with_tools(ChatTemplate::kChatMl, user_only, std::span(&broken, 1));
+  ASSERT_FALSE(bad_schema.ok());
+  EXPECT_NE(bad_schema.status().message().find("get_time"), std::string::npos);
 }
 
 }  // namespace
