@@ -305,6 +305,14 @@ TEST(OpenAiProtocolTest, ParsesToolsToolChoiceToolMessagesAndResponseFormats) {
   EXPECT_EQ(parsed->tool_choice.function, "f");
   EXPECT_EQ(parsed->tools[0].parameters_schema, "{}");
 
+  // Schemas keep the client's key order: it is the order the model is shown and writes.
+  parsed = parse_chat(R"({"model": "m", "messages": [{"role": "user", "content": "x"}],
+      "tools": [{"type": "function", "function": {"name": "f", "parameters":
+          {"type": "object", "properties": {"zeta": {"type": "string"}, "alpha": {}}}}}]})");
+  ASSERT_TRUE(parsed.ok()) << parsed.status();
+  EXPECT_EQ(parsed->tools[0].parameters_schema,
+            R"({"type":"object","properties":{"zeta":{"type":"string"},"alpha":{}}})");
+
   parsed = parse_chat(R"({"model": "m", "messages": [{"role": "user", "content": "x"}],
       "response_format": {"type": "json_schema", "json_schema": {"name": "s", "strict": true,
           "schema": {"type": "object"}}}})");

@@ -298,7 +298,7 @@ TEST(ToolCallPlanTest, AnEnvelopedCallParsesBack) {
 
 TEST(ToolCallPlanTest, SchemaPerChoice) {
   Result<ToolCallPlan> automatic =
-      plan_tool_calls(ChatTemplate::kChatMl, kTools, ToolChoice{ToolChoiceMode::kAuto, ""});
+      plan_tool_calls(ChatTemplate::kChatMl, kTools, ToolChoice{ToolChoice::Mode::kAuto, ""});
   ASSERT_TRUE(automatic.ok()) << automatic.status().to_string();
   EXPECT_EQ(automatic->constraint, ToolCallConstraint::kAfterTrigger);
   EXPECT_TRUE(automatic->parse_calls);
@@ -312,7 +312,7 @@ TEST(ToolCallPlanTest, SchemaPerChoice) {
       R"("additionalProperties":false}]})");
 
   Result<ToolCallPlan> named = plan_tool_calls(ChatTemplate::kLlama31, kTools,
-                                               ToolChoice{ToolChoiceMode::kFunction, "get_time"});
+                                               ToolChoice{ToolChoice::Mode::kFunction, "get_time"});
   ASSERT_TRUE(named.ok());
   EXPECT_EQ(named->constraint, ToolCallConstraint::kFromStart);
   EXPECT_EQ(named->call_schema,
@@ -321,53 +321,26 @@ TEST(ToolCallPlanTest, SchemaPerChoice) {
             R"("additionalProperties":false})");
 
   Result<ToolCallPlan> required =
-      plan_tool_calls(ChatTemplate::kChatMl, kTools, ToolChoice{ToolChoiceMode::kRequired, ""});
+      plan_tool_calls(ChatTemplate::kChatMl, kTools, ToolChoice{ToolChoice::Mode::kRequired, ""});
   ASSERT_TRUE(required.ok());
   EXPECT_EQ(required->constraint, ToolCallConstraint::kFromStart);
   EXPECT_EQ(required->call_schema, automatic->call_schema);
 
   Result<ToolCallPlan> none =
-      plan_tool_calls(ChatTemplate::kChatMl, kTools, ToolChoice{ToolChoiceMode::kNone, ""});
+      plan_tool_calls(ChatTemplate::kChatMl, kTools, ToolChoice{ToolChoice::Mode::kNone, ""});
   ASSERT_TRUE(none.ok());
   EXPECT_EQ(none->constraint, ToolCallConstraint::kNone);
   EXPECT_FALSE(none->parse_calls);
   EXPECT_TRUE(none->call_schema.empty());
 
   EXPECT_FALSE(
-      plan_tool_calls(ChatTemplate::kGemma, kTools, ToolChoice{ToolChoiceMode::kAuto, ""}).ok());
+      plan_tool_calls(ChatTemplate::kGemma, kTools, ToolChoice{ToolChoice::Mode::kAuto, ""}).ok());
   EXPECT_FALSE(plan_tool_calls(ChatTemplate::kChatMl, kTools,
-                               ToolChoice{ToolChoiceMode::kFunction, "missing"})
+                               ToolChoice{ToolChoice::Mode::kFunction, "missing"})
                    .ok());
   const std::vector<ToolDefinition> broken = {tool("f", "not json")};
   EXPECT_FALSE(
-      plan_tool_calls(ChatTemplate::kChatMl, broken, ToolChoice{ToolChoiceMode::kAuto, ""}).ok());
-}
-
-TEST(ToolChoiceTest, ParsesOpenAiValues) {
-  struct Case {
-    std::string_view json;
-    ToolChoiceMode mode;
-    std::string_view function_name;
-  };
-  for (const Case& c :
-       {Case{"\"none\"", ToolChoiceMode::kNone, ""}, Case{"\"auto\"", ToolChoiceMode::kAuto, ""},
-        Case{"\"required\"", ToolChoiceMode::kRequired, ""},
-        Case{R"({"type": "function", "function": {"name": "get_time"}})", ToolChoiceMode::kFunction,
-             "get_time"}}) {
-    Result<ToolChoice> choice = parse_tool_choice(c.json, kTools);
-    ASSERT_TRUE(choice.ok()) << c.json << ": " << choice.status().to_string();
-    EXPECT_EQ(choice->mode, c.mode);
-    EXPECT_EQ(choice->function_name, c.function_name);
-  }
-  for (const std::string_view bad :
-       {"\"always\"", "3", "{", R"({"type": "function"})", R"({"function": {"name": "f"}})",
-        R"({"type": "function", "function": {"name": "unknown"}})"}) {
-    const Result<ToolChoice> choice = parse_tool_choice(bad, kTools);
-    ASSERT_FALSE(choice.ok()) << bad;
-    EXPECT_NE(choice.status().message().find("tool_choice"), std::string::npos);
-  }
-  EXPECT_TRUE(parse_tool_choice("\"none\"", {}).ok());
-  EXPECT_FALSE(parse_tool_choice("\"auto\"", {}).ok());
+      plan_tool_calls(ChatTemplate::kChatMl, broken, ToolChoice{ToolChoice::Mode::kAuto, ""}).ok());
 }
 
 TEST(ToolCallIdTest, OpenAiShapedAndDistinct) {

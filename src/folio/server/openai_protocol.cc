@@ -11,7 +11,9 @@
 namespace folio::server {
 namespace {
 
-using Json = nlohmann::json;
+// Ordered: a schema's property order is the order a structured answer writes them in, and tool
+// definitions are shown to the model as the client wrote them.
+using Json = nlohmann::ordered_json;
 
 // Fields accepted and ignored: they describe the caller and change no token of the answer.
 constexpr std::array<std::string_view, 4> kIgnoredFields = {"user", "metadata", "store",

@@ -137,52 +137,6 @@ OrderedJson call_object_schema(const std::string& name, OrderedJson parameters,
 
 }  // namespace
 
-Result<ToolChoice> parse_tool_choice(std::string_view json_text,
-                                     std::span<const ToolDefinition> tools) {
-  std::optional<OrderedJson> value = parse_json(json_text);
-  if (!value) return invalid_argument("'tool_choice' is not JSON");
-  ToolChoice choice;
-  if (value->is_string()) {
-    const std::string& mode = value->get_ref<const std::string&>();
-    if (mode == "none") {
-      choice.mode = ToolChoiceMode::kNone;
-    } else if (mode == "auto") {
-      choice.mode = ToolChoiceMode::kAuto;
-    } else if (mode == "required") {
-      choice.mode = ToolChoiceMode::kRequired;
-    } else {
-      return invalid_argument(
-          "'tool_choice' must be \"none\", \"auto\", \"required\" or {{\"type\": \"function\", "
-          "\"function\": {{\"name\": ...}}}}, got \"{}\"",
-          mode);
-    }
-  } else {
-    const bool function_object =
-        value->is_object() && value->contains("type") && (*value)["type"] == "function" &&
-        value->contains("function") && (*value)["function"].is_object() &&
-        (*value)["function"].contains("name") && (*value)["function"]["name"].is_string();
-    if (!function_object) {
-      return invalid_argument(
-          "'tool_choice' must be \"none\", \"auto\", \"required\" or {{\"type\": \"function\", "
-          "\"function\": {{\"name\": ...}}}}");
-    }
-    choice.mode = ToolChoiceMode::kFunction;
-    choice.function_name = (*value)["function"]["name"].get<std::string>();
-  }
-  if (choice.mode != ToolChoiceMode::kNone && tools.empty()) {
-    return invalid_argument("'tool_choice' other than \"none\" needs 'tools'");
-  }
-  if (choice.mode == ToolChoiceMode::kFunction) {
-    bool known = false;
-    for (const ToolDefinition& tool : tools) known = known || tool.name == choice.function_name;
-    if (!known) {
-      return invalid_argument("'tool_choice' names function '{}', which is not in 'tools'",
-                              choice.function_name);
-    }
-  }
-  return choice;
-}
-
 Result<ToolCallFormat> tool_call_format(ChatTemplate chat_template) {
   switch (chat_template) {
     case ChatTemplate::kChatMl:
@@ -229,29 +183,29 @@ Result<ToolCallPlan> plan_tool_calls(ChatTemplate chat_template,
           "'tools[{}].function.parameters' (function '{}') must be a JSON object", i,
           tools[i].name);
     }
-    if (choice.mode == ToolChoiceMode::kFunction && tools[i].name != choice.function_name) {
+    if (choice.mode == ToolChoice::Mode::kFunction && tools[i].name != choice.function) {
       continue;
     }
     alternatives.push_back(
         call_object_schema(tools[i].name, std::move(*parameters), plan.format.arguments_key));
   }
   switch (choice.mode) {
-    case ToolChoiceMode::kNone:
+    case ToolChoice::Mode::kNone:
       plan.constraint = ToolCallConstraint::kNone;
       plan.parse_calls = false;
       return plan;
-    case ToolChoiceMode::kAuto:
+    case ToolChoice::Mode::kAuto:
       plan.constraint = ToolCallConstraint::kAfterTrigger;
       break;
-    case ToolChoiceMode::kRequired:
-    case ToolChoiceMode::kFunction:
+    case ToolChoice::Mode::kRequired:
+    case ToolChoice::Mode::kFunction:
       plan.constraint = ToolCallConstraint::kFromStart;
       break;
   }
   if (alternatives.empty()) {
-    if (choice.mode == ToolChoiceMode::kFunction) {
+    if (choice.mode == ToolChoice::Mode::kFunction) {
       return invalid_argument("'tool_choice' names function '{}', which is not in 'tools'",
-                              choice.function_name);
+                              choice.function);
     }
     return invalid_argument("'tool_choice' other than \"none\" needs 'tools'");
   }

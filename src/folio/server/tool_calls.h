@@ -43,22 +43,6 @@
 
 namespace folio::server {
 
-// OpenAI's tool_choice: "none" (the model answers in text; the tools are still rendered, as the
-// templates render them), "auto" (text or calls, the model decides), "required" (at least one
-// call), or {"type": "function", "function": {"name": ...}} (a call of that function).
-enum class ToolChoiceMode : uint8_t { kNone, kAuto, kRequired, kFunction };
-
-struct ToolChoice {
-  ToolChoiceMode mode = ToolChoiceMode::kAuto;
-  std::string function_name;  // kFunction only
-};
-
-// Reads the JSON text of a request's tool_choice value. kInvalidArgument naming 'tool_choice' for
-// anything else, and for a function not among `tools` (or a choice other than "none" with no
-// tools, as OpenAI refuses it).
-Result<ToolChoice> parse_tool_choice(std::string_view json_text,
-                                     std::span<const ToolDefinition> tools);
-
 // How a family's model writes a call, for building a grammar around the call's JSON object.
 struct ToolCallFormat {
   std::string call_prefix;      // literal text before each call's object ("<tool_call>\n")
