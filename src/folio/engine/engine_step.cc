@@ -83,7 +83,8 @@ void Engine::run_plan(StepPlan& plan, TimePoint started) {
 
 void Engine::accept_token(RequestState& state, std::span<const float> logits_row) {
   Result<int32_t> sampled = 0;
-  if (state.sampling.is_greedy() && !state.sampling.has_penalties()) {
+  if (state.sampling.is_greedy() && !state.sampling.has_penalties() &&
+      state.sampling.logit_bias.empty()) {
     sampled = greedy_token(logits_row);  // nothing to rewrite: no copy of the row
   } else {
     logits_scratch_.assign(logits_row.begin(), logits_row.end());

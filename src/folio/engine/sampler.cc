@@ -30,6 +30,12 @@ int32_t TokenHistory::generated_count(int32_t token) const {
   return entry == generated_counts_.end() ? 0 : entry->second;
 }
 
+void apply_logit_bias(std::span<float> logits, const SamplingParams& params) {
+  for (const LogitBias& entry : params.logit_bias) {
+    logits[static_cast<size_t>(entry.token)] += entry.bias;
+  }
+}
+
 void apply_penalties(std::span<float> logits, const SamplingParams& params,
                      const TokenHistory& history) {
   if (params.repetition_penalty != 1.0f) {
@@ -101,6 +107,7 @@ Result<int32_t> greedy_token(std::span<const float> logits) {
 Result<int32_t> Sampler::sample(std::span<float> logits, const SamplingParams& params,
                                 const TokenHistory& history, Xoshiro256StarStar& generator) {
   if (params.is_greedy()) {
+    apply_logit_bias(logits, params);
     apply_penalties(logits, params, history);
     return greedy_token(logits);
   }
@@ -131,6 +138,7 @@ Result<std::vector<Candidate>> Sampler::distribution(std::span<float> logits,
 
 Status Sampler::build_candidates(std::span<float> logits, const SamplingParams& params,
                                  const TokenHistory& history, double* total_weight) {
+  apply_logit_bias(logits, params);
   apply_penalties(logits, params, history);
   candidates_.clear();
   candidates_.reserve(logits.size());

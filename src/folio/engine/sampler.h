@@ -6,6 +6,7 @@
 // proportional to its (unnormalized) weight.
 //
 // Steps, in order:
+//   0. logit bias (in place): each SamplingParams::logit_bias entry added to its token's logit;
 //   1. penalties (in place on the logits): repetition over prompt and generated tokens, then
 //      frequency and presence over generated tokens;
 //   2. greedy (temperature 0): argmax, lowest token id on ties; stop;
@@ -58,6 +59,9 @@ struct Candidate {
   double probability = 0.0;  // normalized over the final candidate set
 };
 
+// Step 0 alone. logits: f32 [vocab]. Requires: bias tokens lie in [0, logits.size()).
+void apply_logit_bias(std::span<float> logits, const SamplingParams& params);
+
 // Step 1 alone. logits: f32 [vocab]. Requires: history tokens lie in [0, logits.size()).
 void apply_penalties(std::span<float> logits, const SamplingParams& params,
                      const TokenHistory& history);
@@ -68,13 +72,13 @@ Result<int32_t> greedy_token(std::span<const float> logits);
 
 class Sampler {
  public:
-  // The token for one logits row. logits: f32 [vocab], overwritten by the penalties. Greedy
+  // The token for one logits row. logits: f32 [vocab], overwritten by bias and penalties. Greedy
   // draws nothing from `generator`; every other setting draws exactly one double.
   // Requires: params.validate(logits.size()) is OK.
   Result<int32_t> sample(std::span<float> logits, const SamplingParams& params,
                          const TokenHistory& history, Xoshiro256StarStar& generator);
 
-  // Steps 1 and 3-7: the distribution a non-greedy draw picks from, in candidate order, with
+  // Steps 0, 1 and 3-7: the distribution a non-greedy draw picks from, in candidate order, with
   // probabilities renormalized to sum to 1. For tests and tools.
   Result<std::vector<Candidate>> distribution(std::span<float> logits, const SamplingParams& params,
                                               const TokenHistory& history);
