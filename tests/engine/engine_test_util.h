@@ -130,6 +130,7 @@ class Recorder {
   struct Stream {
     std::vector<int32_t> tokens;
     std::string text;
+    std::vector<TokenLogprobs> logprobs;  // one per token that carried them
     std::vector<Completion> completions;
     std::vector<std::string> violations;
   };
@@ -146,6 +147,7 @@ class Recorder {
       }
       stream.tokens.push_back(event.token);
       stream.text.append(event.text);
+      if (event.logprobs != nullptr) stream.logprobs.push_back(*event.logprobs);
     };
     request.on_finish = [this](const Completion& completion) {
       std::lock_guard lock(mutex_);
@@ -227,6 +229,16 @@ inline std::vector<int32_t> reference_greedy(const HarnessOptions& options,
     }
   }
   return output;
+}
+
+// The toy model's logits row after `tokens` (what predicts the next token), without a cache.
+inline std::vector<float> reference_logits(const HarnessOptions& options,
+                                           std::span<const int32_t> tokens,
+                                           int64_t adapter_id = 0) {
+  std::vector<float> logits(static_cast<size_t>(options.vocab_size));
+  ToyStepRunner::logits_for_key(
+      ToyStepRunner::reference_key(options.model_seed, adapter_id, tokens), logits);
+  return logits;
 }
 
 inline std::vector<int32_t> random_prompt(uint64_t& state, int32_t length, int32_t vocab_size) {

@@ -6,6 +6,7 @@
 #include <cmath>
 
 #include "engine_test_util.h"
+#include "folio/base/random.h"
 
 namespace folio::engine {
 namespace {
@@ -65,6 +66,113 @@ TEST(LogitBiasEngineTest, SubmitRejectsABiasOutsideTheVocabulary) {
   ASSERT_FALSE(result.ok());
   EXPECT_EQ(result.status().code(), StatusCode::kInvalidArgument);
   EXPECT_NE(result.status().message().find("logit_bias"), std::string::npos);
+}
+
+// Independent log-softmax in long double, and the top k by a full stable sort.
+TokenLogprobs reference_logprobs(std::span<const float> logits, int32_t token, int32_t num_top) {
+  long double largest = -INFINITY;
+  for (float logit : logits) largest = std::max<long double>(largest, logit);
+  long double sum = 0;
+  for (float logit : logits) sum += std::exp(static_cast<long double>(logit) - largest);
+  const long double normalizer = std::log(sum) + largest;
+  TokenLogprobs result;
+  result.token = token;
+  result.logprob = static_cast<double>(logits[static_cast<size_t>(token)] - normalizer);
+  std::vector<int32_t> order(logits.size());
+  for (size_t index = 0; index < order.size(); ++index) order[index] = static_cast<int32_t>(index);
+  std::stable_sort(order.begin(), order.end(),
+                   [&](int32_t a, int32_t b) { return logits[a] > logits[b]; });
+  for (int32_t rank = 0; rank < num_top && rank < static_cast<int32_t>(order.size()); ++rank) {
+    result.top.push_back(
+        TopLogprob{order[rank], static_cast<double>(logits[order[rank]] - normalizer)});
+  }
+  return result;
+}
+
+void expect_logprobs_near(const TokenLogprobs& actual, const TokenLogprobs& expected) {
+  EXPECT_EQ(actual.token, expected.token);
+  EXPECT_NEAR(actual.logprob, expected.logprob, 1e-12);
+  ASSERT_EQ(actual.top.size(), expected.top.size());
+  for (size_t rank = 0; rank < expected.top.size(); ++rank) {
+    EXPECT_EQ(actual.top[rank].token, expected.top[rank].token) << "rank " << rank;
+    EXPECT_NEAR(actual.top[rank].logprob, expected.top[rank].logprob, 1e-12) << "rank " << rank;
+  }
+}
+
+TEST(TokenLogprobsTest, MatchesAnIndependentLogSoftmaxAndOrdersTiesByLowestId) {
+  SplitMix64 random(11);
+  std::vector<float> logits(300);
+  for (float& logit : logits) logit = static_cast<float>(random.next() >> 40) * 0x1.0p-20f - 8.0f;
+  logits[7] = logits[250] = logits[40] = 20.0f;  // a three-way tie at the top
+  TokenLogprobs actual;
+  for (int32_t num_top : {0, 1, 3, 5, 20}) {
+    compute_token_logprobs(logits, 123, num_top, actual);
+    expect_logprobs_near(actual, reference_logprobs(logits, 123, num_top));
+  }
+  ASSERT_EQ(actual.top.size(), 20u);
+  EXPECT_EQ(actual.top[0].token, 7);
+  EXPECT_EQ(actual.top[1].token, 40);
+  EXPECT_EQ(actual.top[2].token, 250);
+  // More alternatives asked than the vocabulary has: all of them.
+  const std::vector<float> small = {0.0f, 1.0f};
+  compute_token_logprobs(small, 0, 20, actual);
+  expect_logprobs_near(actual, reference_logprobs(small, 0, 2));
+}
+
+TEST(TokenLogprobsTest, NaNAndMinusInfinityHaveProbabilityZero) {
+  const std::vector<float> logits = {std::nanf(""), 0.0f, -INFINITY, 0.0f};
+  TokenLogprobs actual;
+  compute_token_logprobs(logits, 0, 4, actual);
+  EXPECT_EQ(actual.logprob, -INFINITY);
+  ASSERT_EQ(actual.top.size(), 4u);
+  EXPECT_EQ(actual.top[0].token, 1);
+  EXPECT_NEAR(actual.top[0].logprob, std::log(0.5), 1e-15);
+  EXPECT_EQ(actual.top[1].token, 3);
+  EXPECT_EQ(actual.top[2].logprob, -INFINITY);
+  EXPECT_EQ(actual.top[3].logprob, -INFINITY);
+}
+
+TEST(LogprobsEngineTest, EveryTokenCarriesTheModelsRawLogprobsAndTheSumIsReported) {
+  HarnessOptions options;
+  EngineHarness harness(options);
+  Recorder recorder;
+  Request request = greedy_request(iota_prompt(11), 9);
+  request.logprobs = 5;
+  request.sampling.temperature = 0.7f;
+  request.sampling.seed = 42;
+  request.sampling.logit_bias = {{3, 2.0f}};  // changes the pick, never the reported logprobs
+  request.sampling.presence_penalty = 1.0f;
+  Request plain = greedy_request(iota_prompt(11), 9);
+  const RequestId id = *harness.engine().submit(recorder.attach(request));
+  const RequestId plain_id = *harness.engine().submit(recorder.attach(plain));
+  harness.engine().run_until_idle();
+  const Recorder::Stream stream = recorder.stream(id);
+  ASSERT_EQ(stream.logprobs.size(), stream.tokens.size());
+  std::vector<int32_t> context = iota_prompt(11);
+  double sum = 0;
+  for (size_t index = 0; index < stream.tokens.size(); ++index) {
+    SCOPED_TRACE(index);
+    expect_logprobs_near(
+        stream.logprobs[index],
+        reference_logprobs(testing::reference_logits(options, context), stream.tokens[index], 5));
+    sum += stream.logprobs[index].logprob;
+    context.push_back(stream.tokens[index]);
+  }
+  ASSERT_TRUE(recorder.completion(id).cumulative_logprob.has_value());
+  EXPECT_NEAR(*recorder.completion(id).cumulative_logprob, sum, 1e-9);
+  EXPECT_TRUE(recorder.stream(plain_id).logprobs.empty());
+  EXPECT_FALSE(recorder.completion(plain_id).cumulative_logprob.has_value());
+}
+
+TEST(LogprobsEngineTest, SubmitRejectsMoreThanTwentyTopLogprobs) {
+  EngineHarness harness(HarnessOptions{});
+  for (int32_t bad : {-1, 21}) {
+    Request request = greedy_request({1, 2}, 4);
+    request.logprobs = bad;
+    const Result<RequestId> result = harness.engine().submit(std::move(request));
+    ASSERT_FALSE(result.ok());
+    EXPECT_EQ(result.status().code(), StatusCode::kInvalidArgument);
+  }
 }
 
 }  // namespace

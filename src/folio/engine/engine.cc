@@ -94,6 +94,11 @@ Status Engine::validate(const Request& request) const {
     return invalid_argument("max_tokens must be at least 1, got {}", request.max_tokens);
   }
   FOLIO_RETURN_IF_ERROR(request.sampling.validate(vocab_size_));
+  if (request.logprobs.has_value() &&
+      (*request.logprobs < 0 || *request.logprobs > kMaxTopLogprobs)) {
+    return invalid_argument("logprobs must be in [0, {}] (the number of top tokens), got {}",
+                            kMaxTopLogprobs, *request.logprobs);
+  }
   for (int32_t token : request.stop_token_ids) {
     if (token < 0 || token >= vocab_size_) {
       return invalid_argument("stop token {} is outside the vocabulary of {} tokens", token,

@@ -22,6 +22,7 @@ struct Engine::RequestState {
   explicit RequestState(Request& request)
       : sampling(request.sampling),
         max_tokens(request.max_tokens),
+        num_top_logprobs(request.logprobs),
         stop_token_ids(std::move(request.stop_token_ids)),
         on_token(std::move(request.on_token)),
         on_finish(std::move(request.on_finish)),
@@ -31,7 +32,8 @@ struct Engine::RequestState {
   Sequence sequence;
   SamplingParams sampling;
   int32_t max_tokens = 0;
-  std::vector<int32_t> stop_token_ids;  // sorted; the EOS included unless ignore_eos
+  std::optional<int32_t> num_top_logprobs;  // Request::logprobs
+  std::vector<int32_t> stop_token_ids;      // sorted; the EOS included unless ignore_eos
   std::function<void(const TokenEvent&)> on_token;
   std::function<void(const Completion&)> on_finish;
 
@@ -40,7 +42,9 @@ struct Engine::RequestState {
   std::unique_ptr<TextDecoder> decoder;  // null without a text decoder factory
   StopStringMatcher matcher;
 
-  int32_t num_reported = 0;  // tokens streamed through on_token
+  int32_t num_reported = 0;       // tokens streamed through on_token
+  TokenLogprobs token_logprobs;   // the last token's, when asked (reused)
+  double cumulative_logprob = 0;  // over the tokens streamed
   std::optional<int32_t> stop_token;
   std::optional<std::string> stop_string;
   TimePoint first_scheduled;

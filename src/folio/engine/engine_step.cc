@@ -136,9 +136,18 @@ void Engine::accept_token(RequestState& state, std::span<const float> logits_row
   const TimePoint now = clock_.now();
   if (state.num_reported == 0) state.first_token = now;
   state.last_token = now;
+  const TokenLogprobs* logprobs = nullptr;
+  if (state.num_top_logprobs.has_value()) {
+    // From the model's raw row (logits_row), never the rewritten scratch.
+    compute_token_logprobs(logits_row, token, *state.num_top_logprobs, state.token_logprobs);
+    state.cumulative_logprob += state.token_logprobs.logprob;
+    logprobs = &state.token_logprobs;
+  }
   const int32_t index = state.num_reported++;
   metrics_.on_generated_token();
-  if (state.on_token) state.on_token(TokenEvent{sequence.request, token, index, text});
+  if (state.on_token) {
+    state.on_token(TokenEvent{sequence.request, token, index, text, logprobs});
+  }
   if (reason.has_value()) finish(state, *reason, Status());
 }
 
@@ -158,6 +167,7 @@ void Engine::finish(RequestState& state, FinishReason reason, Status error) {
   completion.num_generated_tokens = state.num_reported;
   completion.num_cached_prompt_tokens = std::max(sequence.num_cached_prompt_tokens, 0);
   completion.num_preemptions = sequence.num_preemptions;
+  if (state.num_top_logprobs.has_value()) completion.cumulative_logprob = state.cumulative_logprob;
   RequestTiming& timing = completion.timing;
   if (sequence.scheduled_once) timing.queue_time = state.first_scheduled - sequence.arrival;
   if (state.num_reported >= 1) timing.time_to_first_token = state.first_token - sequence.arrival;

@@ -13,6 +13,11 @@
 // text, which stops right before the first stop string. The token that completes a stop string,
 // and a stop token, are still reported as tokens (their text is what precedes the stop).
 //
+// Logprobs (`logprobs`, token_logprobs.h for the definition): when asked, every TokenEvent
+// carries the sampled token's log-probability under the model (its raw logits: before bias,
+// constraint, penalties and temperature) and the `logprobs` most likely tokens at its position,
+// and the Completion carries the sum over the generated tokens. Not asked, nothing is computed.
+//
 // Priority: a larger value is more important. Waiting requests age: each `aging_interval`
 // (SchedulerOptions) spent waiting counts as one more priority level when admitting.
 //
@@ -31,6 +36,7 @@
 #include "folio/base/strong_id.h"
 #include "folio/engine/clock.h"
 #include "folio/engine/sampling_params.h"
+#include "folio/engine/token_logprobs.h"
 
 namespace folio::engine {
 
@@ -51,6 +57,9 @@ struct TokenEvent {
   int32_t token = 0;
   int32_t index = 0;      // 0 for the first generated token
   std::string_view text;  // text made final by this token; valid during the callback only
+  // This token's logprob and top alternatives when the request asked (Request::logprobs), else
+  // null; valid during the callback only.
+  const TokenLogprobs* logprobs = nullptr;
 };
 
 struct RequestTiming {
@@ -71,6 +80,9 @@ struct Completion {
   int32_t num_cached_prompt_tokens =
       0;  // prompt tokens served from the prefix cache (first admission)
   int32_t num_preemptions = 0;
+  // The sum of the generated tokens' logprobs (0 for none) when the request asked for logprobs;
+  // what OpenAI's best_of ranks choices by.
+  std::optional<double> cumulative_logprob;
   RequestTiming timing;
 };
 
@@ -83,6 +95,9 @@ struct Request {
   std::vector<std::string> stop_strings;  // non-empty strings; needs a text decoder
   int32_t priority = 0;                   // larger is more important
   int64_t adapter_id = 0;                 // 0: the base model
+  // Absent: no logprobs. k in [0, kMaxTopLogprobs]: each generated token's logprob and the k
+  // most likely tokens at its position (TokenEvent::logprobs, Completion::cumulative_logprob).
+  std::optional<int32_t> logprobs;
   std::function<void(const TokenEvent&)> on_token;
   std::function<void(const Completion&)> on_finish;
 };
