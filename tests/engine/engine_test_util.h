@@ -47,6 +47,7 @@ struct HarnessOptions {
   int32_t vocab_size = 64;
   uint64_t model_seed = 7;
   int64_t num_adapters = 1;
+  int32_t max_logit_rows = 0;  // the toy runner's limit per step (0: none)
   bool with_text = true;
   std::optional<int32_t> eos_token;
   SchedulerOptions scheduler;
@@ -76,6 +77,7 @@ class EngineHarness {
     runner_ = std::move(ToyStepRunner::create(block_manager_->layout(), options.vocab_size,
                                               options.model_seed, options.num_adapters)
                             .value());
+    runner_->set_max_logit_rows(options.max_logit_rows);
     EngineOptions engine_options;
     engine_options.scheduler = options.scheduler;
     engine_options.eos_token = options.eos_token;

@@ -175,5 +175,122 @@ TEST(LogprobsEngineTest, SubmitRejectsMoreThanTwentyTopLogprobs) {
   }
 }
 
+struct PromptLogprobsRecord {
+  int32_t num_calls = 0;
+  int32_t tokens_before_call = -1;  // tokens streamed when the call came
+  std::vector<TokenLogprobs> entries;
+};
+
+// Records on_prompt_logprobs, and whether it came before the first token (on top of the
+// recorder's callbacks, which must be attached first).
+void record_prompt_logprobs(Request& request, PromptLogprobsRecord& record) {
+  request.on_prompt_logprobs = [&record](std::span<const TokenLogprobs> entries) {
+    ++record.num_calls;
+    record.entries.assign(entries.begin(), entries.end());
+  };
+  auto on_token = std::move(request.on_token);
+  request.on_token = [&record, on_token](const TokenEvent& event) {
+    if (event.index == 0 && record.tokens_before_call < 0) {
+      record.tokens_before_call = record.num_calls == 0 ? -2 : 0;  // -2: token came first
+    }
+    on_token(event);
+  };
+}
+
+void expect_prompt_logprobs(const HarnessOptions& options, std::span<const int32_t> prompt,
+                            int32_t num_top, const std::vector<TokenLogprobs>& entries) {
+  ASSERT_EQ(entries.size(), prompt.size() - 1);
+  for (size_t index = 1; index < prompt.size(); ++index) {
+    SCOPED_TRACE(index);
+    expect_logprobs_near(entries[index - 1],
+                         reference_logprobs(testing::reference_logits(options, prompt.first(index)),
+                                            prompt[index], num_top));
+  }
+}
+
+TEST(PromptLogprobsTest, EveryPromptTokenIsScoredEvenWhenItsPrefixIsCached) {
+  HarnessOptions options;
+  options.max_logit_rows = 4;  // forces the prompt's rows into many steps
+  options.scheduler.max_num_sequences = 4;
+  options.scheduler.max_num_batched_tokens = 64;
+  options.scheduler.prefill_chunk_size = 64;
+  EngineHarness harness(options);
+  const std::vector<int32_t> prompt = iota_prompt(37);
+  Recorder recorder;
+  // The same prompt first, so its full blocks sit in the prefix cache.
+  Request warm = greedy_request(prompt, 2);
+  *harness.engine().submit(recorder.attach(warm));
+  harness.engine().run_until_idle();
+  Request request = greedy_request(prompt, 5);
+  request.logprobs = 3;
+  request.prompt_logprobs = true;
+  PromptLogprobsRecord record;
+  recorder.attach(request);
+  record_prompt_logprobs(request, record);
+  const RequestId id = *harness.engine().submit(std::move(request));
+  harness.engine().run_until_idle();
+  EXPECT_EQ(record.num_calls, 1);
+  EXPECT_EQ(record.tokens_before_call, 0) << "on_prompt_logprobs must come before any token";
+  expect_prompt_logprobs(options, prompt, 3, record.entries);
+  const Completion completion = recorder.completion(id);
+  EXPECT_EQ(completion.reason, FinishReason::kLength) << completion.error;
+  EXPECT_EQ(completion.num_cached_prompt_tokens, 0);
+  EXPECT_EQ(recorder.stream(id).tokens, reference_greedy(options, prompt, 5));
+  harness.expect_all_blocks_free_or_cached();
+}
+
+TEST(PromptLogprobsTest, MaxTokensZeroScoresThePromptAndGeneratesNothing) {
+  for (bool chunked : {true, false}) {
+    HarnessOptions options;
+    options.scheduler.chunked_prefill = chunked;
+    options.scheduler.max_num_sequences = 2;
+    options.scheduler.max_num_batched_tokens = 16;  // below the prompt: chunked regardless
+    options.max_logit_rows = 8;
+    EngineHarness harness(options);
+    const std::vector<int32_t> prompt = iota_prompt(30, 5);
+    Recorder recorder;
+    Request request = greedy_request(prompt, 0);
+    request.prompt_logprobs = true;
+    PromptLogprobsRecord record;
+    recorder.attach(request);
+    record_prompt_logprobs(request, record);
+    // A neighbour decoding alongside, so steps mix rows of both.
+    Request neighbour = greedy_request(iota_prompt(6, 2), 20);
+    const RequestId id = *harness.engine().submit(std::move(request));
+    const RequestId neighbour_id = *harness.engine().submit(recorder.attach(neighbour));
+    harness.engine().run_until_idle();
+    EXPECT_EQ(record.num_calls, 1);
+    expect_prompt_logprobs(options, prompt, 0, record.entries);
+    const Completion completion = recorder.completion(id);
+    EXPECT_EQ(completion.reason, FinishReason::kLength);
+    EXPECT_EQ(completion.num_generated_tokens, 0);
+    EXPECT_TRUE(recorder.stream(id).tokens.empty());
+    EXPECT_EQ(recorder.stream(neighbour_id).tokens,
+              reference_greedy(options, iota_prompt(6, 2), 20));
+    harness.expect_all_blocks_free_or_cached();
+  }
+}
+
+TEST(PromptLogprobsTest, AOneTokenPromptGetsAnEmptyCall) {
+  EngineHarness harness(HarnessOptions{});
+  Recorder recorder;
+  Request request = greedy_request({9}, 2);
+  request.prompt_logprobs = true;
+  PromptLogprobsRecord record;
+  recorder.attach(request);
+  record_prompt_logprobs(request, record);
+  *harness.engine().submit(std::move(request));
+  harness.engine().run_until_idle();
+  EXPECT_EQ(record.num_calls, 1);
+  EXPECT_TRUE(record.entries.empty());
+}
+
+TEST(PromptLogprobsTest, SubmitRejectsMaxTokensZeroWithoutPromptLogprobs) {
+  EngineHarness harness(HarnessOptions{});
+  const Result<RequestId> result = harness.engine().submit(greedy_request({1, 2}, 0));
+  ASSERT_FALSE(result.ok());
+  EXPECT_EQ(result.status().code(), StatusCode::kInvalidArgument);
+}
+
 }  // namespace
 }  // namespace folio::engine

@@ -37,8 +37,16 @@ Result<std::unique_ptr<Engine>> Engine::create(const EngineOptions& options,
     return invalid_argument("EOS token {} is outside the vocabulary of {} tokens",
                             *options.eos_token, parts.runner->vocab_size());
   }
+  // Steps never ask for more logits rows than the runner returns.
+  SchedulerOptions scheduler_options = options.scheduler;
+  if (const int32_t runner_rows = parts.runner->max_logit_rows(); runner_rows > 0) {
+    scheduler_options.max_logit_rows =
+        scheduler_options.max_logit_rows == 0
+            ? runner_rows
+            : std::min(scheduler_options.max_logit_rows, runner_rows);
+  }
   FOLIO_ASSIGN_OR_RETURN(std::unique_ptr<Scheduler> scheduler,
-                         Scheduler::create(options.scheduler, *parts.block_manager,
+                         Scheduler::create(scheduler_options, *parts.block_manager,
                                            parts.has_swap_space, parts.adapters));
   std::unique_ptr<Clock> owned_clock;
   if (parts.clock == nullptr) owned_clock = std::make_unique<SteadyClock>();
@@ -90,8 +98,11 @@ Status Engine::validate(const Request& request) const {
                               request.prompt[index], index, vocab_size_);
     }
   }
-  if (request.max_tokens < 1) {
-    return invalid_argument("max_tokens must be at least 1, got {}", request.max_tokens);
+  if (request.max_tokens < (request.prompt_logprobs ? 0 : 1)) {
+    return invalid_argument(
+        "max_tokens must be at least 1 (0 only with prompt_logprobs: score the prompt, generate "
+        "nothing), got {}",
+        request.max_tokens);
   }
   FOLIO_RETURN_IF_ERROR(request.sampling.validate(vocab_size_));
   if (request.logprobs.has_value() &&
@@ -146,6 +157,10 @@ Result<RequestId> Engine::submit(Request request) {
   }
   sequence.tokens = std::move(request.prompt);
   sequence.num_prompt_tokens = num_prompt_tokens;
+  sequence.wants_prompt_logits = request.prompt_logprobs;
+  if (request.prompt_logprobs) {
+    state->prompt_logprobs.resize(static_cast<size_t>(num_prompt_tokens - 1));
+  }
   sequence.arrival = clock_.now();
   RequestId id;
   {

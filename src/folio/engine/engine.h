@@ -119,6 +119,10 @@ class Engine {
   void drain_inbox();
   void accept(std::unique_ptr<RequestState> state);
   void run_plan(StepPlan& plan, TimePoint started);
+  // Fills the prompt logprobs of the positions of an all-logits segment from its rows
+  // (f32 [segment.num_tokens, vocab]).
+  void record_prompt_logprobs(RequestState& state, const ScheduledSegment& segment,
+                              std::span<const float> rows);
   // Samples the next token of `state` from one logits row and streams it.
   void accept_token(RequestState& state, std::span<const float> logits_row);
   // Ends a request: releases its sequence (unless the scheduler already has), reports it.

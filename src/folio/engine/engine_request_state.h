@@ -26,6 +26,7 @@ struct Engine::RequestState {
         stop_token_ids(std::move(request.stop_token_ids)),
         on_token(std::move(request.on_token)),
         on_finish(std::move(request.on_finish)),
+        on_prompt_logprobs(std::move(request.on_prompt_logprobs)),
         history(request.prompt),
         matcher(std::move(request.stop_strings)) {}
 
@@ -36,6 +37,9 @@ struct Engine::RequestState {
   std::vector<int32_t> stop_token_ids;      // sorted; the EOS included unless ignore_eos
   std::function<void(const TokenEvent&)> on_token;
   std::function<void(const Completion&)> on_finish;
+  std::function<void(std::span<const TokenLogprobs>)> on_prompt_logprobs;
+  // Entry p: prompt token p + 1's, filled chunk by chunk while sequence.wants_prompt_logits.
+  std::vector<TokenLogprobs> prompt_logprobs;
 
   TokenHistory history;
   Xoshiro256StarStar generator{0};       // reseeded at submission

@@ -68,17 +68,48 @@ void Engine::run_plan(StepPlan& plan, TimePoint started) {
     return;
   }
   scheduler_->complete(plan);
+  const auto vocab = static_cast<size_t>(vocab_size_);
   size_t row = 0;
   for (const ScheduledSegment& segment : plan.segments) {
-    if (!segment.wants_logits) continue;
-    // Looked up per row: accept_token may finish (and so destroy) the request it samples for,
-    // never another one.
+    const int32_t num_rows = segment.num_logit_rows();
+    if (num_rows == 0) continue;
+    const std::span<const float> rows =
+        output->logits.subspan(row * vocab, static_cast<size_t>(num_rows) * vocab);
+    row += static_cast<size_t>(num_rows);
+    // Looked up per segment: accept_token may finish (and so destroy) the request it samples
+    // for, never another one.
     RequestState& state = *requests_.at(segment.sequence->request);
-    accept_token(state, output->logits.subspan(row * static_cast<size_t>(vocab_size_),
-                                               static_cast<size_t>(vocab_size_)));
-    ++row;
+    if (segment.all_logits) record_prompt_logprobs(state, segment, rows);
+    if (!segment.wants_logits) continue;
+    if (state.sequence.wants_prompt_logits) {
+      // The prefill completed: every prompt position has its entry.
+      state.sequence.wants_prompt_logits = false;
+      if (state.on_prompt_logprobs) state.on_prompt_logprobs(state.prompt_logprobs);
+      state.prompt_logprobs = {};
+    }
+    if (state.max_tokens == 0) {
+      finish(state, FinishReason::kLength, Status());
+      continue;
+    }
+    accept_token(state, rows.subspan(rows.size() - vocab));
   }
   metrics_.on_step(plan, num_prefill_tokens, clock_.now() - started);
+}
+
+void Engine::record_prompt_logprobs(RequestState& state, const ScheduledSegment& segment,
+                                    std::span<const float> rows) {
+  const Sequence& sequence = state.sequence;
+  const auto vocab = static_cast<size_t>(vocab_size_);
+  const int32_t num_top = state.num_top_logprobs.value_or(0);
+  for (int32_t index = 0; index < segment.num_tokens; ++index) {
+    // The row at position p predicts prompt token p + 1 (the last prompt position's row
+    // predicts the first generated token instead).
+    const int32_t position = segment.first_position + index;
+    if (position + 1 >= sequence.num_prompt_tokens) break;
+    compute_token_logprobs(rows.subspan(static_cast<size_t>(index) * vocab, vocab),
+                           sequence.tokens[static_cast<size_t>(position) + 1], num_top,
+                           state.prompt_logprobs[static_cast<size_t>(position)]);
+  }
 }
 
 void Engine::accept_token(RequestState& state, std::span<const float> logits_row) {

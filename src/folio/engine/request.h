@@ -18,6 +18,16 @@
 // constraint, penalties and temperature) and the `logprobs` most likely tokens at its position,
 // and the Completion carries the sum over the generated tokens. Not asked, nothing is computed.
 //
+// Prompt logprobs (`prompt_logprobs`, OpenAI's echo + logprobs, how evaluation harnesses score
+// log-likelihood): the logprob of every prompt token given the tokens before it, by the same
+// definition, with the same number of top alternatives (`logprobs`, 0 when absent). The engine
+// then computes the whole prompt (nothing from the prefix cache: cached tokens have no logits)
+// and calls on_prompt_logprobs exactly once, with entries for prompt tokens 1 .. N - 1 (the first
+// token has no context, so no entry), when the prefill completes and before the first on_token.
+// With prompt_logprobs, max_tokens may be 0: the prompt is scored, nothing is generated, and the
+// request finishes with kLength. A request that ends before its prefill completes (cancelled,
+// failed) never gets the call.
+//
 // Priority: a larger value is more important. Waiting requests age: each `aging_interval`
 // (SchedulerOptions) spent waiting counts as one more priority level when admitting.
 //
@@ -28,6 +38,7 @@
 #include <cstdint>
 #include <functional>
 #include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -89,7 +100,8 @@ struct Completion {
 struct Request {
   std::vector<int32_t> prompt;  // token ids, non-empty, each in [0, vocab size)
   SamplingParams sampling;
-  int32_t max_tokens = 16;  // >= 1; generation also ends at the engine's context limit
+  // >= 1 (>= 0 with prompt_logprobs); generation also ends at the engine's context limit.
+  int32_t max_tokens = 16;
   std::vector<int32_t> stop_token_ids;
   bool ignore_eos = false;                // the model's EOS is a stop token unless set
   std::vector<std::string> stop_strings;  // non-empty strings; needs a text decoder
@@ -98,8 +110,12 @@ struct Request {
   // Absent: no logprobs. k in [0, kMaxTopLogprobs]: each generated token's logprob and the k
   // most likely tokens at its position (TokenEvent::logprobs, Completion::cumulative_logprob).
   std::optional<int32_t> logprobs;
+  // Score the prompt: on_prompt_logprobs gets prompt tokens 1 .. N - 1's TokenLogprobs.
+  bool prompt_logprobs = false;
   std::function<void(const TokenEvent&)> on_token;
   std::function<void(const Completion&)> on_finish;
+  // With prompt_logprobs: entry i is prompt token i + 1's; the span is valid during the call.
+  std::function<void(std::span<const TokenLogprobs>)> on_prompt_logprobs;
 };
 
 }  // namespace folio::engine

@@ -71,6 +71,12 @@ Status SchedulerOptions::validate() const {
   if (starvation_threshold < Duration::zero()) {
     return invalid_argument("starvation_threshold must not be negative");
   }
+  if (max_logit_rows != 0 && max_logit_rows < max_num_sequences) {
+    return invalid_argument(
+        "max_logit_rows ({}) must be 0 (no limit) or at least max_num_sequences ({}) so every "
+        "running sequence can decode in each step; give the executor more logit rows",
+        max_logit_rows, max_num_sequences);
+  }
   return Status();
 }
 
@@ -191,8 +197,10 @@ void Scheduler::schedule_decodes(StepPlan& plan, int32_t& budget) {
         ++sequence->num_allocated;
         sequence->last_scheduled_step = step_index_;
         plan.segments.push_back(ScheduledSegment{sequence, sequence->num_allocated - 1, 1,
-                                                 /*wants_logits=*/true, /*is_decode=*/true});
+                                                 /*wants_logits=*/true, /*is_decode=*/true,
+                                                 /*all_logits=*/false});
         plan.num_tokens += 1;
+        plan.num_logit_rows += 1;
         budget -= 1;
         break;
       }
@@ -215,22 +223,41 @@ void Scheduler::schedule_prefill_chunks(StepPlan& plan, int32_t& budget) {
 
 bool Scheduler::add_prefill_chunk(Sequence* sequence, StepPlan& plan, int32_t& budget) const {
   const int32_t remaining = sequence->num_allocated - sequence->num_computed;
+  const int32_t rows_left = logit_rows_left(plan);
+  const bool all_logits = sequence->wants_prompt_logits;
   int32_t chunk = 0;
-  if (options_.chunked_prefill) {
+  if (all_logits) {
+    // A row per token: always chunked, to the rows left (an over-budget chunk alone in its step
+    // still gets the whole budget, which is positive then).
+    chunk = std::min({remaining, budget, rows_left,
+                      options_.chunked_prefill ? options_.prefill_chunk_size : remaining});
+  } else if (options_.chunked_prefill) {
     chunk = std::min({remaining, options_.prefill_chunk_size, budget});
   } else if (remaining <= budget || plan.segments.empty()) {
     // Alone in its step, an over-budget prefill still runs: it would otherwise never run.
     chunk = remaining;
   }
+  // A completing chunk needs a sampling row; without one left it stops a token short.
+  if (!all_logits && chunk == remaining && rows_left < 1) chunk = remaining - 1;
   if (chunk <= 0) return false;
   const bool completes = chunk == remaining;
   sequence->last_scheduled_step = step_index_;
-  plan.segments.push_back(ScheduledSegment{sequence, sequence->num_computed, chunk,
-                                           /*wants_logits=*/completes,
-                                           /*is_decode=*/false});
+  const ScheduledSegment segment{sequence,
+                                 sequence->num_computed,
+                                 chunk,
+                                 /*wants_logits=*/completes,
+                                 /*is_decode=*/false,
+                                 all_logits};
+  plan.segments.push_back(segment);
   plan.num_tokens += chunk;
+  plan.num_logit_rows += segment.num_logit_rows();
   budget = std::max(0, budget - chunk);
   return true;
+}
+
+int32_t Scheduler::logit_rows_left(const StepPlan& plan) const {
+  if (options_.max_logit_rows == 0) return std::numeric_limits<int32_t>::max();
+  return options_.max_logit_rows - plan.num_logit_rows;
 }
 
 void Scheduler::admit(StepPlan& plan, int32_t& budget, TimePoint now) {
@@ -299,8 +326,7 @@ bool Scheduler::try_admit_waiting(Sequence* sequence, StepPlan& plan, int32_t& b
   if (!options_.chunked_prefill && num_tokens > budget && !plan.segments.empty()) return false;
   // Held before the KV allocation, which could otherwise evict the adapter's pages.
   if (!hold_adapter(sequence, plan)) return false;
-  Result<kv::AllocateOutcome> outcome =
-      block_manager_.allocate(sequence->seq, sequence->tokens, sequence->cache_namespace);
+  Result<kv::AllocateOutcome> outcome = allocate(sequence);
   if (!outcome.ok()) {
     fail(sequence, outcome.status().with_context("allocating the request's KV"), plan);
     return false;
@@ -331,6 +357,22 @@ bool Scheduler::try_admit_waiting(Sequence* sequence, StepPlan& plan, int32_t& b
   running_.push_back(sequence);
   add_prefill_chunk(sequence, plan, budget);
   return true;
+}
+
+Result<kv::AllocateOutcome> Scheduler::allocate(Sequence* sequence) {
+  if (!sequence->wants_prompt_logits) {
+    return block_manager_.allocate(sequence->seq, sequence->tokens, sequence->cache_namespace);
+  }
+  // Nothing from the prefix cache: every prompt position must run to give its logits.
+  kv::BlockAllocationRequest request;
+  request.tokens = sequence->tokens;
+  request.cache_namespace = sequence->cache_namespace;
+  request.max_hit_tokens = 0;
+  FOLIO_ASSIGN_OR_RETURN(kv::BlockManager::Reservation reservation,
+                         block_manager_.prepare_allocate(sequence->seq, request));
+  const kv::AllocateOutcome outcome = reservation.outcome();
+  if (reservation.is_open()) block_manager_.commit(std::move(reservation));
+  return outcome;
 }
 
 Sequence* Scheduler::pick_victim() const {

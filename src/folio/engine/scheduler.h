@@ -20,6 +20,10 @@
 //      skipped and those behind it are tried (no head-of-line blocking), unless it has waited
 //      starvation_threshold or longer: then admission stops behind it until it fits, so no
 //      request starves. One that can never fit fails.
+// Logits rows: a step asks for at most max_logit_rows (the runner's limit): one per decode and
+// per completing prefill chunk, and one per token of a chunk of a sequence that wants its prompt
+// logits (sequence.h); such chunks are cut to the rows left (chunked even without chunked
+// prefill), and a completing chunk that finds no row left stops one token short.
 // Preemption by recompute frees the sequence's blocks (computed full blocks stay CACHED) and
 // re-queues it as WAITING; by swap (decoding sequences, when configured and the host swap space
 // has room) copies its blocks to host memory. A partial prefill is always recomputed. A
@@ -65,6 +69,9 @@ struct SchedulerOptions {
   // Waiting this long makes a request block admissions behind it until it fits; 0 admits in
   // strict (aged) priority order.
   Duration starvation_threshold = std::chrono::seconds(30);
+  // Logits rows one step may ask for (the runner's limit, StepRunner::max_logit_rows); 0: no
+  // limit. Otherwise >= max_num_sequences, so every running sequence can decode in each step.
+  int32_t max_logit_rows = 0;
 
   Status validate() const;
 };
@@ -74,8 +81,13 @@ struct ScheduledSegment {
   Sequence* sequence = nullptr;
   int32_t first_position = 0;
   int32_t num_tokens = 0;
-  bool wants_logits = false;  // completes the prefill, or decodes
+  bool wants_logits = false;  // completes the prefill, or decodes: its last token's row samples
   bool is_decode = false;     // the sequence's pending token (else a prefill chunk)
+  // Every token of the chunk wants its logits row (prompt logprobs); the last one's is also the
+  // sampling row when wants_logits.
+  bool all_logits = false;
+
+  int32_t num_logit_rows() const { return all_logits ? num_tokens : (wants_logits ? 1 : 0); }
 };
 
 struct StepPlan {
@@ -84,6 +96,7 @@ struct StepPlan {
   // The scheduler has already released them and set them FINISHED; the caller reports them.
   std::vector<std::pair<Sequence*, Status>> failed;
   int32_t num_tokens = 0;
+  int32_t num_logit_rows = 0;
   int32_t num_preempted_by_recompute = 0;
   int32_t num_preempted_by_swap = 0;
 
@@ -138,8 +151,11 @@ class Scheduler {
   // One admission candidate; false when it did not fit now.
   bool try_resume_swapped(Sequence* sequence, StepPlan& plan);
   bool try_admit_waiting(Sequence* sequence, StepPlan& plan, int32_t& budget);
+  // The sequence's whole context, from the prefix cache unless it wants its prompt logits.
+  Result<kv::AllocateOutcome> allocate(Sequence* sequence);
   // Adds a prefill chunk of `sequence` if the budget allows; returns whether it did.
   bool add_prefill_chunk(Sequence* sequence, StepPlan& plan, int32_t& budget) const;
+  int32_t logit_rows_left(const StepPlan& plan) const;
   Sequence* pick_victim() const;
   void preempt(Sequence* victim, StepPlan& plan);
   void preempt_by_recompute(Sequence* victim);

@@ -53,6 +53,10 @@ struct Sequence {
   int32_t num_preemptions = 0;
   int32_t num_cached_prompt_tokens = -1;  // prefix hits at first admission; -1 before it
   bool scheduled_once = false;
+  // Every prompt position's logits are wanted (Request::prompt_logprobs) and not yet delivered:
+  // admission takes nothing from the prefix cache (cached tokens would have no logits) and each
+  // prefill chunk asks for a logits row per token. The engine clears it on delivery.
+  bool wants_prompt_logits = false;
   int64_t last_scheduled_step = -1;  // the scheduler's step index when last given a segment
 
   int32_t num_generated() const { return static_cast<int32_t>(tokens.size()) - num_prompt_tokens; }
