@@ -292,5 +292,100 @@ TEST(PromptLogprobsTest, SubmitRejectsMaxTokensZeroWithoutPromptLogprobs) {
   EXPECT_EQ(result.status().code(), StatusCode::kInvalidArgument);
 }
 
+// Test-only: allows exactly `allowed`, in order, then must end. With `allow_nothing`, its mask
+// leaves no token at all.
+class FixedSequenceConstraint final : public TokenConstraint {
+ public:
+  explicit FixedSequenceConstraint(std::vector<int32_t> allowed, bool allow_nothing = false)
+      : allowed_(std::move(allowed)), allow_nothing_(allow_nothing) {}
+
+  void mask_logits(std::span<float> logits) override {
+    for (size_t token = 0; token < logits.size(); ++token) {
+      if (allow_nothing_ || next_ >= allowed_.size() ||
+          static_cast<int32_t>(token) != allowed_[next_]) {
+        logits[token] = -INFINITY;
+      }
+    }
+  }
+  Status accept(int32_t token) override {
+    if (next_ >= allowed_.size() || token != allowed_[next_]) {
+      return invalid_argument("token {} is not allowed here", token);
+    }
+    ++next_;
+    return Status();
+  }
+  bool must_end() const override { return next_ == allowed_.size(); }
+  std::unique_ptr<TokenConstraint> clone() const override {
+    return std::make_unique<FixedSequenceConstraint>(*this);
+  }
+  size_t position() const { return next_; }
+
+ private:
+  std::vector<int32_t> allowed_;
+  bool allow_nothing_ = false;
+  size_t next_ = 0;
+};
+
+TEST(ConstraintTest, SampledOutputIsAlwaysTheAllowedSequenceThenStops) {
+  EngineHarness harness(HarnessOptions{});
+  const std::vector<int32_t> allowed = {3, 3, 40, 7, 12, 0, 63};
+  Recorder recorder;
+  std::vector<RequestId> ids;
+  for (uint64_t seed = 0; seed < 40; ++seed) {
+    Request request = greedy_request(iota_prompt(6, static_cast<int32_t>(seed)), 30);
+    request.sampling.temperature = seed % 4 == 0 ? 0.0f : 1.0f;
+    request.sampling.seed = seed;
+    request.sampling.presence_penalty = 2.0f;       // repeated tokens stay allowed
+    request.sampling.logit_bias = {{40, -100.0f}};  // and so does a banned one the mask keeps
+    request.logprobs = 0;
+    request.constraint = std::make_unique<FixedSequenceConstraint>(allowed);
+    ids.push_back(*harness.engine().submit(recorder.attach(request)));
+  }
+  harness.engine().run_until_idle();
+  recorder.expect_each_finished_once(ids);
+  for (RequestId id : ids) {
+    SCOPED_TRACE(id.value());
+    EXPECT_EQ(recorder.stream(id).tokens, allowed);
+    EXPECT_EQ(recorder.stream(id).text, testing::toy_decode(allowed));
+    const Completion completion = recorder.completion(id);
+    EXPECT_EQ(completion.reason, FinishReason::kStop);
+    EXPECT_FALSE(completion.stop_token.has_value());
+    // Logprobs stay the model's: finite, not the masked row's 0.
+    ASSERT_EQ(recorder.stream(id).logprobs.size(), allowed.size());
+    EXPECT_LT(recorder.stream(id).logprobs[0].logprob, -0.01);
+  }
+  harness.expect_all_blocks_free_or_cached();
+}
+
+TEST(ConstraintTest, AMaskWithoutAnyTokenEndsTheRequestWithAnError) {
+  EngineHarness harness(HarnessOptions{});
+  Recorder recorder;
+  Request request = greedy_request(iota_prompt(6), 8);
+  request.constraint = std::make_unique<FixedSequenceConstraint>(std::vector<int32_t>{1}, true);
+  Request neighbour = greedy_request(iota_prompt(6), 8);
+  const RequestId id = *harness.engine().submit(recorder.attach(request));
+  const RequestId neighbour_id = *harness.engine().submit(recorder.attach(neighbour));
+  harness.engine().run_until_idle();
+  const Completion completion = recorder.completion(id);
+  EXPECT_EQ(completion.reason, FinishReason::kError);
+  EXPECT_NE(completion.error.message().find("constraint"), std::string::npos) << completion.error;
+  EXPECT_EQ(recorder.completion(neighbour_id).reason, FinishReason::kLength);
+  harness.expect_all_blocks_free_or_cached();
+}
+
+TEST(ConstraintTest, CopyingARequestClonesItsConstraint) {
+  Request request;
+  auto owned = std::make_unique<FixedSequenceConstraint>(std::vector<int32_t>{4, 5});
+  ASSERT_TRUE(owned->accept(4).ok());
+  request.constraint = std::move(owned);
+  const Request copy = request;
+  ASSERT_TRUE(copy.constraint);
+  EXPECT_NE(copy.constraint.get(), request.constraint.get());
+  EXPECT_EQ(static_cast<const FixedSequenceConstraint&>(*copy.constraint).position(), 1u);
+  EXPECT_TRUE(copy.constraint->accept(5).ok());
+  EXPECT_TRUE(copy.constraint->must_end());
+  EXPECT_FALSE(request.constraint->must_end());
+}
+
 }  // namespace
 }  // namespace folio::engine

@@ -28,6 +28,7 @@ struct Engine::RequestState {
         on_finish(std::move(request.on_finish)),
         on_prompt_logprobs(std::move(request.on_prompt_logprobs)),
         history(request.prompt),
+        constraint(std::move(request.constraint).release()),
         matcher(std::move(request.stop_strings)) {}
 
   Sequence sequence;
@@ -42,8 +43,9 @@ struct Engine::RequestState {
   std::vector<TokenLogprobs> prompt_logprobs;
 
   TokenHistory history;
-  Xoshiro256StarStar generator{0};       // reseeded at submission
-  std::unique_ptr<TextDecoder> decoder;  // null without a text decoder factory
+  std::unique_ptr<TokenConstraint> constraint;  // null: unconstrained
+  Xoshiro256StarStar generator{0};              // reseeded at submission
+  std::unique_ptr<TextDecoder> decoder;         // null without a text decoder factory
   StopStringMatcher matcher;
 
   int32_t num_reported = 0;       // tokens streamed through on_token

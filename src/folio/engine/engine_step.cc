@@ -115,17 +115,24 @@ void Engine::record_prompt_logprobs(RequestState& state, const ScheduledSegment&
 void Engine::accept_token(RequestState& state, std::span<const float> logits_row) {
   Result<int32_t> sampled = 0;
   if (state.sampling.is_greedy() && !state.sampling.has_penalties() &&
-      state.sampling.logit_bias.empty()) {
+      state.sampling.logit_bias.empty() && state.constraint == nullptr) {
     sampled = greedy_token(logits_row);  // nothing to rewrite: no copy of the row
   } else {
     logits_scratch_.assign(logits_row.begin(), logits_row.end());
-    sampled = sampler_.sample(logits_scratch_, state.sampling, state.history, state.generator);
+    sampled = sampler_.sample(logits_scratch_, state.sampling, state.history, state.generator,
+                              state.constraint.get());
   }
   if (!sampled.ok()) {
     finish(state, FinishReason::kError, sampled.status().with_context("sampling"));
     return;
   }
   const int32_t token = *sampled;
+  if (state.constraint != nullptr) {
+    const Status accepted = state.constraint->accept(token);
+    FOLIO_CHECK(accepted.ok(),
+                "request {}: the token constraint refused token {} its mask allowed: {}",
+                state.sequence.request, token, accepted.to_string());
+  }
   std::optional<FinishReason> reason;
   std::string text;
   if (std::binary_search(state.stop_token_ids.begin(), state.stop_token_ids.end(), token)) {
@@ -148,6 +155,10 @@ void Engine::accept_token(RequestState& state, std::span<const float> logits_row
   Sequence& sequence = state.sequence;
   sequence.tokens.push_back(token);
   state.history.add_generated(token);
+  // The constraint is complete: nothing but an end token could follow.
+  if (!reason.has_value() && state.constraint != nullptr && state.constraint->must_end()) {
+    reason = FinishReason::kStop;
+  }
   if (!reason.has_value() &&
       (sequence.num_generated() >= state.max_tokens ||
        static_cast<int64_t>(sequence.tokens.size()) >= max_context_tokens_)) {

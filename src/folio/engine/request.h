@@ -28,6 +28,11 @@
 // request finishes with kLength. A request that ends before its prefill completes (cancelled,
 // failed) never gets the call.
 //
+// Constraint (`constraint`, token_constraint.h; structured output): every step masks the
+// logits row with it after the logit bias and before penalties and the pick, and tells it the
+// token drawn. Once it must end, the request finishes with kStop and no stop token; a mask that
+// leaves no finite logit finishes it with kError. Logprobs stay the model's own (unmasked).
+//
 // Priority: a larger value is more important. Waiting requests age: each `aging_interval`
 // (SchedulerOptions) spent waiting counts as one more priority level when admitting.
 //
@@ -47,6 +52,7 @@
 #include "folio/base/strong_id.h"
 #include "folio/engine/clock.h"
 #include "folio/engine/sampling_params.h"
+#include "folio/engine/token_constraint.h"
 #include "folio/engine/token_logprobs.h"
 
 namespace folio::engine {
@@ -110,6 +116,8 @@ struct Request {
   // Absent: no logprobs. k in [0, kMaxTopLogprobs]: each generated token's logprob and the k
   // most likely tokens at its position (TokenEvent::logprobs, Completion::cumulative_logprob).
   std::optional<int32_t> logprobs;
+  // Optional: what may be generated (copies of the Request clone it).
+  TokenConstraintPtr constraint;
   // Score the prompt: on_prompt_logprobs gets prompt tokens 1 .. N - 1's TokenLogprobs.
   bool prompt_logprobs = false;
   std::function<void(const TokenEvent&)> on_token;
