@@ -12,6 +12,7 @@
 #include <mutex>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "folio/base/metrics.h"
@@ -125,7 +126,8 @@ class EngineHarness {
   std::unique_ptr<Engine> engine_;
 };
 
-// Collects every callback, keyed by request id, and notes any breach of the streaming contract.
+// Collects every callback, keyed by request id and choice, and notes any breach of the streaming
+// contract.
 // Thread-safe: callbacks arrive on the engine thread while tests read from theirs.
 class Recorder {
  public:
@@ -141,7 +143,7 @@ class Recorder {
   Request& attach(Request& request) {
     request.on_token = [this](const TokenEvent& event) {
       std::lock_guard lock(mutex_);
-      Stream& stream = streams_[event.request];
+      Stream& stream = streams_[{event.request, event.choice}];
       if (!stream.completions.empty()) stream.violations.push_back("token after finish");
       if (event.index != static_cast<int32_t>(stream.tokens.size())) {
         stream.violations.push_back("token index " + std::to_string(event.index) + " after " +
@@ -153,7 +155,7 @@ class Recorder {
     };
     request.on_finish = [this](const Completion& completion) {
       std::lock_guard lock(mutex_);
-      Stream& stream = streams_[completion.request];
+      Stream& stream = streams_[{completion.request, completion.choice}];
       if (!stream.completions.empty()) stream.violations.push_back("finished twice");
       if (completion.num_generated_tokens != static_cast<int32_t>(stream.tokens.size())) {
         stream.violations.push_back("completion counts a different number of tokens");
@@ -167,41 +169,51 @@ class Recorder {
     return request;
   }
 
-  Stream stream(RequestId id) const {
+  Stream stream(RequestId id, int32_t choice = 0) const {
     std::lock_guard lock(mutex_);
-    const auto entry = streams_.find(id);
+    const auto entry = streams_.find({id, choice});
     return entry == streams_.end() ? Stream{} : entry->second;
   }
-  bool finished(RequestId id) const {
+  bool finished(RequestId id, int32_t choice = 0) const {
     std::lock_guard lock(mutex_);
-    const auto entry = streams_.find(id);
+    const auto entry = streams_.find({id, choice});
     return entry != streams_.end() && !entry->second.completions.empty();
   }
-  Completion completion(RequestId id) const {
+  Completion completion(RequestId id, int32_t choice = 0) const {
     std::lock_guard lock(mutex_);
-    return streams_.at(id).completions.at(0);
+    return streams_.at({id, choice}).completions.at(0);
   }
   int64_t num_finished() const {
     std::lock_guard lock(mutex_);
     return num_finished_;
   }
-  // Every id finished exactly once, without contract violations.
-  void expect_each_finished_once(std::span<const RequestId> ids) const {
+  // Every choice of every id finished exactly once, without contract violations.
+  // num_choices: per id (empty: one choice each).
+  void expect_each_finished_once(std::span<const RequestId> ids,
+                                 std::span<const int32_t> num_choices = {}) const {
     std::lock_guard lock(mutex_);
-    for (RequestId id : ids) {
-      const auto entry = streams_.find(id);
-      ASSERT_NE(entry, streams_.end()) << "request " << id.value() << " never reported";
-      EXPECT_EQ(entry->second.completions.size(), 1u) << "request " << id.value();
-      for (const std::string& violation : entry->second.violations) {
-        ADD_FAILURE() << "request " << id.value() << ": " << violation;
+    int64_t expected = 0;
+    for (size_t index = 0; index < ids.size(); ++index) {
+      const RequestId id = ids[index];
+      const int32_t choices = num_choices.empty() ? 1 : num_choices[index];
+      expected += choices;
+      for (int32_t choice = 0; choice < choices; ++choice) {
+        const auto entry = streams_.find({id, choice});
+        ASSERT_NE(entry, streams_.end())
+            << "request " << id.value() << " choice " << choice << " never reported";
+        EXPECT_EQ(entry->second.completions.size(), 1u)
+            << "request " << id.value() << " choice " << choice;
+        for (const std::string& violation : entry->second.violations) {
+          ADD_FAILURE() << "request " << id.value() << " choice " << choice << ": " << violation;
+        }
       }
     }
-    EXPECT_EQ(static_cast<size_t>(num_finished_), ids.size());
+    EXPECT_EQ(num_finished_, expected);
   }
 
  private:
   mutable std::mutex mutex_;
-  std::map<RequestId, Stream> streams_;
+  std::map<std::pair<RequestId, int32_t>, Stream> streams_;
   int64_t num_finished_ = 0;
 };
 

@@ -387,5 +387,158 @@ TEST(ConstraintTest, CopyingARequestClonesItsConstraint) {
   EXPECT_FALSE(request.constraint->must_end());
 }
 
+TEST(ChoicesTest, GreedyChoicesAreIdenticalAndEqualTheReference) {
+  HarnessOptions options;
+  EngineHarness harness(options);
+  Recorder recorder;
+  Request request = greedy_request(iota_prompt(21), 14);
+  request.num_choices = 3;
+  request.logprobs = 2;
+  const RequestId id = *harness.engine().submit(recorder.attach(request));
+  harness.engine().run_until_idle();
+  const RequestId ids[] = {id};
+  const int32_t choices[] = {3};
+  recorder.expect_each_finished_once(ids, choices);
+  const std::vector<int32_t> expected = reference_greedy(options, iota_prompt(21), 14);
+  for (int32_t choice = 0; choice < 3; ++choice) {
+    SCOPED_TRACE(choice);
+    EXPECT_EQ(recorder.stream(id, choice).tokens, expected);
+    EXPECT_EQ(recorder.stream(id, choice).text, testing::toy_decode(expected));
+    const Completion completion = recorder.completion(id, choice);
+    EXPECT_EQ(completion.choice, choice);
+    EXPECT_EQ(completion.reason, FinishReason::kLength);
+    EXPECT_EQ(completion.num_prompt_tokens, 21);
+    ASSERT_TRUE(completion.cumulative_logprob.has_value());
+    EXPECT_DOUBLE_EQ(*completion.cumulative_logprob,
+                     *recorder.completion(id, 0).cumulative_logprob);
+  }
+  // The prompt ran once: 21 prefill tokens, then 13 decodes per choice.
+  EXPECT_EQ(harness.engine().stats().prefill_tokens, 21);
+  EXPECT_EQ(harness.engine().stats().decode_tokens, 3 * 13);
+  EXPECT_EQ(harness.engine().stats().requests_submitted, 3);
+  EXPECT_EQ(harness.engine().stats().requests_finished, 3);
+  harness.expect_all_blocks_free_or_cached();
+}
+
+TEST(ChoicesTest, SeededChoiceZeroEqualsTheSingleChoiceRunAndChoicesShareTheirPromptBlocks) {
+  HarnessOptions options;
+  EngineHarness harness(options);
+  Recorder recorder;
+  auto sampled = [&](int32_t num_choices) {
+    Request request = greedy_request(iota_prompt(21, 3), 24);
+    request.sampling.temperature = 1.0f;
+    request.sampling.seed = 1234;
+    request.sampling.frequency_penalty = 0.5f;
+    request.num_choices = num_choices;
+    return request;
+  };
+  Request single = sampled(1);
+  const RequestId single_id = *harness.engine().submit(recorder.attach(single));
+  harness.engine().run_until_idle();
+  Request many = sampled(3);
+  const RequestId id = *harness.engine().submit(recorder.attach(many));
+  // Once the prompt's prefill completed, the three choices hold its blocks together.
+  int64_t most_shared = 0;
+  while (harness.engine().has_unfinished_requests()) {
+    harness.engine().step();
+    harness.engine().check_invariants();
+    most_shared = std::max(most_shared, harness.block_manager().counts().shared);
+    if (harness.engine().has_unfinished_requests()) {
+      EXPECT_EQ(harness.engine().stats().kv_shared_blocks, harness.block_manager().counts().shared);
+    }
+  }
+  EXPECT_GE(most_shared, 2);  // two full prompt blocks at least (block size 8, 21 tokens)
+  EXPECT_EQ(recorder.stream(id, 0).tokens, recorder.stream(single_id).tokens);
+  EXPECT_NE(recorder.stream(id, 1).tokens, recorder.stream(id, 0).tokens);
+  EXPECT_NE(recorder.stream(id, 2).tokens, recorder.stream(id, 1).tokens);
+  // Reproducible: the same request again gives the same three choices.
+  Request again = sampled(3);
+  const RequestId again_id = *harness.engine().submit(recorder.attach(again));
+  harness.engine().run_until_idle();
+  for (int32_t choice = 0; choice < 3; ++choice) {
+    EXPECT_EQ(recorder.stream(again_id, choice).tokens, recorder.stream(id, choice).tokens);
+  }
+  harness.expect_all_blocks_free_or_cached();
+}
+
+TEST(ChoicesTest, CancellingEndsEveryChoiceBeforeAndAfterTheFork) {
+  HarnessOptions options;
+  options.scheduler.prefill_chunk_size = 4;  // the 30-token prompt takes several steps
+  EngineHarness harness(options);
+  Recorder recorder;
+  Request early = greedy_request(iota_prompt(30), 40);
+  early.num_choices = 4;
+  Request late = greedy_request(iota_prompt(30, 2), 40);
+  late.num_choices = 2;
+  const RequestId early_id = *harness.engine().submit(recorder.attach(early));
+  const RequestId late_id = *harness.engine().submit(recorder.attach(late));
+  harness.engine().step();
+  harness.engine().cancel(early_id);  // still prefilling: choices 1-3 never forked
+  while (recorder.stream(late_id, 1).tokens.size() < 3) harness.engine().step();
+  harness.engine().cancel(late_id);
+  harness.engine().run_until_idle();
+  const RequestId ids[] = {early_id, late_id};
+  const int32_t choices[] = {4, 2};
+  recorder.expect_each_finished_once(ids, choices);
+  for (int32_t choice = 0; choice < 4; ++choice) {
+    EXPECT_EQ(recorder.completion(early_id, choice).reason, FinishReason::kCancelled);
+    EXPECT_TRUE(recorder.stream(early_id, choice).tokens.empty());
+  }
+  for (int32_t choice = 0; choice < 2; ++choice) {
+    EXPECT_EQ(recorder.completion(late_id, choice).reason, FinishReason::kCancelled);
+  }
+  harness.expect_all_blocks_free_or_cached();
+}
+
+TEST(ChoicesTest, EachChoiceHasItsOwnConstraint) {
+  EngineHarness harness(HarnessOptions{});
+  Recorder recorder;
+  const std::vector<int32_t> allowed = {9, 8, 7, 9};
+  Request request = greedy_request(iota_prompt(10), 20);
+  request.sampling.temperature = 1.0f;
+  request.num_choices = 5;
+  request.constraint = std::make_unique<FixedSequenceConstraint>(allowed);
+  const RequestId id = *harness.engine().submit(recorder.attach(request));
+  harness.engine().run_until_idle();
+  for (int32_t choice = 0; choice < 5; ++choice) {
+    EXPECT_EQ(recorder.stream(id, choice).tokens, allowed) << choice;
+    EXPECT_EQ(recorder.completion(id, choice).reason, FinishReason::kStop);
+  }
+}
+
+TEST(ChoicesTest, PromptLogprobsComeOnceForAllChoices) {
+  HarnessOptions options;
+  EngineHarness harness(options);
+  Recorder recorder;
+  const std::vector<int32_t> prompt = iota_prompt(12);
+  Request request = greedy_request(prompt, 0);
+  request.num_choices = 2;
+  request.prompt_logprobs = true;
+  PromptLogprobsRecord record;
+  recorder.attach(request);
+  record_prompt_logprobs(request, record);
+  const RequestId id = *harness.engine().submit(std::move(request));
+  harness.engine().run_until_idle();
+  EXPECT_EQ(record.num_calls, 1);
+  expect_prompt_logprobs(options, prompt, 0, record.entries);
+  const RequestId ids[] = {id};
+  const int32_t choices[] = {2};
+  recorder.expect_each_finished_once(ids, choices);
+  EXPECT_EQ(recorder.completion(id, 1).reason, FinishReason::kLength);
+}
+
+TEST(ChoicesTest, SubmitRejectsChoicesBeyondTheRunningLimit) {
+  HarnessOptions options;
+  options.scheduler.max_num_sequences = 4;
+  EngineHarness harness(options);
+  for (int32_t bad : {0, 5}) {
+    Request request = greedy_request({1, 2}, 4);
+    request.num_choices = bad;
+    const Result<RequestId> result = harness.engine().submit(std::move(request));
+    ASSERT_FALSE(result.ok());
+    EXPECT_EQ(result.status().code(), StatusCode::kInvalidArgument);
+  }
+}
+
 }  // namespace
 }  // namespace folio::engine

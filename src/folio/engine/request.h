@@ -2,10 +2,18 @@
 //
 // A request is a prompt (token ids) plus how to continue it: sampling parameters, when to stop
 // (stop token ids, the model's end-of-sequence token unless ignore_eos, stop strings matched on
-// the decoded text, max_tokens), its priority, an optional LoRA adapter, and two callbacks. The
-// engine calls on_token once per generated token, in order, and then on_finish exactly once;
-// every accepted request ends with on_finish, whatever happens (completion, cancellation,
-// preemption limit, runner failure, engine stop).
+// the decoded text, max_tokens), its priority, an optional LoRA adapter, how many choices
+// (num_choices, OpenAI's n), and callbacks. For each choice the engine calls on_token once per
+// generated token, in order, and then on_finish exactly once: every accepted request gets
+// exactly num_choices on_finish calls, whatever happens (completion, cancellation, preemption
+// limit, runner failure, engine stop).
+//
+// Choices (num_choices = n > 1): the prompt is prefilled once; then n sequences share its KV
+// blocks (copy-on-write) and continue independently, each with its own generator (choice i
+// seeded with choice_seed(seed, i), engine.h: choice 0 draws exactly what the n = 1 request
+// with the same seed draws), penalty history, stop-string matcher, text decoder, constraint
+// (cloned) and max_tokens. TokenEvent::choice and Completion::choice say which; events of
+// different choices interleave. Engine::cancel ends every choice.
 //
 // Text: each TokenEvent carries the text that became final with its token. Text is held back
 // while it could be the start of a stop string, so one token's text may be empty and a later
@@ -77,6 +85,7 @@ struct TokenEvent {
   // This token's logprob and top alternatives when the request asked (Request::logprobs), else
   // null; valid during the callback only.
   const TokenLogprobs* logprobs = nullptr;
+  int32_t choice = 0;  // which choice, 0 .. num_choices - 1
 };
 
 struct RequestTiming {
@@ -88,6 +97,7 @@ struct RequestTiming {
 
 struct Completion {
   RequestId request;
+  int32_t choice = 0;  // which choice this ends, 0 .. num_choices - 1
   FinishReason reason = FinishReason::kError;
   Status error;                       // non-OK exactly when reason == kError
   std::optional<int32_t> stop_token;  // the stop token that ended it
@@ -95,8 +105,8 @@ struct Completion {
   int32_t num_prompt_tokens = 0;
   int32_t num_generated_tokens = 0;  // tokens reported through on_token
   int32_t num_cached_prompt_tokens =
-      0;  // prompt tokens served from the prefix cache (first admission)
-  int32_t num_preemptions = 0;
+      0;                        // prompt tokens served from the prefix cache (first admission)
+  int32_t num_preemptions = 0;  // of this choice's sequence
   // The sum of the generated tokens' logprobs (0 for none) when the request asked for logprobs;
   // what OpenAI's best_of ranks choices by.
   std::optional<double> cumulative_logprob;
@@ -112,7 +122,9 @@ struct Request {
   bool ignore_eos = false;                // the model's EOS is a stop token unless set
   std::vector<std::string> stop_strings;  // non-empty strings; needs a text decoder
   int32_t priority = 0;                   // larger is more important
-  int64_t adapter_id = 0;                 // 0: the base model
+  // Choices generated from the prompt (OpenAI's n), in [1, the engine's max_num_sequences].
+  int32_t num_choices = 1;
+  int64_t adapter_id = 0;  // 0: the base model
   // Absent: no logprobs. k in [0, kMaxTopLogprobs]: each generated token's logprob and the k
   // most likely tokens at its position (TokenEvent::logprobs, Completion::cumulative_logprob).
   std::optional<int32_t> logprobs;

@@ -10,10 +10,19 @@ namespace folio::engine {
 
 namespace {
 
+// Submission order, choices of one request by index: a total order, so run order and the
+// choice of a preemption victim (its reverse) never disagree about sibling choices.
+bool arrives_before(const Sequence* left, const Sequence* right) {
+  if (left->arrival_order != right->arrival_order) {
+    return left->arrival_order < right->arrival_order;
+  }
+  return left->choice < right->choice;
+}
+
 // Run order: most important first, then first come.
 bool runs_before(const Sequence* left, const Sequence* right) {
   if (left->priority != right->priority) return left->priority > right->priority;
-  return left->arrival_order < right->arrival_order;
+  return arrives_before(left, right);
 }
 
 void remove_from(std::vector<Sequence*>& queue, Sequence* sequence) {
@@ -139,7 +148,7 @@ void Scheduler::finish(Sequence* sequence) {
       remove_from(waiting_, sequence);
       break;
     case SequenceStatus::kRunning:
-      remove_from(running_, sequence);
+      remove_running(sequence);
       break;
     case SequenceStatus::kSwapped:
       remove_from(swapped_, sequence);
@@ -149,6 +158,46 @@ void Scheduler::finish(Sequence* sequence) {
   }
   release_kv(sequence);
   sequence->status = SequenceStatus::kFinished;
+}
+
+void Scheduler::add_running(Sequence* sequence) {
+  running_.push_back(sequence);
+  num_reserved_forks_ += sequence->num_pending_forks;
+}
+
+void Scheduler::remove_running(Sequence* sequence) {
+  remove_from(running_, sequence);
+  num_reserved_forks_ -= sequence->num_pending_forks;
+}
+
+void Scheduler::fork(Sequence* parent, Sequence* child) {
+  FOLIO_CHECK(parent->status == SequenceStatus::kRunning && parent->num_pending_forks > 0 &&
+                  parent->num_computed == parent->num_allocated &&
+                  parent->num_allocated == static_cast<int32_t>(parent->tokens.size()),
+              "request {}: fork of a sequence that is not a completed prefill with forks pending",
+              parent->request);
+  FOLIO_CHECK(child->status == SequenceStatus::kWaiting && child->num_allocated == 0);
+  const Status forked = block_manager_.fork(parent->seq, child->seq);
+  FOLIO_CHECK(forked.ok(), "forking the KV of request {}: {}", parent->request, forked.to_string());
+  child->tokens = parent->tokens;
+  child->num_prompt_tokens = parent->num_prompt_tokens;
+  child->num_allocated = parent->num_allocated;
+  child->num_computed = parent->num_computed;
+  child->num_cached_prompt_tokens = parent->num_cached_prompt_tokens;
+  child->scheduled_once = parent->scheduled_once;
+  child->last_scheduled_step = parent->last_scheduled_step;
+  child->status = SequenceStatus::kRunning;
+  if (parent->holds_adapter) {
+    // Resident and held by the parent: a second hold succeeds at once.
+    Result<lora::AdapterReadiness> readiness = adapters_->acquire(child->adapter_id);
+    FOLIO_CHECK(readiness.ok() && *readiness == lora::AdapterReadiness::kReady,
+                "request {}: holding the adapter its parent holds", parent->request);
+    child->holds_adapter = true;
+  }
+  // The child takes one of the slots the parent reserved.
+  --parent->num_pending_forks;
+  --num_reserved_forks_;
+  running_.push_back(child);
 }
 
 void Scheduler::release_kv(Sequence* sequence) {
@@ -269,14 +318,17 @@ void Scheduler::admit(StepPlan& plan, int32_t& budget, TimePoint now) {
               const int64_t left_priority = aged_priority(*left, now);
               const int64_t right_priority = aged_priority(*right, now);
               if (left_priority != right_priority) return left_priority > right_priority;
-              return left->arrival_order < right->arrival_order;
+              return arrives_before(left, right);
             });
   // Admission moves sequences between the queues, never in or out of candidates_.
   for (Sequence* sequence : candidates_) {
-    if (num_running() >= options_.max_num_sequences || budget < 1) break;
-    const bool resumed = sequence->status == SequenceStatus::kSwapped
-                             ? try_resume_swapped(sequence, plan)
-                             : try_admit_waiting(sequence, plan, budget);
+    if (num_running_slots() >= options_.max_num_sequences || budget < 1) break;
+    // A sequence with choices to fork needs their slots too.
+    const bool has_slots =
+        num_running_slots() + 1 + sequence->num_pending_forks <= options_.max_num_sequences;
+    const bool resumed = has_slots && (sequence->status == SequenceStatus::kSwapped
+                                           ? try_resume_swapped(sequence, plan)
+                                           : try_admit_waiting(sequence, plan, budget));
     if (resumed || sequence->status == SequenceStatus::kFinished) continue;
     // Did not fit now. Those behind it may still be tried, unless it is starving: then the
     // capacity freed from now on is kept for it.
@@ -315,7 +367,7 @@ bool Scheduler::try_resume_swapped(Sequence* sequence, StepPlan& plan) {
   }
   remove_from(swapped_, sequence);
   sequence->status = SequenceStatus::kRunning;
-  running_.push_back(sequence);
+  add_running(sequence);
   // Its pending token runs in the next step's decode phase (appending now could fail, and
   // admission never preempts).
   return true;
@@ -348,13 +400,13 @@ bool Scheduler::try_admit_waiting(Sequence* sequence, StepPlan& plan, int32_t& b
   }
   remove_from(waiting_, sequence);
   sequence->status = SequenceStatus::kRunning;
+  add_running(sequence);
   sequence->num_allocated = num_tokens;
   sequence->num_computed = outcome->num_cached_tokens;
   if (sequence->num_cached_prompt_tokens < 0) {
     sequence->num_cached_prompt_tokens =
         std::min(outcome->num_cached_tokens, sequence->num_prompt_tokens);
   }
-  running_.push_back(sequence);
   add_prefill_chunk(sequence, plan, budget);
   return true;
 }
@@ -392,7 +444,7 @@ Sequence* Scheduler::pick_victim() const {
                              if (partial_prefill(left) != partial_prefill(right)) {
                                return partial_prefill(left);
                              }
-                             return left->arrival_order > right->arrival_order;
+                             return arrives_before(right, left);
                            });
 }
 
@@ -412,7 +464,7 @@ void Scheduler::preempt(Sequence* victim, StepPlan& plan) {
     Result<kv::SwapOutcome> outcome = block_manager_.swap_out(seqs);
     if (outcome.ok() && outcome->status == kv::SwapStatus::kSwapped) {
       drop_adapter(victim);
-      remove_from(running_, victim);
+      remove_running(victim);
       victim->status = SequenceStatus::kSwapped;
       swapped_.push_back(victim);
       ++plan.num_preempted_by_swap;
@@ -429,7 +481,7 @@ void Scheduler::preempt(Sequence* victim, StepPlan& plan) {
 }
 
 void Scheduler::preempt_by_recompute(Sequence* victim) {
-  remove_from(running_, victim);
+  remove_running(victim);
   release_kv(victim);
   victim->status = SequenceStatus::kWaiting;
   waiting_.push_back(victim);
@@ -490,7 +542,11 @@ void Scheduler::check_invariants() const {
   check_queue(swapped_, SequenceStatus::kSwapped);
   FOLIO_CHECK(block_manager_.num_sequences() ==
               static_cast<int64_t>(running_.size() + swapped_.size()));
-  FOLIO_CHECK(num_running() <= options_.max_num_sequences);
+  int32_t num_reserved = 0;
+  for (const Sequence* sequence : running_) num_reserved += sequence->num_pending_forks;
+  FOLIO_CHECK(num_reserved == num_reserved_forks_, "{} fork slots reserved, {} counted",
+              num_reserved, num_reserved_forks_);
+  FOLIO_CHECK(num_running_slots() <= options_.max_num_sequences);
 }
 
 }  // namespace folio::engine

@@ -35,8 +35,13 @@
 // first prefetch_lookahead sequences still waiting start loading. Preemption and finishing
 // release the adapter.
 //
-// Invariants: every sequence handed to add() is in exactly one queue matching its status until
-// finish() or a failure reported in a StepPlan; the block manager holds a sequence iff it is
+// Choices (n > 1): a sequence with pending forks (sequence.h) is admitted only when the running
+// queue has a slot for it and for each choice to fork; fork() then adds the choices as RUNNING
+// sequences sharing its blocks (kv::BlockManager::fork). After that each is an ordinary
+// sequence: preempted, swapped, recomputed and finished on its own.
+//
+// Invariants: every sequence handed to add() or fork() is in exactly one queue matching its status
+// until finish() or a failure reported in a StepPlan; the block manager holds a sequence iff it is
 // RUNNING or SWAPPED.
 // Thread-safety: owned by one thread (the engine's), like the block manager it drives.
 #pragma once
@@ -117,6 +122,11 @@ class Scheduler {
 
   // Queues a new sequence. Requires: status WAITING, num_allocated == 0, not already added.
   void add(Sequence* sequence);
+  // Adds `child` as a RUNNING copy of `parent` sharing its KV blocks (a choice of the same
+  // request), using one of the parent's reserved slots. Requires: parent RUNNING with its whole
+  // context computed (num_computed == num_allocated == tokens.size()) and a pending fork;
+  // child not added, with the request's fixed fields (priority, arrival, adapter) set.
+  void fork(Sequence* parent, Sequence* child);
   // Removes the sequence from its queue and releases its KV; status becomes FINISHED.
   // Requires: added and not finished.
   void finish(Sequence* sequence);
@@ -127,6 +137,8 @@ class Scheduler {
 
   int32_t num_waiting() const { return static_cast<int32_t>(waiting_.size()); }
   int32_t num_running() const { return static_cast<int32_t>(running_.size()); }
+  // Running sequences plus the choices they will fork: what max_num_sequences bounds.
+  int32_t num_running_slots() const { return num_running() + num_reserved_forks_; }
   int32_t num_swapped() const { return static_cast<int32_t>(swapped_.size()); }
   bool has_unfinished() const {
     return !waiting_.empty() || !running_.empty() || !swapped_.empty();
@@ -161,6 +173,8 @@ class Scheduler {
   void preempt_by_recompute(Sequence* victim);
   void fail(Sequence* sequence, Status error, StepPlan& plan);
   void release_kv(Sequence* sequence);
+  void add_running(Sequence* sequence);
+  void remove_running(Sequence* sequence);
   int64_t aged_priority(const Sequence& sequence, TimePoint now) const;
 
   SchedulerOptions options_;
@@ -170,6 +184,7 @@ class Scheduler {
   std::vector<Sequence*> waiting_;
   std::vector<Sequence*> running_;
   std::vector<Sequence*> swapped_;
+  int32_t num_reserved_forks_ = 0;  // sum of num_pending_forks over running_
   // Per-step scratch, in run order.
   std::vector<Sequence*> decodes_;
   std::vector<Sequence*> prefills_;
