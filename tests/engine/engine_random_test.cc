@@ -71,6 +71,10 @@ HarnessOptions random_options(SplitMix64& random) {
   scheduler.max_preemptions = 1000000;
   scheduler.aging_interval = std::chrono::milliseconds(1 + random.next() % 50);
   scheduler.starvation_threshold = std::chrono::milliseconds(random.next() % 400);
+  // A runner with few logit rows per step cuts prompt-logprobs prefills into many chunks.
+  if (random.next() % 2 == 0) {
+    options.max_logit_rows = scheduler.max_num_sequences + static_cast<int32_t>(random.next() % 8);
+  }
   if (random.next() % 2 == 0) {
     scheduler.preemption_mode = PreemptionMode::kSwap;
     options.swap_blocks = static_cast<int32_t>(8 + random.next() % 120);
@@ -189,6 +193,11 @@ void run_workload(uint64_t seed) {
     if (entry.request.num_choices > 1 && !recorder.stream(entry.id, 1).tokens.empty()) ++num_forked;
   }
   EXPECT_GT(num_forked, 0);
+  int32_t num_scored = 0;  // requests whose prompt logprobs came
+  for (const Submitted& entry : submitted) {
+    if (recorder.stream(entry.id).num_prompt_logprobs_calls > 0) ++num_scored;
+  }
+  EXPECT_GT(num_scored, 0);
   for (const Submitted& entry : submitted) {
     for (int32_t choice = 0; choice < entry.request.num_choices; ++choice) {
       SCOPED_TRACE(fmt::format("request {} choice {}", entry.id.value(), choice));

@@ -135,14 +135,28 @@ class Recorder {
     std::vector<int32_t> tokens;
     std::string text;
     std::vector<TokenLogprobs> logprobs;  // one per token that carried them
+    int32_t num_prompt_logprobs_calls = 0;
+    std::vector<TokenLogprobs> prompt_logprobs;  // from on_prompt_logprobs (choice 0's stream)
     std::vector<Completion> completions;
     std::vector<std::string> violations;
   };
 
-  // Sets the request's callbacks to record into this recorder.
+  // Sets the request's callbacks to record into this recorder (on_prompt_logprobs too when the
+  // request asks for prompt logprobs).
   Request& attach(Request& request) {
-    request.on_token = [this](const TokenEvent& event) {
+    // on_prompt_logprobs does not name its request: it is parked here and filed under the
+    // request by its next callback (the engine makes one of the same request's next).
+    auto parked = std::make_shared<PromptRecord>();
+    if (request.prompt_logprobs) {
+      request.on_prompt_logprobs = [this, parked](std::span<const TokenLogprobs> entries) {
+        std::lock_guard lock(mutex_);
+        ++parked->num_calls;
+        parked->entries.assign(entries.begin(), entries.end());
+      };
+    }
+    request.on_token = [this, parked](const TokenEvent& event) {
       std::lock_guard lock(mutex_);
+      file_prompt_logprobs(*parked, event.request);
       Stream& stream = streams_[{event.request, event.choice}];
       if (!stream.completions.empty()) stream.violations.push_back("token after finish");
       if (event.index != static_cast<int32_t>(stream.tokens.size())) {
@@ -153,8 +167,9 @@ class Recorder {
       stream.text.append(event.text);
       if (event.logprobs != nullptr) stream.logprobs.push_back(*event.logprobs);
     };
-    request.on_finish = [this](const Completion& completion) {
+    request.on_finish = [this, parked](const Completion& completion) {
       std::lock_guard lock(mutex_);
+      file_prompt_logprobs(*parked, completion.request);
       Stream& stream = streams_[{completion.request, completion.choice}];
       if (!stream.completions.empty()) stream.violations.push_back("finished twice");
       if (completion.num_generated_tokens != static_cast<int32_t>(stream.tokens.size())) {
@@ -212,6 +227,23 @@ class Recorder {
   }
 
  private:
+  struct PromptRecord {
+    int32_t num_calls = 0;
+    std::vector<TokenLogprobs> entries;
+  };
+  // Files a parked on_prompt_logprobs call under choice 0 of `id`; a call after the request's
+  // first token or completion is a contract violation.
+  void file_prompt_logprobs(PromptRecord& parked, RequestId id) {
+    Stream& stream = streams_[{id, 0}];
+    if (parked.num_calls == 0) return;
+    if (!stream.tokens.empty() || !stream.completions.empty()) {
+      stream.violations.push_back("on_prompt_logprobs after a token or completion");
+    }
+    stream.num_prompt_logprobs_calls += parked.num_calls;
+    stream.prompt_logprobs = std::move(parked.entries);
+    parked.num_calls = 0;
+  }
+
   mutable std::mutex mutex_;
   std::map<std::pair<RequestId, int32_t>, Stream> streams_;
   int64_t num_finished_ = 0;

@@ -30,11 +30,11 @@
 // log-likelihood): the logprob of every prompt token given the tokens before it, by the same
 // definition, with the same number of top alternatives (`logprobs`, 0 when absent). The engine
 // then computes the whole prompt (nothing from the prefix cache: cached tokens have no logits)
-// and calls on_prompt_logprobs exactly once, with entries for prompt tokens 1 .. N - 1 (the first
-// token has no context, so no entry), when the prefill completes and before the first on_token.
-// With prompt_logprobs, max_tokens may be 0: the prompt is scored, nothing is generated, and the
-// request finishes with kLength. A request that ends before its prefill completes (cancelled,
-// failed) never gets the call.
+// and calls on_prompt_logprobs exactly once per request (whatever num_choices), with entries for
+// prompt tokens 1 .. N - 1 (the first token has no context, so no entry), when the prefill
+// completes and before the first on_token. With prompt_logprobs, max_tokens may be 0: the prompt is
+// scored, nothing is generated, and the request finishes with kLength. A request that ends before
+// its prefill completes (cancelled, failed) never gets the call.
 //
 // Constraint (`constraint`, token_constraint.h; structured output): every step masks the
 // logits row with it after the logit bias and before penalties and the pick, and tells it the
@@ -104,8 +104,8 @@ struct Completion {
   std::optional<std::string> stop_string;
   int32_t num_prompt_tokens = 0;
   int32_t num_generated_tokens = 0;  // tokens reported through on_token
-  int32_t num_cached_prompt_tokens =
-      0;                        // prompt tokens served from the prefix cache (first admission)
+  // Prompt tokens served from the prefix cache at the first admission (0 with prompt_logprobs).
+  int32_t num_cached_prompt_tokens = 0;
   int32_t num_preemptions = 0;  // of this choice's sequence
   // The sum of the generated tokens' logprobs (0 for none) when the request asked for logprobs;
   // what OpenAI's best_of ranks choices by.
@@ -116,7 +116,8 @@ struct Completion {
 struct Request {
   std::vector<int32_t> prompt;  // token ids, non-empty, each in [0, vocab size)
   SamplingParams sampling;
-  // >= 1 (>= 0 with prompt_logprobs); generation also ends at the engine's context limit.
+  // Per choice; >= 1 (>= 0 with prompt_logprobs); generation also ends at the engine's context
+  // limit.
   int32_t max_tokens = 16;
   std::vector<int32_t> stop_token_ids;
   bool ignore_eos = false;                // the model's EOS is a stop token unless set
