@@ -110,6 +110,11 @@ Request random_request(SplitMix64& random, const std::vector<std::vector<int32_t
   if (random.next() % 4 == 0) {
     request.num_choices = std::min(max_num_sequences, static_cast<int32_t>(2 + random.next() % 3));
   }
+  if (random.next() % 6 == 0) {
+    request.prompt_logprobs = true;
+    request.logprobs = static_cast<int32_t>(random.next() % 4);
+    if (random.next() % 3 == 0) request.max_tokens = 0;
+  }
   return request;
 }
 
@@ -123,6 +128,33 @@ void check_choice(const HarnessOptions& options, const Submitted& entry, const R
     EXPECT_TRUE(entry.cancelled);
   }
   EXPECT_EQ(stream.text, toy_decode(stream.tokens).substr(0, stream.text.size()));
+  if (choice == 0 && entry.request.prompt_logprobs) {
+    // Delivered exactly once, unless cancelled before the prefill completed.
+    const std::vector<int32_t>& prompt = entry.request.prompt;
+    if (stream.num_prompt_logprobs_calls == 0) {
+      EXPECT_EQ(completion.reason, FinishReason::kCancelled);
+      EXPECT_TRUE(stream.tokens.empty());
+    } else {
+      EXPECT_EQ(stream.num_prompt_logprobs_calls, 1);
+      ASSERT_EQ(stream.prompt_logprobs.size(), prompt.size() - 1);
+      for (size_t index = 1; index < prompt.size(); ++index) {
+        TokenLogprobs expected;
+        compute_token_logprobs(testing::reference_logits(options, std::span(prompt).first(index)),
+                               prompt[index], entry.request.logprobs.value_or(0), expected);
+        const TokenLogprobs& actual = stream.prompt_logprobs[index - 1];
+        EXPECT_EQ(actual.token, expected.token);
+        EXPECT_EQ(actual.logprob, expected.logprob) << "prompt token " << index;
+        ASSERT_EQ(actual.top.size(), expected.top.size());
+        for (size_t rank = 0; rank < expected.top.size(); ++rank) {
+          EXPECT_EQ(actual.top[rank].token, expected.top[rank].token);
+        }
+      }
+    }
+  }
+  if (entry.request.max_tokens == 0) {
+    EXPECT_TRUE(stream.tokens.empty());
+    return;
+  }
   if (!entry.request.sampling.is_greedy()) return;
   std::vector<int32_t> expected_tokens;
   std::string expected_text;
