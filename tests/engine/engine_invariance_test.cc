@@ -278,6 +278,52 @@ struct ModelRunnerOf {
     return options;
   }
 
+  static void register_adapters(ModelEngine& bundle) {
+    for (size_t index = 0; index < adapter_paths_->size(); ++index) {
+      Result<lora::AdapterInfo> info = bundle.adapters()->register_adapter(
+          fmt::format("adapter{}", index), (*adapter_paths_)[index]);
+      EXPECT_TRUE(info.ok()) << info.status();
+      EXPECT_EQ(info->id, static_cast<int64_t>(index) + 1);
+    }
+  }
+
+  // One request of `num_choices` choices, alone: each choice's tokens, and the most KV blocks
+  // shared at once while it ran.
+  static std::vector<std::vector<int32_t>> run_choices(const Spec& spec, int32_t num_choices,
+                                                       bool use_graphs, int64_t* most_shared) {
+    Result<std::unique_ptr<model::LlamaModel>> model = model::LlamaModel::open(*model_path_);
+    EXPECT_TRUE(model.ok()) << model.status();
+    if (!model.ok()) return {};
+    Configuration configuration;
+    configuration.use_graphs = use_graphs;
+    Result<std::unique_ptr<ModelEngine>> bundle =
+        ModelEngine::create(std::move(*model), engine_options(configuration));
+    EXPECT_TRUE(bundle.ok()) << bundle.status();
+    if (!bundle.ok()) return {};
+    register_adapters(**bundle);
+    Engine& engine = (*bundle)->engine();
+    Recorder recorder;
+    Request request = to_request(spec);
+    request.num_choices = num_choices;
+    const Result<RequestId> id = engine.submit(recorder.attach(request));
+    EXPECT_TRUE(id.ok()) << id.status();
+    if (!id.ok()) return {};
+    *most_shared = 0;
+    while (engine.has_unfinished_requests()) {
+      engine.step();
+      engine.check_invariants();
+      *most_shared = std::max(*most_shared, (*bundle)->block_manager().counts().shared);
+    }
+    std::vector<std::vector<int32_t>> outputs;
+    for (int32_t choice = 0; choice < num_choices; ++choice) {
+      EXPECT_EQ(recorder.completion(*id, choice).reason, FinishReason::kLength)
+          << recorder.completion(*id, choice).error;
+      outputs.push_back(recorder.stream(*id, choice).tokens);
+    }
+    EXPECT_EQ((*bundle)->block_manager().num_sequences(), 0);
+    return outputs;
+  }
+
   // Also checks that every block and pool page is free or cached afterwards.
   static RunResult run(const Configuration& configuration, std::span<const Spec> specs) {
     Recorder recorder;
@@ -288,12 +334,7 @@ struct ModelRunnerOf {
         ModelEngine::create(std::move(*model), engine_options(configuration));
     EXPECT_TRUE(bundle.ok()) << bundle.status();
     if (!bundle.ok()) return {};
-    for (size_t index = 0; index < adapter_paths_->size(); ++index) {
-      Result<lora::AdapterInfo> info = (*bundle)->adapters()->register_adapter(
-          fmt::format("adapter{}", index), (*adapter_paths_)[index]);
-      EXPECT_TRUE(info.ok()) << info.status();
-      EXPECT_EQ(info->id, static_cast<int64_t>(index) + 1);
-    }
+    register_adapters(**bundle);
     RunResult result = drive((*bundle)->engine(), recorder, specs, configuration.staggered);
     kv::BlockManager& blocks = (*bundle)->block_manager();
     blocks.check_invariants();
@@ -452,7 +493,53 @@ TEST_F(ModelEngineInvarianceTest, AloneOutputsHaveTheRequestedLengths) {
   }
 }
 
+// Choices through the real model and executor (forked block tables, copy-on-write of the
+// shared last block), eager and with graphs: greedy choices equal the request's run alone, and
+// a seeded sampled request's choice 0 equals its n = 1 run.
+template <typename Runner>
+void expect_choices_match_single_runs(std::span<const Spec> specs,
+                                      std::span<const std::vector<int32_t>> alone) {
+  int32_t checked_greedy = 0, checked_sampled = 0;
+  for (size_t index = 0; index < specs.size(); ++index) {
+    const Spec& spec = specs[index];
+    // One request of each kind with a prompt longer than a block (8 tokens).
+    const bool greedy = spec.sampling.is_greedy();
+    if (spec.prompt.size() < 12 || (greedy ? checked_greedy : checked_sampled) > 0) continue;
+    (greedy ? checked_greedy : checked_sampled) += 1;
+    for (bool use_graphs : Runner::graph_modes()) {
+      SCOPED_TRACE(fmt::format("request {} graphs {}", index, use_graphs));
+      int64_t most_shared = 0;
+      const std::vector<std::vector<int32_t>> outputs =
+          Runner::run_choices(spec, 3, use_graphs, &most_shared);
+      ASSERT_EQ(outputs.size(), 3u);
+      EXPECT_EQ(outputs[0], alone[index]);
+      if (greedy) {
+        EXPECT_EQ(outputs[1], alone[index]);
+        EXPECT_EQ(outputs[2], alone[index]);
+      }
+      EXPECT_GE(most_shared, static_cast<int64_t>(spec.prompt.size() / 8));
+    }
+  }
+  EXPECT_EQ(checked_greedy, 1);
+  EXPECT_EQ(checked_sampled, 1);
+}
+
+TEST_F(ModelEngineInvarianceTest, ChoicesShareThePromptAndMatchTheSingleChoiceRun) {
+  expect_choices_match_single_runs<ModelRunner>(*specs_, *alone_);
+}
+
 using AdapterEngineInvarianceTest = EngineInvarianceTest<AdapterModelRunner>;
+
+TEST_F(AdapterEngineInvarianceTest, ChoicesOfAnAdapterRequestHoldTheAdapterEach) {
+  std::vector<Spec> with_adapter;
+  std::vector<std::vector<int32_t>> alone;
+  for (size_t index = 0; index < specs_->size(); ++index) {
+    if ((*specs_)[index].adapter_id == 0) continue;
+    with_adapter.push_back((*specs_)[index]);
+    alone.push_back((*alone_)[index]);
+  }
+  expect_choices_match_single_runs<AdapterModelRunner>(with_adapter, alone);
+}
 
 // The adapters matter: most adapter requests' outputs differ from the same request on the base.
 TEST_F(AdapterEngineInvarianceTest, AdaptersChangeTheOutput) {

@@ -1,8 +1,10 @@
 // Randomized workloads with fixed seeds: random engine configurations, submissions (shared
-// prefixes, greedy and sampled, stop tokens and strings, priorities), cancellations and clock
-// advances, with the engine's invariants checked after every step. At the end: every request
-// ended exactly once, streams are gap-free, greedy outputs equal the independent reference (cut
-// by stop strings, or a prefix of it when cancelled), and every KV block is FREE or CACHED.
+// prefixes, greedy and sampled, stop tokens and strings, priorities, n > 1 choices sharing their
+// prompt's blocks), cancellations and clock advances, with the engine's invariants (the block
+// manager's reference and shared-block counts included) checked after every step. At the end:
+// every choice of every request ended exactly once, streams are gap-free, greedy outputs of
+// every choice equal the independent reference (cut by stop strings, or a prefix of it when
+// cancelled), and every KV block is FREE or CACHED.
 #include <gtest/gtest.h>
 
 #include "engine_test_util.h"
@@ -69,6 +71,10 @@ HarnessOptions random_options(SplitMix64& random) {
   scheduler.max_preemptions = 1000000;
   scheduler.aging_interval = std::chrono::milliseconds(1 + random.next() % 50);
   scheduler.starvation_threshold = std::chrono::milliseconds(random.next() % 400);
+  // A runner with few logit rows per step cuts prompt-logprobs prefills into many chunks.
+  if (random.next() % 2 == 0) {
+    options.max_logit_rows = scheduler.max_num_sequences + static_cast<int32_t>(random.next() % 8);
+  }
   if (random.next() % 2 == 0) {
     scheduler.preemption_mode = PreemptionMode::kSwap;
     options.swap_blocks = static_cast<int32_t>(8 + random.next() % 120);
@@ -77,7 +83,7 @@ HarnessOptions random_options(SplitMix64& random) {
 }
 
 Request random_request(SplitMix64& random, const std::vector<std::vector<int32_t>>& prefixes,
-                       int32_t max_total_tokens) {
+                       int32_t max_total_tokens, int32_t max_num_sequences) {
   Request request;
   if (random.next() % 2 == 0) request.prompt = prefixes[random.next() % prefixes.size()];
   const auto extra = static_cast<int32_t>(1 + random.next() % 24);
@@ -101,7 +107,66 @@ Request random_request(SplitMix64& random, const std::vector<std::vector<int32_t
     if (random.next() % 2 == 0) stop.push_back(static_cast<char>('A' + random.next() % 2));
     request.stop_strings = {stop};
   }
+  if (random.next() % 4 == 0) {
+    request.num_choices = std::min(max_num_sequences, static_cast<int32_t>(2 + random.next() % 3));
+  }
+  if (random.next() % 6 == 0) {
+    request.prompt_logprobs = true;
+    request.logprobs = static_cast<int32_t>(random.next() % 4);
+    if (random.next() % 3 == 0) request.max_tokens = 0;
+  }
   return request;
+}
+
+// What one choice of a finished request must show.
+void check_choice(const HarnessOptions& options, const Submitted& entry, const Recorder& recorder,
+                  int32_t choice) {
+  const Completion completion = recorder.completion(entry.id, choice);
+  const Recorder::Stream stream = recorder.stream(entry.id, choice);
+  ASSERT_NE(completion.reason, FinishReason::kError) << completion.error;
+  if (completion.reason == FinishReason::kCancelled) {
+    EXPECT_TRUE(entry.cancelled);
+  }
+  EXPECT_EQ(stream.text, toy_decode(stream.tokens).substr(0, stream.text.size()));
+  if (choice == 0 && entry.request.prompt_logprobs) {
+    // Delivered exactly once, unless cancelled before the prefill completed.
+    const std::vector<int32_t>& prompt = entry.request.prompt;
+    if (stream.num_prompt_logprobs_calls == 0) {
+      EXPECT_EQ(completion.reason, FinishReason::kCancelled);
+      EXPECT_TRUE(stream.tokens.empty());
+    } else {
+      EXPECT_EQ(stream.num_prompt_logprobs_calls, 1);
+      ASSERT_EQ(stream.prompt_logprobs.size(), prompt.size() - 1);
+      for (size_t index = 1; index < prompt.size(); ++index) {
+        TokenLogprobs expected;
+        compute_token_logprobs(testing::reference_logits(options, std::span(prompt).first(index)),
+                               prompt[index], entry.request.logprobs.value_or(0), expected);
+        const TokenLogprobs& actual = stream.prompt_logprobs[index - 1];
+        EXPECT_EQ(actual.token, expected.token);
+        EXPECT_EQ(actual.logprob, expected.logprob) << "prompt token " << index;
+        ASSERT_EQ(actual.top.size(), expected.top.size());
+        for (size_t rank = 0; rank < expected.top.size(); ++rank) {
+          EXPECT_EQ(actual.top[rank].token, expected.top[rank].token);
+        }
+      }
+    }
+  }
+  if (entry.request.max_tokens == 0) {
+    EXPECT_TRUE(stream.tokens.empty());
+    return;
+  }
+  if (!entry.request.sampling.is_greedy()) return;
+  std::vector<int32_t> expected_tokens;
+  std::string expected_text;
+  expected_greedy(options, entry.request, expected_tokens, expected_text);
+  if (completion.reason == FinishReason::kCancelled) {
+    ASSERT_LE(stream.tokens.size(), expected_tokens.size());
+    EXPECT_TRUE(std::equal(stream.tokens.begin(), stream.tokens.end(), expected_tokens.begin()))
+        << "request " << entry.id.value();
+    return;
+  }
+  EXPECT_EQ(stream.tokens, expected_tokens) << "request " << entry.id.value();
+  EXPECT_EQ(stream.text, expected_text) << "request " << entry.id.value();
 }
 
 void run_workload(uint64_t seed) {
@@ -122,11 +187,13 @@ void run_workload(uint64_t seed) {
   }
   Recorder recorder;
   std::vector<Submitted> submitted;
+  int64_t most_shared = 0;
   for (int step = 0; step < 300 || harness.engine().has_unfinished_requests(); ++step) {
     if (step < 300) {
       const int arrivals = static_cast<int>(random.next() % 5) - 1;
       for (int index = 0; index < arrivals; ++index) {
-        Request request = random_request(random, prefixes, max_total_tokens);
+        Request request =
+            random_request(random, prefixes, max_total_tokens, options.scheduler.max_num_sequences);
         Submitted entry{RequestId(), request, false};
         entry.id = *harness.engine().submit(recorder.attach(request));
         submitted.push_back(std::move(entry));
@@ -140,36 +207,39 @@ void run_workload(uint64_t seed) {
     harness.clock().advance(std::chrono::milliseconds(random.next() % 5));
     harness.engine().step();
     harness.engine().check_invariants();
+    most_shared = std::max(most_shared, harness.block_manager().counts().shared);
     ASSERT_LT(step, 20000) << "the workload does not drain";
   }
   std::vector<RequestId> ids;
-  for (const Submitted& entry : submitted) ids.push_back(entry.id);
-  recorder.expect_each_finished_once(ids);
+  std::vector<int32_t> num_choices;
+  int64_t total_choices = 0;
   for (const Submitted& entry : submitted) {
-    const Completion completion = recorder.completion(entry.id);
-    const Recorder::Stream stream = recorder.stream(entry.id);
-    ASSERT_NE(completion.reason, FinishReason::kError) << completion.error;
-    if (completion.reason == FinishReason::kCancelled) {
-      EXPECT_TRUE(entry.cancelled);
+    ids.push_back(entry.id);
+    num_choices.push_back(entry.request.num_choices);
+    total_choices += entry.request.num_choices;
+  }
+  recorder.expect_each_finished_once(ids, num_choices);
+  EXPECT_GT(most_shared, 0) << "no KV block was ever shared (by choices or prefix hits)";
+  int32_t num_forked = 0;  // requests whose second choice generated (so it forked)
+  for (const Submitted& entry : submitted) {
+    if (entry.request.num_choices > 1 && !recorder.stream(entry.id, 1).tokens.empty()) ++num_forked;
+  }
+  EXPECT_GT(num_forked, 0);
+  int32_t num_scored = 0;  // requests whose prompt logprobs came
+  for (const Submitted& entry : submitted) {
+    if (recorder.stream(entry.id).num_prompt_logprobs_calls > 0) ++num_scored;
+  }
+  EXPECT_GT(num_scored, 0);
+  for (const Submitted& entry : submitted) {
+    for (int32_t choice = 0; choice < entry.request.num_choices; ++choice) {
+      SCOPED_TRACE(fmt::format("request {} choice {}", entry.id.value(), choice));
+      check_choice(options, entry, recorder, choice);
     }
-    EXPECT_EQ(stream.text, toy_decode(stream.tokens).substr(0, stream.text.size()));
-    if (!entry.request.sampling.is_greedy()) continue;
-    std::vector<int32_t> expected_tokens;
-    std::string expected_text;
-    expected_greedy(options, entry.request, expected_tokens, expected_text);
-    if (completion.reason == FinishReason::kCancelled) {
-      ASSERT_LE(stream.tokens.size(), expected_tokens.size());
-      EXPECT_TRUE(std::equal(stream.tokens.begin(), stream.tokens.end(), expected_tokens.begin()))
-          << "request " << entry.id.value();
-      continue;
-    }
-    EXPECT_EQ(stream.tokens, expected_tokens) << "request " << entry.id.value();
-    EXPECT_EQ(stream.text, expected_text) << "request " << entry.id.value();
   }
   harness.expect_all_blocks_free_or_cached();
   const EngineStats stats = harness.engine().stats();
-  EXPECT_EQ(stats.requests_submitted, static_cast<int64_t>(submitted.size()));
-  EXPECT_EQ(stats.requests_finished, static_cast<int64_t>(submitted.size()));
+  EXPECT_EQ(stats.requests_submitted, total_choices);
+  EXPECT_EQ(stats.requests_finished, total_choices);
 }
 
 TEST(EngineRandomTest, RandomWorkloadsKeepEveryContract) {

@@ -12,6 +12,7 @@
 #include <mutex>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "folio/base/metrics.h"
@@ -47,6 +48,7 @@ struct HarnessOptions {
   int32_t vocab_size = 64;
   uint64_t model_seed = 7;
   int64_t num_adapters = 1;
+  int32_t max_logit_rows = 0;  // the toy runner's limit per step (0: none)
   bool with_text = true;
   std::optional<int32_t> eos_token;
   SchedulerOptions scheduler;
@@ -76,6 +78,7 @@ class EngineHarness {
     runner_ = std::move(ToyStepRunner::create(block_manager_->layout(), options.vocab_size,
                                               options.model_seed, options.num_adapters)
                             .value());
+    runner_->set_max_logit_rows(options.max_logit_rows);
     EngineOptions engine_options;
     engine_options.scheduler = options.scheduler;
     engine_options.eos_token = options.eos_token;
@@ -123,22 +126,38 @@ class EngineHarness {
   std::unique_ptr<Engine> engine_;
 };
 
-// Collects every callback, keyed by request id, and notes any breach of the streaming contract.
+// Collects every callback, keyed by request id and choice, and notes any breach of the streaming
+// contract.
 // Thread-safe: callbacks arrive on the engine thread while tests read from theirs.
 class Recorder {
  public:
   struct Stream {
     std::vector<int32_t> tokens;
     std::string text;
+    std::vector<TokenLogprobs> logprobs;  // one per token that carried them
+    int32_t num_prompt_logprobs_calls = 0;
+    std::vector<TokenLogprobs> prompt_logprobs;  // from on_prompt_logprobs (choice 0's stream)
     std::vector<Completion> completions;
     std::vector<std::string> violations;
   };
 
-  // Sets the request's callbacks to record into this recorder.
+  // Sets the request's callbacks to record into this recorder (on_prompt_logprobs too when the
+  // request asks for prompt logprobs).
   Request& attach(Request& request) {
-    request.on_token = [this](const TokenEvent& event) {
+    // on_prompt_logprobs does not name its request: it is parked here and filed under the
+    // request by its next callback (the engine makes one of the same request's next).
+    auto parked = std::make_shared<PromptRecord>();
+    if (request.prompt_logprobs) {
+      request.on_prompt_logprobs = [this, parked](std::span<const TokenLogprobs> entries) {
+        std::lock_guard lock(mutex_);
+        ++parked->num_calls;
+        parked->entries.assign(entries.begin(), entries.end());
+      };
+    }
+    request.on_token = [this, parked](const TokenEvent& event) {
       std::lock_guard lock(mutex_);
-      Stream& stream = streams_[event.request];
+      file_prompt_logprobs(*parked, event.request);
+      Stream& stream = streams_[{event.request, event.choice}];
       if (!stream.completions.empty()) stream.violations.push_back("token after finish");
       if (event.index != static_cast<int32_t>(stream.tokens.size())) {
         stream.violations.push_back("token index " + std::to_string(event.index) + " after " +
@@ -146,10 +165,12 @@ class Recorder {
       }
       stream.tokens.push_back(event.token);
       stream.text.append(event.text);
+      if (event.logprobs != nullptr) stream.logprobs.push_back(*event.logprobs);
     };
-    request.on_finish = [this](const Completion& completion) {
+    request.on_finish = [this, parked](const Completion& completion) {
       std::lock_guard lock(mutex_);
-      Stream& stream = streams_[completion.request];
+      file_prompt_logprobs(*parked, completion.request);
+      Stream& stream = streams_[{completion.request, completion.choice}];
       if (!stream.completions.empty()) stream.violations.push_back("finished twice");
       if (completion.num_generated_tokens != static_cast<int32_t>(stream.tokens.size())) {
         stream.violations.push_back("completion counts a different number of tokens");
@@ -163,41 +184,68 @@ class Recorder {
     return request;
   }
 
-  Stream stream(RequestId id) const {
+  Stream stream(RequestId id, int32_t choice = 0) const {
     std::lock_guard lock(mutex_);
-    const auto entry = streams_.find(id);
+    const auto entry = streams_.find({id, choice});
     return entry == streams_.end() ? Stream{} : entry->second;
   }
-  bool finished(RequestId id) const {
+  bool finished(RequestId id, int32_t choice = 0) const {
     std::lock_guard lock(mutex_);
-    const auto entry = streams_.find(id);
+    const auto entry = streams_.find({id, choice});
     return entry != streams_.end() && !entry->second.completions.empty();
   }
-  Completion completion(RequestId id) const {
+  Completion completion(RequestId id, int32_t choice = 0) const {
     std::lock_guard lock(mutex_);
-    return streams_.at(id).completions.at(0);
+    return streams_.at({id, choice}).completions.at(0);
   }
   int64_t num_finished() const {
     std::lock_guard lock(mutex_);
     return num_finished_;
   }
-  // Every id finished exactly once, without contract violations.
-  void expect_each_finished_once(std::span<const RequestId> ids) const {
+  // Every choice of every id finished exactly once, without contract violations.
+  // num_choices: per id (empty: one choice each).
+  void expect_each_finished_once(std::span<const RequestId> ids,
+                                 std::span<const int32_t> num_choices = {}) const {
     std::lock_guard lock(mutex_);
-    for (RequestId id : ids) {
-      const auto entry = streams_.find(id);
-      ASSERT_NE(entry, streams_.end()) << "request " << id.value() << " never reported";
-      EXPECT_EQ(entry->second.completions.size(), 1u) << "request " << id.value();
-      for (const std::string& violation : entry->second.violations) {
-        ADD_FAILURE() << "request " << id.value() << ": " << violation;
+    int64_t expected = 0;
+    for (size_t index = 0; index < ids.size(); ++index) {
+      const RequestId id = ids[index];
+      const int32_t choices = num_choices.empty() ? 1 : num_choices[index];
+      expected += choices;
+      for (int32_t choice = 0; choice < choices; ++choice) {
+        const auto entry = streams_.find({id, choice});
+        ASSERT_NE(entry, streams_.end())
+            << "request " << id.value() << " choice " << choice << " never reported";
+        EXPECT_EQ(entry->second.completions.size(), 1u)
+            << "request " << id.value() << " choice " << choice;
+        for (const std::string& violation : entry->second.violations) {
+          ADD_FAILURE() << "request " << id.value() << " choice " << choice << ": " << violation;
+        }
       }
     }
-    EXPECT_EQ(static_cast<size_t>(num_finished_), ids.size());
+    EXPECT_EQ(num_finished_, expected);
   }
 
  private:
+  struct PromptRecord {
+    int32_t num_calls = 0;
+    std::vector<TokenLogprobs> entries;
+  };
+  // Files a parked on_prompt_logprobs call under choice 0 of `id`; a call after the request's
+  // first token or completion is a contract violation.
+  void file_prompt_logprobs(PromptRecord& parked, RequestId id) {
+    Stream& stream = streams_[{id, 0}];
+    if (parked.num_calls == 0) return;
+    if (!stream.tokens.empty() || !stream.completions.empty()) {
+      stream.violations.push_back("on_prompt_logprobs after a token or completion");
+    }
+    stream.num_prompt_logprobs_calls += parked.num_calls;
+    stream.prompt_logprobs = std::move(parked.entries);
+    parked.num_calls = 0;
+  }
+
   mutable std::mutex mutex_;
-  std::map<RequestId, Stream> streams_;
+  std::map<std::pair<RequestId, int32_t>, Stream> streams_;
   int64_t num_finished_ = 0;
 };
 
@@ -227,6 +275,16 @@ inline std::vector<int32_t> reference_greedy(const HarnessOptions& options,
     }
   }
   return output;
+}
+
+// The toy model's logits row after `tokens` (what predicts the next token), without a cache.
+inline std::vector<float> reference_logits(const HarnessOptions& options,
+                                           std::span<const int32_t> tokens,
+                                           int64_t adapter_id = 0) {
+  std::vector<float> logits(static_cast<size_t>(options.vocab_size));
+  ToyStepRunner::logits_for_key(
+      ToyStepRunner::reference_key(options.model_seed, adapter_id, tokens), logits);
+  return logits;
 }
 
 inline std::vector<int32_t> random_prompt(uint64_t& state, int32_t length, int32_t vocab_size) {

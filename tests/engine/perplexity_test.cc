@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cmath>
 #include <fstream>
+#include <optional>
 #include <random>
 #include <string>
 #include <vector>
@@ -331,6 +332,45 @@ TEST_F(PerplexityEngineTest, TextIsBosThenTheTokensOfTheWholeText) {
   EXPECT_EQ(from_text->perplexity, from_tokens->perplexity);
   EXPECT_EQ(compute_text_perplexity(*engine_, "", windows(8, 4)).status().code(),
             StatusCode::kInvalidArgument);
+}
+
+// The engine's prompt logprobs (Request::prompt_logprobs) share perplexity's definition: over a
+// prompt longer than a step's logit rows (64), their sum is minus the NLL sum of one window
+// covering the whole prompt.
+TEST_F(PerplexityEngineTest, PromptLogprobsSumToMinusThePerplexityNll) {
+  std::mt19937 random(5);
+  std::vector<int32_t> prompt = {1};
+  while (prompt.size() < 150) prompt.push_back(static_cast<int32_t>(3 + random() % 500));
+  Result<PerplexityResult> perplexity =
+      compute_perplexity(*engine_, prompt, windows(static_cast<int32_t>(prompt.size()), 1));
+  ASSERT_TRUE(perplexity.ok()) << perplexity.status();
+  ASSERT_EQ(perplexity->num_scored_tokens, 149);
+  std::vector<TokenLogprobs> entries;
+  int32_t num_calls = 0;
+  std::optional<Completion> completion;
+  Request request;
+  request.prompt = prompt;
+  request.max_tokens = 0;
+  request.prompt_logprobs = true;
+  request.on_prompt_logprobs = [&](std::span<const TokenLogprobs> scored) {
+    ++num_calls;
+    entries.assign(scored.begin(), scored.end());
+  };
+  request.on_finish = [&](const Completion& done) { completion = done; };
+  ASSERT_TRUE(engine_->engine().submit(std::move(request)).ok());
+  engine_->engine().run_until_idle();
+  ASSERT_TRUE(completion.has_value());
+  EXPECT_EQ(completion->reason, FinishReason::kLength) << completion->error;
+  ASSERT_EQ(num_calls, 1);
+  ASSERT_EQ(entries.size(), 149u);
+  double sum = 0;
+  for (size_t index = 0; index < entries.size(); ++index) {
+    EXPECT_EQ(entries[index].token, prompt[index + 1]);
+    sum += entries[index].logprob;
+  }
+  const double nll_sum = perplexity->mean_nll * static_cast<double>(perplexity->num_scored_tokens);
+  EXPECT_NEAR(-sum / nll_sum, 1.0, 1e-6) << sum << " vs " << -nll_sum;
+  EXPECT_EQ(engine_->block_manager().num_sequences(), 0);
 }
 
 }  // namespace

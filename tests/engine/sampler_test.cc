@@ -147,6 +147,54 @@ std::map<int32_t, double> as_map(const std::vector<Candidate>& candidates) {
   return result;
 }
 
+TEST(LogitBiasTest, BiasIsAddedBeforePenaltiesAndGreedy) {
+  TokenHistory history;
+  history.add_generated(1);
+  SamplingParams params;
+  params.temperature = 0.0f;
+  params.presence_penalty = 1.0f;
+  // Token 1 (2.0) is penalized to 1.0 after its bias of +0.5 (2.5 - 1 = 1.5); token 0 (1.0)
+  // gets +0.25: 1.25 < 1.5, so token 1 still wins, which it would not without its bias.
+  params.logit_bias = {{0, 0.25f}, {1, 0.5f}};
+  std::vector<float> logits = {1.0f, 2.0f, -3.0f};
+  Xoshiro256StarStar generator(1);
+  EXPECT_EQ(*Sampler().sample(logits, params, history, generator), 1);
+  EXPECT_FLOAT_EQ(logits[0], 1.25f);
+  EXPECT_FLOAT_EQ(logits[1], 1.5f);
+  EXPECT_FLOAT_EQ(logits[2], -3.0f);
+}
+
+TEST(LogitBiasTest, SamplingDrawsFromTheBiasedDistribution) {
+  const std::vector<float> logits = test_logits(30, 9);
+  SamplingParams params;
+  params.temperature = 0.8f;
+  params.logit_bias = {{4, 2.0f}, {11, -100.0f}, {4, 1.0f}};  // a token listed twice: both add
+  std::vector<float> biased = logits;
+  biased[4] += 3.0f;
+  biased[11] -= 100.0f;
+  const std::vector<double> expected = reference_softmax(biased, static_cast<double>(0.8f));
+  std::vector<float> scratch = logits;
+  const auto kept = as_map(*Sampler().distribution(scratch, params, TokenHistory()));
+  ASSERT_EQ(kept.size(), logits.size());
+  for (size_t token = 0; token < logits.size(); ++token) {
+    EXPECT_NEAR(kept.at(static_cast<int32_t>(token)), expected[token], 1e-9) << token;
+  }
+}
+
+TEST(LogitBiasTest, ValidationNamesTheFieldForBadTokensAndValues) {
+  SamplingParams params;
+  params.logit_bias = {{3, 100.0f}, {0, -100.0f}};
+  EXPECT_TRUE(params.validate(10).ok());
+  for (const LogitBias bad : {LogitBias{10, 1.0f}, LogitBias{-1, 1.0f}, LogitBias{2, 100.5f},
+                              LogitBias{2, -101.0f}, LogitBias{2, std::nanf("")}}) {
+    params.logit_bias = {bad};
+    const Status status = params.validate(10);
+    ASSERT_FALSE(status.ok()) << bad.token << " " << bad.bias;
+    EXPECT_EQ(status.code(), StatusCode::kInvalidArgument);
+    EXPECT_NE(status.message().find("logit_bias"), std::string::npos) << status.message();
+  }
+}
+
 TEST(SamplerTest, TopKKeepsTheKLargestRenormalized) {
   const std::vector<float> logits = test_logits(50, 3);
   SamplingParams params;

@@ -108,6 +108,10 @@ Status ToyStepRunner::run_segment(const ir::StepBatch& step, int32_t segment) {
 Result<ir::StepOutput> ToyStepRunner::run(const ir::StepBatch& step) {
   ++num_steps_;
   if (observer_) FOLIO_RETURN_IF_ERROR(observer_(step));
+  if (max_logit_rows_ > 0 && step.num_logit_rows() > max_logit_rows_) {
+    return invalid_argument("toy model: step asks for {} logits rows, more than its {}",
+                            step.num_logit_rows(), max_logit_rows_);
+  }
   token_keys_.assign(static_cast<size_t>(step.num_tokens()), 0);
   for (int32_t segment = 0; segment < step.num_sequences(); ++segment) {
     FOLIO_RETURN_IF_ERROR(run_segment(step, segment));

@@ -38,6 +38,10 @@ class ToyStepRunner final : public StepRunner {
 
   Result<ir::StepOutput> run(const ir::StepBatch& step) override;
   int32_t vocab_size() const override { return vocab_size_; }
+  // 0 (the default): any number of logits rows; otherwise a step asking for more fails with
+  // kInvalidArgument, as the executor's validation would. Set before the engine is created.
+  int32_t max_logit_rows() const override { return max_logit_rows_; }
+  void set_max_logit_rows(int32_t rows) { max_logit_rows_ = rows; }
   // Adapters 0 .. num_adapters - 1 (0 is the base model).
   bool supports_adapter(int64_t adapter_id) const override {
     return adapter_id >= 0 && adapter_id < num_adapters_;
@@ -79,6 +83,7 @@ class ToyStepRunner final : public StepRunner {
   int64_t num_adapters_;
   std::function<Status(const ir::StepBatch&)> observer_;
   int64_t num_steps_ = 0;
+  int32_t max_logit_rows_ = 0;
   std::vector<uint64_t> token_keys_;  // [num_tokens] of the current step
   std::vector<float> logits_;         // f32 [num_logits, vocab]
 };

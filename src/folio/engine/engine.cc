@@ -9,6 +9,12 @@
 
 namespace folio::engine {
 
+uint64_t choice_seed(uint64_t request_seed, int32_t choice) {
+  // Choice 0 keeps the request's seed, so it draws what the same request with n = 1 draws.
+  if (choice == 0) return request_seed;
+  return SplitMix64(request_seed ^ (static_cast<uint64_t>(choice) * 0x9e3779b97f4a7c15ULL)).next();
+}
+
 std::string_view finish_reason_name(FinishReason reason) {
   switch (reason) {
     case FinishReason::kStop:
@@ -37,8 +43,16 @@ Result<std::unique_ptr<Engine>> Engine::create(const EngineOptions& options,
     return invalid_argument("EOS token {} is outside the vocabulary of {} tokens",
                             *options.eos_token, parts.runner->vocab_size());
   }
+  // Steps never ask for more logits rows than the runner returns.
+  SchedulerOptions scheduler_options = options.scheduler;
+  if (const int32_t runner_rows = parts.runner->max_logit_rows(); runner_rows > 0) {
+    scheduler_options.max_logit_rows =
+        scheduler_options.max_logit_rows == 0
+            ? runner_rows
+            : std::min(scheduler_options.max_logit_rows, runner_rows);
+  }
   FOLIO_ASSIGN_OR_RETURN(std::unique_ptr<Scheduler> scheduler,
-                         Scheduler::create(options.scheduler, *parts.block_manager,
+                         Scheduler::create(scheduler_options, *parts.block_manager,
                                            parts.has_swap_space, parts.adapters));
   std::unique_ptr<Clock> owned_clock;
   if (parts.clock == nullptr) owned_clock = std::make_unique<SteadyClock>();
@@ -90,10 +104,24 @@ Status Engine::validate(const Request& request) const {
                               request.prompt[index], index, vocab_size_);
     }
   }
-  if (request.max_tokens < 1) {
-    return invalid_argument("max_tokens must be at least 1, got {}", request.max_tokens);
+  if (request.num_choices < 1 || request.num_choices > options_.scheduler.max_num_sequences) {
+    return invalid_argument(
+        "num_choices (n) must be in [1, {}] (the engine's max_num_sequences: every choice runs "
+        "as its own sequence), got {}",
+        options_.scheduler.max_num_sequences, request.num_choices);
+  }
+  if (request.max_tokens < (request.prompt_logprobs ? 0 : 1)) {
+    return invalid_argument(
+        "max_tokens must be at least 1 (0 only with prompt_logprobs: score the prompt, generate "
+        "nothing), got {}",
+        request.max_tokens);
   }
   FOLIO_RETURN_IF_ERROR(request.sampling.validate(vocab_size_));
+  if (request.logprobs.has_value() &&
+      (*request.logprobs < 0 || *request.logprobs > kMaxTopLogprobs)) {
+    return invalid_argument("logprobs must be in [0, {}] (the number of top tokens), got {}",
+                            kMaxTopLogprobs, *request.logprobs);
+  }
   for (int32_t token : request.stop_token_ids) {
     if (token < 0 || token >= vocab_size_) {
       return invalid_argument("stop token {} is outside the vocabulary of {} tokens", token,
@@ -128,20 +156,42 @@ Result<RequestId> Engine::submit(Request request) {
   std::sort(stop_token_ids.begin(), stop_token_ids.end());
   stop_token_ids.erase(std::unique(stop_token_ids.begin(), stop_token_ids.end()),
                        stop_token_ids.end());
-  Sequence& sequence = state->sequence;
-  sequence.priority = request.priority;
-  sequence.adapter_id = request.adapter_id;
   // KV computed under an adapter is keyed by what the adapter computes (its content), never by
   // its name or id, so different weights under one name can never share a prefix.
-  sequence.cache_namespace.adapter_id = request.adapter_id;
+  kv::CacheNamespace cache_namespace;
+  cache_namespace.adapter_id = request.adapter_id;
   if (adapters_ != nullptr && request.adapter_id != 0) {
     std::optional<lora::AdapterInfo> adapter = adapters_->get(request.adapter_id);
     if (!adapter) return not_found("adapter {} is not registered", request.adapter_id);
-    sequence.cache_namespace.adapter_id = adapter->kv_namespace();
+    cache_namespace.adapter_id = adapter->kv_namespace();
   }
-  sequence.tokens = std::move(request.prompt);
-  sequence.num_prompt_tokens = num_prompt_tokens;
-  sequence.arrival = clock_.now();
+  if (request.prompt_logprobs) {
+    state->prompt_logprobs.resize(static_cast<size_t>(num_prompt_tokens - 1));
+  }
+  const TimePoint arrival = clock_.now();
+  std::unique_ptr<TokenConstraint> constraint = std::move(request.constraint).release();
+  for (int32_t index = 0; index < request.num_choices; ++index) {
+    auto choice =
+        std::make_unique<ChoiceState>(state.get(), index, request.prompt, request.stop_strings);
+    Sequence& sequence = choice->sequence;
+    sequence.choice = index;
+    sequence.priority = request.priority;
+    sequence.adapter_id = request.adapter_id;
+    sequence.cache_namespace = cache_namespace;
+    sequence.num_prompt_tokens = num_prompt_tokens;
+    sequence.arrival = arrival;
+    if (index == 0) {
+      // Choice 0 prefills the prompt for every choice; the others fork from it.
+      sequence.tokens = request.prompt;
+      sequence.wants_prompt_logits = request.prompt_logprobs;
+      sequence.num_pending_forks = request.num_choices - 1;
+    }
+    if (constraint != nullptr) {
+      choice->constraint =
+          index + 1 == request.num_choices ? std::move(constraint) : constraint->clone();
+    }
+    state->choices.push_back(std::move(choice));
+  }
   RequestId id;
   {
     MutexLock lock(inbox_mutex_);
@@ -149,14 +199,19 @@ Result<RequestId> Engine::submit(Request request) {
       return failed_precondition("the engine is stopped and accepts no more requests");
     }
     id = RequestId(next_request_id_++);
-    sequence.request = id;
-    sequence.seq = kv::SeqId(id.value());
-    sequence.arrival_order = id.value();
+    state->id = id;
     // Unseeded requests still get a reproducible stream: the engine seed mixed with the id.
-    state->generator = Xoshiro256StarStar(request.sampling.seed.value_or(
-        SplitMix64(options_.seed ^ (static_cast<uint64_t>(id.value()) << 32)).next()));
+    const uint64_t seed = request.sampling.seed.value_or(
+        SplitMix64(options_.seed ^ (static_cast<uint64_t>(id.value()) << 32)).next());
+    for (const std::unique_ptr<ChoiceState>& choice : state->choices) {
+      Sequence& sequence = choice->sequence;
+      sequence.request = id;
+      sequence.seq = kv::SeqId(next_seq_id_++);
+      sequence.arrival_order = id.value();
+      choice->generator = Xoshiro256StarStar(choice_seed(seed, choice->index));
+    }
     // Counted before the driving thread can see (and finish) the request.
-    metrics_.on_submitted(num_prompt_tokens);
+    metrics_.on_submitted(num_prompt_tokens, request.num_choices);
     // The driving thread may take and finish the request as soon as the lock is released.
     submissions_.push_back(std::move(state));
   }
@@ -198,8 +253,8 @@ void Engine::stop() {
   for (const auto& [id, state] : requests_) unfinished.push_back(id);
   std::sort(unfinished.begin(), unfinished.end());
   for (RequestId id : unfinished) {
-    finish(*requests_.at(id), FinishReason::kError,
-           unavailable("the engine stopped before the request finished"));
+    finish_request(id, FinishReason::kError,
+                   unavailable("the engine stopped before the request finished"));
   }
   report_state();
 }
@@ -233,17 +288,32 @@ void Engine::drain_inbox() {
     cancellations.swap(cancellations_);
   }
   for (std::unique_ptr<RequestState>& state : submissions) accept(std::move(state));
-  for (RequestId id : cancellations) {
-    const auto entry = requests_.find(id);
-    if (entry != requests_.end()) finish(*entry->second, FinishReason::kCancelled, Status());
-  }
+  for (RequestId id : cancellations) finish_request(id, FinishReason::kCancelled, Status());
 }
 
 void Engine::accept(std::unique_ptr<RequestState> state) {
-  if (text_decoder_factory_) state->decoder = text_decoder_factory_();
-  Sequence* sequence = &state->sequence;
-  requests_.emplace(sequence->request, std::move(state));
+  if (text_decoder_factory_) {
+    for (std::unique_ptr<ChoiceState>& choice : state->choices) {
+      choice->decoder = text_decoder_factory_();
+    }
+  }
+  Sequence* sequence = &state->choices.front()->sequence;
+  requests_.emplace(state->id, std::move(state));
   scheduler_->add(sequence);
+}
+
+void Engine::finish_request(RequestId id, FinishReason reason, const Status& error) {
+  // Each finish may end the request (and so destroy its state): look it up again every time.
+  while (true) {
+    const auto entry = requests_.find(id);
+    if (entry == requests_.end()) return;
+    for (const std::unique_ptr<ChoiceState>& choice : entry->second->choices) {
+      if (!choice->finished) {
+        finish(*choice, reason, error);
+        break;
+      }
+    }
+  }
 }
 
 bool Engine::has_unfinished_requests() {
@@ -257,13 +327,24 @@ bool Engine::has_unfinished_requests() {
 void Engine::check_invariants() const {
   scheduler_->check_invariants();
   block_manager_.check_invariants();
+  int64_t num_scheduled = 0;
   for (const auto& [id, state] : requests_) {
-    FOLIO_CHECK(state->sequence.status != SequenceStatus::kFinished,
-                "finished request {} is still held", id);
+    int32_t num_unfinished = 0;
+    FOLIO_CHECK(static_cast<int32_t>(state->choices.size()) == state->num_choices);
+    for (const std::unique_ptr<ChoiceState>& choice : state->choices) {
+      if (choice->finished) continue;
+      ++num_unfinished;
+      const bool scheduled = choice->index == 0 || state->forked;
+      FOLIO_CHECK(!scheduled || choice->sequence.status != SequenceStatus::kFinished,
+                  "unfinished choice {} of request {} has a finished sequence", choice->index, id);
+      num_scheduled += scheduled ? 1 : 0;
+    }
+    FOLIO_CHECK(num_unfinished == state->num_unfinished && num_unfinished > 0,
+                "request {}: {} unfinished choices, {} counted", id, num_unfinished,
+                state->num_unfinished);
   }
-  FOLIO_CHECK(static_cast<int64_t>(requests_.size()) == int64_t{scheduler_->num_waiting()} +
-                                                            scheduler_->num_running() +
-                                                            scheduler_->num_swapped());
+  FOLIO_CHECK(num_scheduled == int64_t{scheduler_->num_waiting()} + scheduler_->num_running() +
+                                   scheduler_->num_swapped());
 }
 
 }  // namespace folio::engine

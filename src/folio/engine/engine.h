@@ -46,6 +46,11 @@
 
 namespace folio::engine {
 
+// The seed of choice `choice` of a request whose seed is `request_seed` (its own, or the one the
+// engine derived): choice 0 keeps it, so an n > 1 request's choice 0 equals the same request
+// with n = 1; the others are SplitMix64-mixed with their index.
+uint64_t choice_seed(uint64_t request_seed, int32_t choice);
+
 struct EngineOptions {
   SchedulerOptions scheduler;
   std::optional<int32_t> eos_token;  // the model's end of sequence: a stop token by default
@@ -77,11 +82,14 @@ class Engine {
 
   // Validates and queues a request. Errors (kInvalidArgument, nothing queued): an empty prompt,
   // a token outside the vocabulary, a prompt leaving no room for one token in the context
-  // limit, max_tokens < 1, bad sampling parameters, empty stop strings or stop strings without
-  // a text decoder, an adapter the runner does not serve; kFailedPrecondition after stop().
+  // limit, max_tokens < 1 (< 0 with prompt_logprobs), bad sampling parameters (logit bias
+  // included), logprobs outside [0, 20], num_choices outside [1, max_num_sequences], empty stop
+  // strings or stop strings without a text decoder, an adapter the runner does not serve;
+  // kFailedPrecondition after stop().
   Result<RequestId> submit(Request request);
-  // Asks for the request to end with kCancelled at the start of the next step, its blocks freed
-  // in that step. Unknown or already finished ids are ignored.
+  // Asks for the request to end with kCancelled at the start of the next step (every choice not
+  // finished yet: one on_finish each), its blocks freed in that step. Unknown or already
+  // finished ids are ignored.
   void cancel(RequestId request);
 
   // Starts the loop thread: it steps while there is work and sleeps on the inbox otherwise.
@@ -107,6 +115,7 @@ class Engine {
 
  private:
   struct RequestState;
+  struct ChoiceState;
 
   Engine(const EngineOptions& options, const EngineParts& parts, EngineMetrics metrics,
          std::unique_ptr<Clock> owned_clock, std::unique_ptr<metrics::Registry> owned_registry,
@@ -119,10 +128,23 @@ class Engine {
   void drain_inbox();
   void accept(std::unique_ptr<RequestState> state);
   void run_plan(StepPlan& plan, TimePoint started);
-  // Samples the next token of `state` from one logits row and streams it.
-  void accept_token(RequestState& state, std::span<const float> logits_row);
-  // Ends a request: releases its sequence (unless the scheduler already has), reports it.
-  void finish(RequestState& state, FinishReason reason, Status error);
+  // The choice a scheduled sequence belongs to. Requires: its request is unfinished.
+  ChoiceState& choice_of(const Sequence& sequence);
+  // Fills the prompt logprobs of the positions of an all-logits segment from its rows
+  // (f32 [segment.num_tokens, vocab]).
+  void record_prompt_logprobs(RequestState& state, const ScheduledSegment& segment,
+                              std::span<const float> rows);
+  // Choice 0's prefill completed with this sampling row: deliver the prompt logprobs, fork the
+  // other choices, and sample every choice's first token (or end them all when max_tokens is 0).
+  void complete_prefill(ChoiceState& choice, std::span<const float> logits_row);
+  // Samples the next token of `choice` from one logits row and streams it.
+  void accept_token(ChoiceState& choice, std::span<const float> logits_row);
+  // Ends a choice: releases its sequence (unless the scheduler already has), reports it. A
+  // choice 0 ending before the fork ends its unforked siblings too. The last choice to end
+  // removes the request.
+  void finish(ChoiceState& choice, FinishReason reason, const Status& error);
+  // Ends every choice of the request not finished yet; an unknown id is ignored.
+  void finish_request(RequestId id, FinishReason reason, const Status& error);
   void fail_segments(const StepPlan& plan, const Status& error);
   void report_state();
 
@@ -153,6 +175,7 @@ class Engine {
   std::vector<std::unique_ptr<RequestState>> submissions_ FOLIO_GUARDED_BY(inbox_mutex_);
   std::vector<RequestId> cancellations_ FOLIO_GUARDED_BY(inbox_mutex_);
   int64_t next_request_id_ FOLIO_GUARDED_BY(inbox_mutex_) = 1;
+  int64_t next_seq_id_ FOLIO_GUARDED_BY(inbox_mutex_) = 1;  // a KV sequence per choice
   bool accepting_ FOLIO_GUARDED_BY(inbox_mutex_) = true;
   bool stop_requested_ FOLIO_GUARDED_BY(inbox_mutex_) = false;
 

@@ -67,6 +67,11 @@ Result<EngineMetrics> EngineMetrics::create(metrics::Registry& registry) {
                          registry.gauge(blocks, blocks_help, {{"state", "owned"}}));
   FOLIO_ASSIGN_OR_RETURN(result.blocks_cached_,
                          registry.gauge(blocks, blocks_help, {{"state", "cached"}}));
+  FOLIO_ASSIGN_OR_RETURN(
+      result.blocks_shared_,
+      registry.gauge(
+          "folio_engine_kv_shared_blocks",
+          "KV cache blocks held by more than one sequence (forked choices, prefix hits)."));
   const std::vector<double> latency_buckets = metrics::exponential_buckets(0.001, 2.0, 16);
   FOLIO_ASSIGN_OR_RETURN(
       result.time_to_first_token_,
@@ -84,8 +89,8 @@ Result<EngineMetrics> EngineMetrics::create(metrics::Registry& registry) {
   return result;
 }
 
-void EngineMetrics::on_submitted(int32_t num_prompt_tokens) {
-  submitted_->increment();
+void EngineMetrics::on_submitted(int32_t num_prompt_tokens, int32_t num_choices) {
+  submitted_->increment(num_choices);
   prompt_tokens_->increment(num_prompt_tokens);
 }
 
@@ -113,6 +118,7 @@ void EngineMetrics::on_state(int32_t num_waiting, int32_t num_running, int32_t n
   blocks_free_->set(static_cast<double>(blocks.free));
   blocks_owned_->set(static_cast<double>(blocks.owned));
   blocks_cached_->set(static_cast<double>(blocks.cached));
+  blocks_shared_->set(static_cast<double>(blocks.shared));
   prefix_queried_->increment(
       static_cast<double>(prefix.queried_blocks - reported_prefix_.queried_blocks));
   prefix_hits_->increment(static_cast<double>(prefix.hit_blocks - reported_prefix_.hit_blocks));
@@ -141,6 +147,7 @@ EngineStats EngineMetrics::snapshot() const {
   stats.preemptions_by_swap = as_count(preempted_swap_->value());
   stats.prefix_cache_queried_blocks = as_count(prefix_queried_->value());
   stats.prefix_cache_hit_blocks = as_count(prefix_hits_->value());
+  stats.kv_shared_blocks = as_count(blocks_shared_->value());
   return stats;
 }
 

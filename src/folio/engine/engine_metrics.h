@@ -6,6 +6,7 @@
 //   folio_engine_requests{state="waiting|running|swapped"}          gauge, after every step
 //   folio_engine_requests_submitted_total                            counter
 //   folio_engine_requests_finished_total{reason="stop|length|cancelled|error"}  counter
+//     (both count choices: a request of n choices counts n submitted and n finished)
 //   folio_engine_steps_total                                         counter (steps that ran)
 //   folio_engine_scheduled_tokens_total{phase="prefill|decode"}      counter (query tokens)
 //   folio_engine_prompt_tokens_total, folio_engine_generated_tokens_total  counters
@@ -13,6 +14,8 @@
 //   folio_engine_prefix_cache_queried_blocks_total, _hit_blocks_total  counters
 //   folio_engine_prefix_cache_hit_rate                               gauge (hit / queried blocks)
 //   folio_engine_kv_blocks{state="free|owned|cached"}                gauge
+//   folio_engine_kv_shared_blocks                                    gauge: owned blocks held
+//     by more than one sequence (choices sharing their prompt, prefix-cache hits)
 //   folio_engine_time_to_first_token_seconds, folio_engine_time_per_output_token_seconds,
 //   folio_engine_step_seconds                                        histograms
 //
@@ -45,6 +48,7 @@ struct EngineStats {
   int64_t preemptions_by_swap = 0;
   int64_t prefix_cache_queried_blocks = 0;
   int64_t prefix_cache_hit_blocks = 0;
+  int64_t kv_shared_blocks = 0;
 };
 
 class EngineMetrics {
@@ -52,7 +56,7 @@ class EngineMetrics {
   // Registers every series; errors if the registry holds a conflicting family.
   static Result<EngineMetrics> create(metrics::Registry& registry);
 
-  void on_submitted(int32_t num_prompt_tokens);
+  void on_submitted(int32_t num_prompt_tokens, int32_t num_choices);
   void on_step(const StepPlan& plan, int64_t num_prefill_tokens, Duration step_time);
   void on_generated_token() { generated_tokens_->increment(); }
   void on_preemptions(const StepPlan& plan) {
@@ -87,6 +91,7 @@ class EngineMetrics {
   metrics::Gauge* blocks_free_ = nullptr;
   metrics::Gauge* blocks_owned_ = nullptr;
   metrics::Gauge* blocks_cached_ = nullptr;
+  metrics::Gauge* blocks_shared_ = nullptr;
   metrics::Histogram* time_to_first_token_ = nullptr;
   metrics::Histogram* time_per_output_token_ = nullptr;
   metrics::Histogram* step_time_ = nullptr;

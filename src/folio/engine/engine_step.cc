@@ -29,12 +29,17 @@ bool Engine::step_once() {
   StepPlan plan = scheduler_->schedule(started);
   metrics_.on_preemptions(plan);
   for (auto& [sequence, error] : plan.failed) {
-    finish(*requests_.at(sequence->request), FinishReason::kError, std::move(error));
+    finish(choice_of(*sequence), FinishReason::kError, error);
   }
   const bool ran = !plan.empty();
   if (ran) run_plan(plan, started);
   report_state();
   return ran;
+}
+
+Engine::ChoiceState& Engine::choice_of(const Sequence& sequence) {
+  RequestState& state = *requests_.at(sequence.request);
+  return *state.choices[static_cast<size_t>(sequence.choice)];
 }
 
 void Engine::run_plan(StepPlan& plan, TimePoint started) {
@@ -68,113 +73,223 @@ void Engine::run_plan(StepPlan& plan, TimePoint started) {
     return;
   }
   scheduler_->complete(plan);
+  const auto vocab = static_cast<size_t>(vocab_size_);
   size_t row = 0;
   for (const ScheduledSegment& segment : plan.segments) {
+    const int32_t num_rows = segment.num_logit_rows();
+    if (num_rows == 0) continue;
+    const std::span<const float> rows =
+        output->logits.subspan(row * vocab, static_cast<size_t>(num_rows) * vocab);
+    row += static_cast<size_t>(num_rows);
+    // Looked up per segment: a segment's processing may finish (and so destroy) its own
+    // request, never another one, and each choice has at most one segment.
+    ChoiceState& choice = choice_of(*segment.sequence);
+    if (segment.all_logits) record_prompt_logprobs(*choice.request, segment, rows);
     if (!segment.wants_logits) continue;
-    // Looked up per row: accept_token may finish (and so destroy) the request it samples for,
-    // never another one.
-    RequestState& state = *requests_.at(segment.sequence->request);
-    accept_token(state, output->logits.subspan(row * static_cast<size_t>(vocab_size_),
-                                               static_cast<size_t>(vocab_size_)));
-    ++row;
+    const std::span<const float> logits_row = rows.subspan(rows.size() - vocab);
+    if (choice.index == 0 && (!choice.request->forked || segment.sequence->wants_prompt_logits)) {
+      complete_prefill(choice, logits_row);
+    } else {
+      accept_token(choice, logits_row);
+    }
   }
   metrics_.on_step(plan, num_prefill_tokens, clock_.now() - started);
 }
 
-void Engine::accept_token(RequestState& state, std::span<const float> logits_row) {
+void Engine::record_prompt_logprobs(RequestState& state, const ScheduledSegment& segment,
+                                    std::span<const float> rows) {
+  const Sequence& sequence = *segment.sequence;
+  const auto vocab = static_cast<size_t>(vocab_size_);
+  const int32_t num_top = state.num_top_logprobs.value_or(0);
+  for (int32_t index = 0; index < segment.num_tokens; ++index) {
+    // The row at position p predicts prompt token p + 1 (the last prompt position's row
+    // predicts the first generated token instead).
+    const int32_t position = segment.first_position + index;
+    if (position + 1 >= sequence.num_prompt_tokens) break;
+    compute_token_logprobs(rows.subspan(static_cast<size_t>(index) * vocab, vocab),
+                           sequence.tokens[static_cast<size_t>(position) + 1], num_top,
+                           state.prompt_logprobs[static_cast<size_t>(position)]);
+  }
+}
+
+void Engine::complete_prefill(ChoiceState& choice, std::span<const float> logits_row) {
+  RequestState& state = *choice.request;
+  Sequence& sequence = choice.sequence;
+  if (sequence.wants_prompt_logits) {
+    // Every prompt position has its entry now.
+    sequence.wants_prompt_logits = false;
+    if (state.on_prompt_logprobs) state.on_prompt_logprobs(state.prompt_logprobs);
+    state.prompt_logprobs = {};
+  }
+  if (state.max_tokens == 0) {
+    finish_request(state.id, FinishReason::kLength, Status());
+    return;
+  }
+  if (!state.forked) {
+    // The prompt's KV is computed once; every other choice shares its blocks (copy-on-write at
+    // its first append into the shared last block).
+    for (size_t index = 1; index < state.choices.size(); ++index) {
+      scheduler_->fork(&sequence, &state.choices[index]->sequence);
+    }
+    state.forked = true;
+  }
+  // Each choice draws its first token from the same row with its own generator. The request
+  // (and `state`) goes away when its last choice finishes, which can only be the last one here.
+  const auto num_choices = static_cast<size_t>(state.num_choices);
+  for (size_t index = 0; index < num_choices; ++index) {
+    accept_token(*state.choices[index], logits_row);
+  }
+}
+
+void Engine::accept_token(ChoiceState& choice, std::span<const float> logits_row) {
+  const RequestState& state = *choice.request;
   Result<int32_t> sampled = 0;
-  if (state.sampling.is_greedy() && !state.sampling.has_penalties()) {
+  if (state.sampling.is_greedy() && !state.sampling.has_penalties() &&
+      state.sampling.logit_bias.empty() && choice.constraint == nullptr) {
     sampled = greedy_token(logits_row);  // nothing to rewrite: no copy of the row
   } else {
     logits_scratch_.assign(logits_row.begin(), logits_row.end());
-    sampled = sampler_.sample(logits_scratch_, state.sampling, state.history, state.generator);
+    sampled = sampler_.sample(logits_scratch_, state.sampling, choice.history, choice.generator,
+                              choice.constraint.get());
   }
   if (!sampled.ok()) {
-    finish(state, FinishReason::kError, sampled.status().with_context("sampling"));
+    finish(choice, FinishReason::kError, sampled.status().with_context("sampling"));
     return;
   }
   const int32_t token = *sampled;
+  if (choice.constraint != nullptr) {
+    const Status accepted = choice.constraint->accept(token);
+    FOLIO_CHECK(accepted.ok(),
+                "request {}: the token constraint refused token {} its mask allowed: {}", state.id,
+                token, accepted.to_string());
+  }
   std::optional<FinishReason> reason;
   std::string text;
   if (std::binary_search(state.stop_token_ids.begin(), state.stop_token_ids.end(), token)) {
     reason = FinishReason::kStop;
-    state.stop_token = token;
-  } else if (state.decoder != nullptr) {
-    Result<std::string> delta = state.decoder->push(token);
+    choice.stop_token = token;
+  } else if (choice.decoder != nullptr) {
+    Result<std::string> delta = choice.decoder->push(token);
     if (!delta.ok()) {
-      finish(state, FinishReason::kError,
+      finish(choice, FinishReason::kError,
              delta.status().with_context(fmt::format("detokenizing token {}", token)));
       return;
     }
-    StopStringMatcher::Output matched = state.matcher.push(*delta);
+    StopStringMatcher::Output matched = choice.matcher.push(*delta);
     text = std::move(matched.released);
     if (matched.matched_stop.has_value()) {
       reason = FinishReason::kStop;
-      state.stop_string = state.matcher.stop_strings()[*matched.matched_stop];
+      choice.stop_string = choice.matcher.stop_strings()[*matched.matched_stop];
     }
   }
-  Sequence& sequence = state.sequence;
+  Sequence& sequence = choice.sequence;
   sequence.tokens.push_back(token);
-  state.history.add_generated(token);
+  choice.history.add_generated(token);
+  // The constraint is complete: nothing but an end token could follow.
+  if (!reason.has_value() && choice.constraint != nullptr && choice.constraint->must_end()) {
+    reason = FinishReason::kStop;
+  }
   if (!reason.has_value() &&
       (sequence.num_generated() >= state.max_tokens ||
        static_cast<int64_t>(sequence.tokens.size()) >= max_context_tokens_)) {
     reason = FinishReason::kLength;
   }
-  if (reason.has_value() && state.decoder != nullptr && !state.matcher.stopped()) {
+  if (reason.has_value() && choice.decoder != nullptr && !choice.matcher.stopped()) {
     // Ending for another reason: release what the decoder and the matcher still hold, unless
     // it completes a stop string.
-    StopStringMatcher::Output matched = state.matcher.push(state.decoder->finish());
+    StopStringMatcher::Output matched = choice.matcher.push(choice.decoder->finish());
     text += matched.released;
     if (matched.matched_stop.has_value()) {
-      state.stop_string = state.matcher.stop_strings()[*matched.matched_stop];
+      choice.stop_string = choice.matcher.stop_strings()[*matched.matched_stop];
     } else {
-      text += state.matcher.flush();
+      text += choice.matcher.flush();
     }
   }
   const TimePoint now = clock_.now();
-  if (state.num_reported == 0) state.first_token = now;
-  state.last_token = now;
-  const int32_t index = state.num_reported++;
+  if (choice.num_reported == 0) choice.first_token = now;
+  choice.last_token = now;
+  const TokenLogprobs* logprobs = nullptr;
+  if (state.num_top_logprobs.has_value()) {
+    // From the model's raw row (logits_row), never the rewritten scratch.
+    compute_token_logprobs(logits_row, token, *state.num_top_logprobs, choice.token_logprobs);
+    choice.cumulative_logprob += choice.token_logprobs.logprob;
+    logprobs = &choice.token_logprobs;
+  }
+  const int32_t index = choice.num_reported++;
   metrics_.on_generated_token();
-  if (state.on_token) state.on_token(TokenEvent{sequence.request, token, index, text});
-  if (reason.has_value()) finish(state, *reason, Status());
+  if (state.on_token) {
+    state.on_token(TokenEvent{state.id, token, index, text, logprobs, choice.index});
+  }
+  if (reason.has_value()) finish(choice, *reason, Status());
 }
 
-void Engine::finish(RequestState& state, FinishReason reason, Status error) {
-  Sequence& sequence = state.sequence;
+void Engine::finish(ChoiceState& choice, FinishReason reason, const Status& error) {
   FOLIO_DCHECK((reason == FinishReason::kError) == !error.ok());
-  // Sequences failed by the scheduler are already released.
-  if (sequence.status != SequenceStatus::kFinished) scheduler_->finish(&sequence);
-  const TimePoint now = clock_.now();
-  Completion completion;
-  completion.request = sequence.request;
-  completion.reason = reason;
-  completion.error = std::move(error);
-  completion.stop_token = state.stop_token;
-  completion.stop_string = state.stop_string;
-  completion.num_prompt_tokens = sequence.num_prompt_tokens;
-  completion.num_generated_tokens = state.num_reported;
-  completion.num_cached_prompt_tokens = std::max(sequence.num_cached_prompt_tokens, 0);
-  completion.num_preemptions = sequence.num_preemptions;
-  RequestTiming& timing = completion.timing;
-  if (sequence.scheduled_once) timing.queue_time = state.first_scheduled - sequence.arrival;
-  if (state.num_reported >= 1) timing.time_to_first_token = state.first_token - sequence.arrival;
-  if (state.num_reported >= 2) {
-    timing.time_per_output_token =
-        (state.last_token - state.first_token) / (state.num_reported - 1);
+  FOLIO_CHECK(!choice.finished, "choice {} of request {} finished twice", choice.index,
+              choice.sequence.request);
+  RequestState& state = *choice.request;
+  // A choice 0 ending before the fork takes the unforked choices with it: they never ran.
+  std::vector<ChoiceState*> ending = {&choice};
+  if (!state.forked) {
+    for (const std::unique_ptr<ChoiceState>& other : state.choices) {
+      if (other.get() != &choice && !other->finished) ending.push_back(other.get());
+    }
   }
-  timing.total_time = now - sequence.arrival;
-  metrics_.on_finished(reason, timing, state.num_reported);
-  // Out of the table before the callback, so a callback that cancels its own id finds nothing.
-  std::unique_ptr<RequestState> owned = std::move(requests_.at(sequence.request));
-  requests_.erase(sequence.request);
-  if (owned->on_finish) owned->on_finish(completion);
+  const TimePoint now = clock_.now();
+  std::vector<Completion> completions;
+  completions.reserve(ending.size());
+  for (ChoiceState* ended : ending) {
+    Sequence& sequence = ended->sequence;
+    // Sequences failed by the scheduler are already released; unforked ones were never added.
+    const bool scheduled = ended->index == 0 || state.forked;
+    if (scheduled && sequence.status != SequenceStatus::kFinished) scheduler_->finish(&sequence);
+    ended->finished = true;
+    --state.num_unfinished;
+    Completion& completion = completions.emplace_back();
+    completion.request = state.id;
+    completion.choice = ended->index;
+    completion.reason = reason;
+    completion.error = error;
+    completion.stop_token = ended->stop_token;
+    completion.stop_string = ended->stop_string;
+    completion.num_prompt_tokens = sequence.num_prompt_tokens;
+    completion.num_generated_tokens = ended->num_reported;
+    // Unforked choices have no admission of their own: choice 0's counts for them.
+    const Sequence& admitted = scheduled ? sequence : choice.sequence;
+    completion.num_cached_prompt_tokens = std::max(admitted.num_cached_prompt_tokens, 0);
+    completion.num_preemptions = sequence.num_preemptions;
+    if (state.num_top_logprobs.has_value()) {
+      completion.cumulative_logprob = ended->cumulative_logprob;
+    }
+    RequestTiming& timing = completion.timing;
+    if (admitted.scheduled_once) timing.queue_time = state.first_scheduled - sequence.arrival;
+    const int32_t num_reported = ended->num_reported;
+    if (num_reported >= 1) timing.time_to_first_token = ended->first_token - sequence.arrival;
+    if (num_reported >= 2) {
+      timing.time_per_output_token = (ended->last_token - ended->first_token) / (num_reported - 1);
+    }
+    timing.total_time = now - sequence.arrival;
+    metrics_.on_finished(reason, timing, num_reported);
+  }
+  // Out of the table before the callbacks once the last choice ended, so a callback that
+  // cancels its own id finds nothing; `owned` keeps the callbacks alive meanwhile.
+  std::unique_ptr<RequestState> owned;
+  if (state.num_unfinished == 0) {
+    owned = std::move(requests_.at(state.id));
+    requests_.erase(state.id);
+  }
+  if (state.on_finish) {
+    for (const Completion& completion : completions) state.on_finish(completion);
+  }
 }
 
 void Engine::fail_segments(const StepPlan& plan, const Status& error) {
   for (const ScheduledSegment& segment : plan.segments) {
-    finish(*requests_.at(segment.sequence->request), FinishReason::kError, error);
+    // Each segment is its own choice; failing one never ends another that has a segment.
+    const Sequence& sequence = *segment.sequence;
+    if (!requests_.contains(sequence.request)) continue;
+    ChoiceState& choice = choice_of(sequence);
+    if (!choice.finished) finish(choice, FinishReason::kError, error);
   }
 }
 

@@ -29,6 +29,7 @@ class ModelStepRunner final : public StepRunner {
   int32_t vocab_size() const override {
     return static_cast<int32_t>(executor_.limits().vocab_size);
   }
+  int32_t max_logit_rows() const override { return executor_.limits().max_logit_rows; }
 
   // How the last step ran (replayed, captured, eager): for statistics and tests.
   exec::StepPath last_path() const { return executor_.last_step_path(); }

@@ -30,6 +30,28 @@ int32_t TokenHistory::generated_count(int32_t token) const {
   return entry == generated_counts_.end() ? 0 : entry->second;
 }
 
+void apply_logit_bias(std::span<float> logits, const SamplingParams& params) {
+  for (const LogitBias& entry : params.logit_bias) {
+    logits[static_cast<size_t>(entry.token)] += entry.bias;
+  }
+}
+
+Status bias_and_mask(std::span<float> logits, const SamplingParams& params,
+                     TokenConstraint* constraint) {
+  apply_logit_bias(logits, params);
+  if (constraint == nullptr) return Status();
+  constraint->mask_logits(logits);
+  const bool any_finite = std::any_of(logits.begin(), logits.end(), [](float logit) {
+    return !std::isnan(logit) && logit != -std::numeric_limits<float>::infinity();
+  });
+  if (!any_finite) {
+    return invalid_argument(
+        "the request's token constraint allows no token the model can produce (every allowed "
+        "token's logit is -infinity or NaN)");
+  }
+  return Status();
+}
+
 void apply_penalties(std::span<float> logits, const SamplingParams& params,
                      const TokenHistory& history) {
   if (params.repetition_penalty != 1.0f) {
@@ -99,13 +121,15 @@ Result<int32_t> greedy_token(std::span<const float> logits) {
 }
 
 Result<int32_t> Sampler::sample(std::span<float> logits, const SamplingParams& params,
-                                const TokenHistory& history, Xoshiro256StarStar& generator) {
+                                const TokenHistory& history, Xoshiro256StarStar& generator,
+                                TokenConstraint* constraint) {
   if (params.is_greedy()) {
+    FOLIO_RETURN_IF_ERROR(bias_and_mask(logits, params, constraint));
     apply_penalties(logits, params, history);
     return greedy_token(logits);
   }
   double total_weight = 0.0;
-  FOLIO_RETURN_IF_ERROR(build_candidates(logits, params, history, &total_weight));
+  FOLIO_RETURN_IF_ERROR(build_candidates(logits, params, history, constraint, &total_weight));
   const double threshold = generator.next_double() * total_weight;
   double running = 0.0;
   for (const Scored& candidate : candidates_) {
@@ -118,9 +142,10 @@ Result<int32_t> Sampler::sample(std::span<float> logits, const SamplingParams& p
 
 Result<std::vector<Candidate>> Sampler::distribution(std::span<float> logits,
                                                      const SamplingParams& params,
-                                                     const TokenHistory& history) {
+                                                     const TokenHistory& history,
+                                                     TokenConstraint* constraint) {
   double total_weight = 0.0;
-  FOLIO_RETURN_IF_ERROR(build_candidates(logits, params, history, &total_weight));
+  FOLIO_RETURN_IF_ERROR(build_candidates(logits, params, history, constraint, &total_weight));
   std::vector<Candidate> result;
   result.reserve(candidates_.size());
   for (const Scored& candidate : candidates_) {
@@ -130,7 +155,9 @@ Result<std::vector<Candidate>> Sampler::distribution(std::span<float> logits,
 }
 
 Status Sampler::build_candidates(std::span<float> logits, const SamplingParams& params,
-                                 const TokenHistory& history, double* total_weight) {
+                                 const TokenHistory& history, TokenConstraint* constraint,
+                                 double* total_weight) {
+  FOLIO_RETURN_IF_ERROR(bias_and_mask(logits, params, constraint));
   apply_penalties(logits, params, history);
   candidates_.clear();
   candidates_.reserve(logits.size());

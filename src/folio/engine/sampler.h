@@ -6,6 +6,9 @@
 // proportional to its (unnormalized) weight.
 //
 // Steps, in order:
+//   0. logit bias (in place): each SamplingParams::logit_bias entry added to its token's logit;
+//      then the request's token constraint, if any, masks what may not come next (-infinity);
+//      a mask that leaves no finite logit is an error naming the constraint;
 //   1. penalties (in place on the logits): repetition over prompt and generated tokens, then
 //      frequency and presence over generated tokens;
 //   2. greedy (temperature 0): argmax, lowest token id on ties; stop;
@@ -33,6 +36,7 @@
 #include "folio/base/random.h"
 #include "folio/base/result.h"
 #include "folio/engine/sampling_params.h"
+#include "folio/engine/token_constraint.h"
 
 namespace folio::engine {
 
@@ -58,6 +62,12 @@ struct Candidate {
   double probability = 0.0;  // normalized over the final candidate set
 };
 
+// Step 0 alone. logits: f32 [vocab]. Requires: bias tokens lie in [0, logits.size()).
+void apply_logit_bias(std::span<float> logits, const SamplingParams& params);
+// Bias, then the constraint's mask (null: none). An error when the mask left no finite logit.
+Status bias_and_mask(std::span<float> logits, const SamplingParams& params,
+                     TokenConstraint* constraint);
+
 // Step 1 alone. logits: f32 [vocab]. Requires: history tokens lie in [0, logits.size()).
 void apply_penalties(std::span<float> logits, const SamplingParams& params,
                      const TokenHistory& history);
@@ -68,21 +78,25 @@ Result<int32_t> greedy_token(std::span<const float> logits);
 
 class Sampler {
  public:
-  // The token for one logits row. logits: f32 [vocab], overwritten by the penalties. Greedy
+  // The token for one logits row. logits: f32 [vocab], overwritten by bias and penalties. Greedy
   // draws nothing from `generator`; every other setting draws exactly one double.
+  // `constraint` (may be null) masks the row after the bias; the caller tells it the token.
   // Requires: params.validate(logits.size()) is OK.
   Result<int32_t> sample(std::span<float> logits, const SamplingParams& params,
-                         const TokenHistory& history, Xoshiro256StarStar& generator);
+                         const TokenHistory& history, Xoshiro256StarStar& generator,
+                         TokenConstraint* constraint = nullptr);
 
-  // Steps 1 and 3-7: the distribution a non-greedy draw picks from, in candidate order, with
+  // Steps 0, 1 and 3-7: the distribution a non-greedy draw picks from, in candidate order, with
   // probabilities renormalized to sum to 1. For tests and tools.
   Result<std::vector<Candidate>> distribution(std::span<float> logits, const SamplingParams& params,
-                                              const TokenHistory& history);
+                                              const TokenHistory& history,
+                                              TokenConstraint* constraint = nullptr);
 
  private:
   // Fills candidates_ (weights unnormalized, total in *total_weight).
   Status build_candidates(std::span<float> logits, const SamplingParams& params,
-                          const TokenHistory& history, double* total_weight);
+                          const TokenHistory& history, TokenConstraint* constraint,
+                          double* total_weight);
   void keep_top_k(int32_t top_k);
   void softmax(double* total_weight);
   void keep_top_p(double top_p, double* total_weight);

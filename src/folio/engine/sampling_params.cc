@@ -29,6 +29,16 @@ Status SamplingParams::validate(int32_t vocab_size) const {
   if (!(frequency_penalty >= -2.0f && frequency_penalty <= 2.0f)) {
     return invalid_argument("frequency_penalty must be in [-2, 2], got {}", frequency_penalty);
   }
+  for (const LogitBias& entry : logit_bias) {
+    if (entry.token < 0 || entry.token >= vocab_size) {
+      return invalid_argument("logit_bias names token {}, outside the vocabulary of {} tokens",
+                              entry.token, vocab_size);
+    }
+    if (!(entry.bias >= -100.0f && entry.bias <= 100.0f)) {
+      return invalid_argument("logit_bias of token {} must be in [-100, 100], got {}", entry.token,
+                              entry.bias);
+    }
+  }
   return Status();
 }
 

@@ -10,10 +10,19 @@ namespace folio::engine {
 
 namespace {
 
+// Submission order, choices of one request by index: a total order, so run order and the
+// choice of a preemption victim (its reverse) never disagree about sibling choices.
+bool arrives_before(const Sequence* left, const Sequence* right) {
+  if (left->arrival_order != right->arrival_order) {
+    return left->arrival_order < right->arrival_order;
+  }
+  return left->choice < right->choice;
+}
+
 // Run order: most important first, then first come.
 bool runs_before(const Sequence* left, const Sequence* right) {
   if (left->priority != right->priority) return left->priority > right->priority;
-  return left->arrival_order < right->arrival_order;
+  return arrives_before(left, right);
 }
 
 void remove_from(std::vector<Sequence*>& queue, Sequence* sequence) {
@@ -70,6 +79,12 @@ Status SchedulerOptions::validate() const {
   }
   if (starvation_threshold < Duration::zero()) {
     return invalid_argument("starvation_threshold must not be negative");
+  }
+  if (max_logit_rows != 0 && max_logit_rows < max_num_sequences) {
+    return invalid_argument(
+        "max_logit_rows ({}) must be 0 (no limit) or at least max_num_sequences ({}) so every "
+        "running sequence can decode in each step; give the executor more logit rows",
+        max_logit_rows, max_num_sequences);
   }
   return Status();
 }
@@ -133,7 +148,7 @@ void Scheduler::finish(Sequence* sequence) {
       remove_from(waiting_, sequence);
       break;
     case SequenceStatus::kRunning:
-      remove_from(running_, sequence);
+      remove_running(sequence);
       break;
     case SequenceStatus::kSwapped:
       remove_from(swapped_, sequence);
@@ -143,6 +158,46 @@ void Scheduler::finish(Sequence* sequence) {
   }
   release_kv(sequence);
   sequence->status = SequenceStatus::kFinished;
+}
+
+void Scheduler::add_running(Sequence* sequence) {
+  running_.push_back(sequence);
+  num_reserved_forks_ += sequence->num_pending_forks;
+}
+
+void Scheduler::remove_running(Sequence* sequence) {
+  remove_from(running_, sequence);
+  num_reserved_forks_ -= sequence->num_pending_forks;
+}
+
+void Scheduler::fork(Sequence* parent, Sequence* child) {
+  FOLIO_CHECK(parent->status == SequenceStatus::kRunning && parent->num_pending_forks > 0 &&
+                  parent->num_computed == parent->num_allocated &&
+                  parent->num_allocated == static_cast<int32_t>(parent->tokens.size()),
+              "request {}: fork of a sequence that is not a completed prefill with forks pending",
+              parent->request);
+  FOLIO_CHECK(child->status == SequenceStatus::kWaiting && child->num_allocated == 0);
+  const Status forked = block_manager_.fork(parent->seq, child->seq);
+  FOLIO_CHECK(forked.ok(), "forking the KV of request {}: {}", parent->request, forked.to_string());
+  child->tokens = parent->tokens;
+  child->num_prompt_tokens = parent->num_prompt_tokens;
+  child->num_allocated = parent->num_allocated;
+  child->num_computed = parent->num_computed;
+  child->num_cached_prompt_tokens = parent->num_cached_prompt_tokens;
+  child->scheduled_once = parent->scheduled_once;
+  child->last_scheduled_step = parent->last_scheduled_step;
+  child->status = SequenceStatus::kRunning;
+  if (parent->holds_adapter) {
+    // Resident and held by the parent: a second hold succeeds at once.
+    Result<lora::AdapterReadiness> readiness = adapters_->acquire(child->adapter_id);
+    FOLIO_CHECK(readiness.ok() && *readiness == lora::AdapterReadiness::kReady,
+                "request {}: holding the adapter its parent holds", parent->request);
+    child->holds_adapter = true;
+  }
+  // The child takes one of the slots the parent reserved.
+  --parent->num_pending_forks;
+  --num_reserved_forks_;
+  running_.push_back(child);
 }
 
 void Scheduler::release_kv(Sequence* sequence) {
@@ -191,8 +246,10 @@ void Scheduler::schedule_decodes(StepPlan& plan, int32_t& budget) {
         ++sequence->num_allocated;
         sequence->last_scheduled_step = step_index_;
         plan.segments.push_back(ScheduledSegment{sequence, sequence->num_allocated - 1, 1,
-                                                 /*wants_logits=*/true, /*is_decode=*/true});
+                                                 /*wants_logits=*/true, /*is_decode=*/true,
+                                                 /*all_logits=*/false});
         plan.num_tokens += 1;
+        plan.num_logit_rows += 1;
         budget -= 1;
         break;
       }
@@ -215,22 +272,41 @@ void Scheduler::schedule_prefill_chunks(StepPlan& plan, int32_t& budget) {
 
 bool Scheduler::add_prefill_chunk(Sequence* sequence, StepPlan& plan, int32_t& budget) const {
   const int32_t remaining = sequence->num_allocated - sequence->num_computed;
+  const int32_t rows_left = logit_rows_left(plan);
+  const bool all_logits = sequence->wants_prompt_logits;
   int32_t chunk = 0;
-  if (options_.chunked_prefill) {
+  if (all_logits) {
+    // A row per token: always chunked, to the rows left (an over-budget chunk alone in its step
+    // still gets the whole budget, which is positive then).
+    chunk = std::min({remaining, budget, rows_left,
+                      options_.chunked_prefill ? options_.prefill_chunk_size : remaining});
+  } else if (options_.chunked_prefill) {
     chunk = std::min({remaining, options_.prefill_chunk_size, budget});
   } else if (remaining <= budget || plan.segments.empty()) {
     // Alone in its step, an over-budget prefill still runs: it would otherwise never run.
     chunk = remaining;
   }
+  // A completing chunk needs a sampling row; without one left it stops a token short.
+  if (!all_logits && chunk == remaining && rows_left < 1) chunk = remaining - 1;
   if (chunk <= 0) return false;
   const bool completes = chunk == remaining;
   sequence->last_scheduled_step = step_index_;
-  plan.segments.push_back(ScheduledSegment{sequence, sequence->num_computed, chunk,
-                                           /*wants_logits=*/completes,
-                                           /*is_decode=*/false});
+  const ScheduledSegment segment{sequence,
+                                 sequence->num_computed,
+                                 chunk,
+                                 /*wants_logits=*/completes,
+                                 /*is_decode=*/false,
+                                 all_logits};
+  plan.segments.push_back(segment);
   plan.num_tokens += chunk;
+  plan.num_logit_rows += segment.num_logit_rows();
   budget = std::max(0, budget - chunk);
   return true;
+}
+
+int32_t Scheduler::logit_rows_left(const StepPlan& plan) const {
+  if (options_.max_logit_rows == 0) return std::numeric_limits<int32_t>::max();
+  return options_.max_logit_rows - plan.num_logit_rows;
 }
 
 void Scheduler::admit(StepPlan& plan, int32_t& budget, TimePoint now) {
@@ -242,14 +318,17 @@ void Scheduler::admit(StepPlan& plan, int32_t& budget, TimePoint now) {
               const int64_t left_priority = aged_priority(*left, now);
               const int64_t right_priority = aged_priority(*right, now);
               if (left_priority != right_priority) return left_priority > right_priority;
-              return left->arrival_order < right->arrival_order;
+              return arrives_before(left, right);
             });
   // Admission moves sequences between the queues, never in or out of candidates_.
   for (Sequence* sequence : candidates_) {
-    if (num_running() >= options_.max_num_sequences || budget < 1) break;
-    const bool resumed = sequence->status == SequenceStatus::kSwapped
-                             ? try_resume_swapped(sequence, plan)
-                             : try_admit_waiting(sequence, plan, budget);
+    if (num_running_slots() >= options_.max_num_sequences || budget < 1) break;
+    // A sequence with choices to fork needs their slots too.
+    const bool has_slots =
+        num_running_slots() + 1 + sequence->num_pending_forks <= options_.max_num_sequences;
+    const bool resumed = has_slots && (sequence->status == SequenceStatus::kSwapped
+                                           ? try_resume_swapped(sequence, plan)
+                                           : try_admit_waiting(sequence, plan, budget));
     if (resumed || sequence->status == SequenceStatus::kFinished) continue;
     // Did not fit now. Those behind it may still be tried, unless it is starving: then the
     // capacity freed from now on is kept for it.
@@ -288,7 +367,7 @@ bool Scheduler::try_resume_swapped(Sequence* sequence, StepPlan& plan) {
   }
   remove_from(swapped_, sequence);
   sequence->status = SequenceStatus::kRunning;
-  running_.push_back(sequence);
+  add_running(sequence);
   // Its pending token runs in the next step's decode phase (appending now could fail, and
   // admission never preempts).
   return true;
@@ -299,8 +378,7 @@ bool Scheduler::try_admit_waiting(Sequence* sequence, StepPlan& plan, int32_t& b
   if (!options_.chunked_prefill && num_tokens > budget && !plan.segments.empty()) return false;
   // Held before the KV allocation, which could otherwise evict the adapter's pages.
   if (!hold_adapter(sequence, plan)) return false;
-  Result<kv::AllocateOutcome> outcome =
-      block_manager_.allocate(sequence->seq, sequence->tokens, sequence->cache_namespace);
+  Result<kv::AllocateOutcome> outcome = allocate(sequence);
   if (!outcome.ok()) {
     fail(sequence, outcome.status().with_context("allocating the request's KV"), plan);
     return false;
@@ -322,15 +400,31 @@ bool Scheduler::try_admit_waiting(Sequence* sequence, StepPlan& plan, int32_t& b
   }
   remove_from(waiting_, sequence);
   sequence->status = SequenceStatus::kRunning;
+  add_running(sequence);
   sequence->num_allocated = num_tokens;
   sequence->num_computed = outcome->num_cached_tokens;
   if (sequence->num_cached_prompt_tokens < 0) {
     sequence->num_cached_prompt_tokens =
         std::min(outcome->num_cached_tokens, sequence->num_prompt_tokens);
   }
-  running_.push_back(sequence);
   add_prefill_chunk(sequence, plan, budget);
   return true;
+}
+
+Result<kv::AllocateOutcome> Scheduler::allocate(Sequence* sequence) {
+  if (!sequence->wants_prompt_logits) {
+    return block_manager_.allocate(sequence->seq, sequence->tokens, sequence->cache_namespace);
+  }
+  // Nothing from the prefix cache: every prompt position must run to give its logits.
+  kv::BlockAllocationRequest request;
+  request.tokens = sequence->tokens;
+  request.cache_namespace = sequence->cache_namespace;
+  request.max_hit_tokens = 0;
+  FOLIO_ASSIGN_OR_RETURN(kv::BlockManager::Reservation reservation,
+                         block_manager_.prepare_allocate(sequence->seq, request));
+  const kv::AllocateOutcome outcome = reservation.outcome();
+  if (reservation.is_open()) block_manager_.commit(std::move(reservation));
+  return outcome;
 }
 
 Sequence* Scheduler::pick_victim() const {
@@ -350,7 +444,7 @@ Sequence* Scheduler::pick_victim() const {
                              if (partial_prefill(left) != partial_prefill(right)) {
                                return partial_prefill(left);
                              }
-                             return left->arrival_order > right->arrival_order;
+                             return arrives_before(right, left);
                            });
 }
 
@@ -370,7 +464,7 @@ void Scheduler::preempt(Sequence* victim, StepPlan& plan) {
     Result<kv::SwapOutcome> outcome = block_manager_.swap_out(seqs);
     if (outcome.ok() && outcome->status == kv::SwapStatus::kSwapped) {
       drop_adapter(victim);
-      remove_from(running_, victim);
+      remove_running(victim);
       victim->status = SequenceStatus::kSwapped;
       swapped_.push_back(victim);
       ++plan.num_preempted_by_swap;
@@ -387,7 +481,7 @@ void Scheduler::preempt(Sequence* victim, StepPlan& plan) {
 }
 
 void Scheduler::preempt_by_recompute(Sequence* victim) {
-  remove_from(running_, victim);
+  remove_running(victim);
   release_kv(victim);
   victim->status = SequenceStatus::kWaiting;
   waiting_.push_back(victim);
@@ -448,7 +542,11 @@ void Scheduler::check_invariants() const {
   check_queue(swapped_, SequenceStatus::kSwapped);
   FOLIO_CHECK(block_manager_.num_sequences() ==
               static_cast<int64_t>(running_.size() + swapped_.size()));
-  FOLIO_CHECK(num_running() <= options_.max_num_sequences);
+  int32_t num_reserved = 0;
+  for (const Sequence* sequence : running_) num_reserved += sequence->num_pending_forks;
+  FOLIO_CHECK(num_reserved == num_reserved_forks_, "{} fork slots reserved, {} counted",
+              num_reserved, num_reserved_forks_);
+  FOLIO_CHECK(num_running_slots() <= options_.max_num_sequences);
 }
 
 }  // namespace folio::engine

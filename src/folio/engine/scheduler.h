@@ -20,6 +20,10 @@
 //      skipped and those behind it are tried (no head-of-line blocking), unless it has waited
 //      starvation_threshold or longer: then admission stops behind it until it fits, so no
 //      request starves. One that can never fit fails.
+// Logits rows: a step asks for at most max_logit_rows (the runner's limit): one per decode and
+// per completing prefill chunk, and one per token of a chunk of a sequence that wants its prompt
+// logits (sequence.h); such chunks are cut to the rows left (chunked even without chunked
+// prefill), and a completing chunk that finds no row left stops one token short.
 // Preemption by recompute frees the sequence's blocks (computed full blocks stay CACHED) and
 // re-queues it as WAITING; by swap (decoding sequences, when configured and the host swap space
 // has room) copies its blocks to host memory. A partial prefill is always recomputed. A
@@ -31,8 +35,13 @@
 // first prefetch_lookahead sequences still waiting start loading. Preemption and finishing
 // release the adapter.
 //
-// Invariants: every sequence handed to add() is in exactly one queue matching its status until
-// finish() or a failure reported in a StepPlan; the block manager holds a sequence iff it is
+// Choices (n > 1): a sequence with pending forks (sequence.h) is admitted only when the running
+// queue has a slot for it and for each choice to fork; fork() then adds the choices as RUNNING
+// sequences sharing its blocks (kv::BlockManager::fork). After that each is an ordinary
+// sequence: preempted, swapped, recomputed and finished on its own.
+//
+// Invariants: every sequence handed to add() or fork() is in exactly one queue matching its status
+// until finish() or a failure reported in a StepPlan; the block manager holds a sequence iff it is
 // RUNNING or SWAPPED.
 // Thread-safety: owned by one thread (the engine's), like the block manager it drives.
 #pragma once
@@ -65,6 +74,9 @@ struct SchedulerOptions {
   // Waiting this long makes a request block admissions behind it until it fits; 0 admits in
   // strict (aged) priority order.
   Duration starvation_threshold = std::chrono::seconds(30);
+  // Logits rows one step may ask for (the runner's limit, StepRunner::max_logit_rows); 0: no
+  // limit. Otherwise >= max_num_sequences, so every running sequence can decode in each step.
+  int32_t max_logit_rows = 0;
 
   Status validate() const;
 };
@@ -74,8 +86,13 @@ struct ScheduledSegment {
   Sequence* sequence = nullptr;
   int32_t first_position = 0;
   int32_t num_tokens = 0;
-  bool wants_logits = false;  // completes the prefill, or decodes
+  bool wants_logits = false;  // completes the prefill, or decodes: its last token's row samples
   bool is_decode = false;     // the sequence's pending token (else a prefill chunk)
+  // Every token of the chunk wants its logits row (prompt logprobs); the last one's is also the
+  // sampling row when wants_logits.
+  bool all_logits = false;
+
+  int32_t num_logit_rows() const { return all_logits ? num_tokens : (wants_logits ? 1 : 0); }
 };
 
 struct StepPlan {
@@ -84,6 +101,7 @@ struct StepPlan {
   // The scheduler has already released them and set them FINISHED; the caller reports them.
   std::vector<std::pair<Sequence*, Status>> failed;
   int32_t num_tokens = 0;
+  int32_t num_logit_rows = 0;
   int32_t num_preempted_by_recompute = 0;
   int32_t num_preempted_by_swap = 0;
 
@@ -104,6 +122,11 @@ class Scheduler {
 
   // Queues a new sequence. Requires: status WAITING, num_allocated == 0, not already added.
   void add(Sequence* sequence);
+  // Adds `child` as a RUNNING copy of `parent` sharing its KV blocks (a choice of the same
+  // request), using one of the parent's reserved slots. Requires: parent RUNNING with its whole
+  // context computed (num_computed == num_allocated == tokens.size()) and a pending fork;
+  // child not added, with the request's fixed fields (priority, arrival, adapter) set.
+  void fork(Sequence* parent, Sequence* child);
   // Removes the sequence from its queue and releases its KV; status becomes FINISHED.
   // Requires: added and not finished.
   void finish(Sequence* sequence);
@@ -114,6 +137,8 @@ class Scheduler {
 
   int32_t num_waiting() const { return static_cast<int32_t>(waiting_.size()); }
   int32_t num_running() const { return static_cast<int32_t>(running_.size()); }
+  // Running sequences plus the choices they will fork: what max_num_sequences bounds.
+  int32_t num_running_slots() const { return num_running() + num_reserved_forks_; }
   int32_t num_swapped() const { return static_cast<int32_t>(swapped_.size()); }
   bool has_unfinished() const {
     return !waiting_.empty() || !running_.empty() || !swapped_.empty();
@@ -138,13 +163,18 @@ class Scheduler {
   // One admission candidate; false when it did not fit now.
   bool try_resume_swapped(Sequence* sequence, StepPlan& plan);
   bool try_admit_waiting(Sequence* sequence, StepPlan& plan, int32_t& budget);
+  // The sequence's whole context, from the prefix cache unless it wants its prompt logits.
+  Result<kv::AllocateOutcome> allocate(Sequence* sequence);
   // Adds a prefill chunk of `sequence` if the budget allows; returns whether it did.
   bool add_prefill_chunk(Sequence* sequence, StepPlan& plan, int32_t& budget) const;
+  int32_t logit_rows_left(const StepPlan& plan) const;
   Sequence* pick_victim() const;
   void preempt(Sequence* victim, StepPlan& plan);
   void preempt_by_recompute(Sequence* victim);
   void fail(Sequence* sequence, Status error, StepPlan& plan);
   void release_kv(Sequence* sequence);
+  void add_running(Sequence* sequence);
+  void remove_running(Sequence* sequence);
   int64_t aged_priority(const Sequence& sequence, TimePoint now) const;
 
   SchedulerOptions options_;
@@ -154,6 +184,7 @@ class Scheduler {
   std::vector<Sequence*> waiting_;
   std::vector<Sequence*> running_;
   std::vector<Sequence*> swapped_;
+  int32_t num_reserved_forks_ = 0;  // sum of num_pending_forks over running_
   // Per-step scratch, in run order.
   std::vector<Sequence*> decodes_;
   std::vector<Sequence*> prefills_;

@@ -36,6 +36,7 @@ std::string_view sequence_status_name(SequenceStatus status);
 
 struct Sequence {
   RequestId request;
+  int32_t choice = 0;  // which choice of the request (request.h) this sequence generates
   kv::SeqId seq;
   int32_t priority = 0;
   TimePoint arrival;
@@ -53,6 +54,14 @@ struct Sequence {
   int32_t num_preemptions = 0;
   int32_t num_cached_prompt_tokens = -1;  // prefix hits at first admission; -1 before it
   bool scheduled_once = false;
+  // Every prompt position's logits are wanted (Request::prompt_logprobs) and not yet delivered:
+  // admission takes nothing from the prefix cache (cached tokens would have no logits) and each
+  // prefill chunk asks for a logits row per token. The engine clears it on delivery.
+  bool wants_prompt_logits = false;
+  // Choices still to fork from this one when its prompt's prefill completes (n > 1: choice 0,
+  // until the fork). Admission reserves a running slot for each, so the fork never exceeds
+  // max_num_sequences.
+  int32_t num_pending_forks = 0;
   int64_t last_scheduled_step = -1;  // the scheduler's step index when last given a segment
 
   int32_t num_generated() const { return static_cast<int32_t>(tokens.size()) - num_prompt_tokens; }

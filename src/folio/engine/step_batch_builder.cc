@@ -22,7 +22,14 @@ Result<ir::StepBatch> StepBatchBuilder::build(const StepPlan& plan,
     query_start_.push_back(static_cast<int32_t>(token_ids_.size()));
     const int32_t seq_len = segment.first_position + segment.num_tokens;
     seq_lens_.push_back(seq_len);
-    if (segment.wants_logits) logit_indices_.push_back(query_start_.back() - 1);
+    if (segment.all_logits) {
+      for (int32_t index = query_start_.back() - segment.num_tokens; index < query_start_.back();
+           ++index) {
+        logit_indices_.push_back(index);
+      }
+    } else if (segment.wants_logits) {
+      logit_indices_.push_back(query_start_.back() - 1);
+    }
     adapter_ids_.push_back(sequence.adapter_id);
     seqs_.push_back(sequence.seq);
     kv_segments_.push_back(

@@ -6,7 +6,7 @@
 // Invariants after build(): token_ids, positions and slot_mapping have num_tokens entries;
 // query_start is the running sum of segment lengths; block_tables has num_sequences rows of
 // max_blocks_per_sequence entries; logit_indices lists, in segment order, the last token of
-// every segment that wants logits.
+// every segment that wants logits, or every token of a segment that wants all its logits.
 // Thread-safety: one owner (the engine thread).
 #pragma once
 

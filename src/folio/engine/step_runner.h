@@ -31,6 +31,9 @@ class StepRunner {
   virtual Result<ir::StepOutput> run(const ir::StepBatch& step) = 0;
   // Columns of every StepOutput.
   virtual int32_t vocab_size() const = 0;
+  // The most logits rows one step may ask for (ir::StepBatch::logit_indices); 0: no limit. The
+  // engine's scheduler keeps every step within it.
+  virtual int32_t max_logit_rows() const { return 0; }
   // Whether requests may name this adapter; called by Engine::submit, so from any thread. The
   // base model (0) always.
   virtual bool supports_adapter(int64_t adapter_id) const { return adapter_id == 0; }

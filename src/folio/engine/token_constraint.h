@@ -11,6 +11,12 @@
 // sampler's pipeline (sampler.h). Logprobs the engine reports are the model's own (before bias
 // and mask), so a constraint never changes what a token's logprob says about the model.
 //
+// In the engine (request.h): each step for a constrained request runs bias -> mask_logits ->
+// penalties and the pick; the drawn token goes to accept() (an error there is a broken
+// invariant: the mask allowed the token); once must_end() holds after a token, the request ends
+// with FinishReason::kStop (no stop token: Completion::stop_token stays empty). A mask that
+// leaves no finite logit ends the request with kError.
+//
 // Thread-safety: one instance per choice, used by the engine's driving thread only; clone()
 // gives each choice of an n > 1 request its own.
 #pragma once
@@ -18,6 +24,8 @@
 #include <cstdint>
 #include <memory>
 #include <span>
+#include <type_traits>
+#include <utility>
 
 #include "folio/base/status.h"
 
@@ -36,6 +44,37 @@ class TokenConstraint {
   virtual bool must_end() const = 0;
   // An independent copy in the same state.
   virtual std::unique_ptr<TokenConstraint> clone() const = 0;
+};
+
+// An owning pointer to a TokenConstraint whose copies are clones, so a Request holding one stays
+// copyable (a copied request gets its own constraint in the same state). Null: no constraint.
+// Assign a std::unique_ptr to it: `request.constraint = std::make_unique<MyConstraint>(...)`.
+class TokenConstraintPtr {
+ public:
+  TokenConstraintPtr() = default;
+  TokenConstraintPtr(std::nullptr_t) {}  // NOLINT(google-explicit-constructor)
+  template <typename Derived>
+  requires std::is_base_of_v<TokenConstraint, Derived> TokenConstraintPtr(
+      std::unique_ptr<Derived> owned)  // NOLINT(google-explicit-constructor)
+      : owned_(std::move(owned)) {}
+  TokenConstraintPtr(const TokenConstraintPtr& other)
+      : owned_(other.owned_ != nullptr ? other.owned_->clone() : nullptr) {}
+  TokenConstraintPtr& operator=(const TokenConstraintPtr& other) {
+    if (this != &other) owned_ = other.owned_ != nullptr ? other.owned_->clone() : nullptr;
+    return *this;
+  }
+  TokenConstraintPtr(TokenConstraintPtr&&) noexcept = default;
+  TokenConstraintPtr& operator=(TokenConstraintPtr&&) noexcept = default;
+
+  TokenConstraint* get() const { return owned_.get(); }
+  TokenConstraint* operator->() const { return owned_.get(); }
+  TokenConstraint& operator*() const { return *owned_; }
+  explicit operator bool() const { return owned_ != nullptr; }
+  // Gives up ownership.
+  std::unique_ptr<TokenConstraint> release() && { return std::move(owned_); }
+
+ private:
+  std::unique_ptr<TokenConstraint> owned_;
 };
 
 }  // namespace folio::engine

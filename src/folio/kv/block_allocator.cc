@@ -112,6 +112,7 @@ void BlockAllocator::set_reference(int32_t block, int32_t ref_count) {
   if (in_transaction_) {
     log_undo(UndoEntry::Kind::kBlockReference, block, blocks_[block].ref_count);
   }
+  note_reference_change(blocks_[block].ref_count, ref_count);
   blocks_[block].ref_count = ref_count;
 }
 
@@ -193,6 +194,7 @@ void BlockAllocator::undo(const UndoEntry& entry) {
       set_state(entry.node, static_cast<BlockState>(entry.old_value));
       break;
     case UndoEntry::Kind::kBlockReference:
+      note_reference_change(blocks_[entry.node].ref_count, entry.old_value);
       blocks_[entry.node].ref_count = entry.old_value;
       break;
     case UndoEntry::Kind::kBlockTaken:
@@ -545,6 +547,7 @@ void BlockAllocator::add_reference(BlockId block) {
   BlockSlot& slot = blocks_[block.value()];
   FOLIO_CHECK(slot.state == BlockState::kOwned, "add_reference to block {} that is not owned",
               block);
+  note_reference_change(slot.ref_count, slot.ref_count + 1);
   ++slot.ref_count;
 }
 
@@ -554,6 +557,7 @@ bool BlockAllocator::release_reference(BlockId block_id) {
   BlockSlot& slot = blocks_[block];
   FOLIO_CHECK(slot.state == BlockState::kOwned && slot.ref_count >= 1,
               "release of block {} that is not owned", block);
+  note_reference_change(slot.ref_count, slot.ref_count - 1);
   if (--slot.ref_count > 0) return false;
   const int32_t page_index = page_of(block);
   PageSlot& page = pages_[page_index];

@@ -55,6 +55,9 @@ struct BlockCounts {
   int64_t free = 0;
   int64_t owned = 0;
   int64_t cached = 0;
+  // OWNED blocks with more than one reference: held by several block tables (forked choices of
+  // one request, or sequences sharing a prefix-cache hit). A subset of `owned`.
+  int64_t shared = 0;
   int32_t held_pages = 0;
   int32_t pinned_pages = 0;
 };
@@ -208,6 +211,10 @@ class BlockAllocator final : public KvEvictionHandler {
   // Removes a FREE or CACHED block from `list` and makes it OWNED with one reference.
   void take_block(int32_t block, IndexList& list);
   void set_reference(int32_t block, int32_t ref_count);
+  // Keeps counts_.shared in step with a block's reference count going from `before` to `after`.
+  void note_reference_change(int32_t before, int32_t after) {
+    counts_.shared += int64_t{after > 1} - int64_t{before > 1};
+  }
   void list_push_back(IndexList& list, int32_t node);
   void relink_page(int32_t page);
   bool pin_page(int32_t page);

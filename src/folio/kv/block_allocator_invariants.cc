@@ -27,6 +27,7 @@ void BlockAllocator::check_page(int32_t page_index, std::span<const int32_t> exp
     FOLIO_CHECK(slot.ref_count == expected_ref_counts[block],
                 "block {} has {} references but {} tables hold it", block, slot.ref_count,
                 expected_ref_counts[block]);
+    counts.shared += slot.ref_count > 1 ? 1 : 0;
     switch (slot.state) {
       case BlockState::kUnbacked:
         FOLIO_UNREACHABLE("block {} of a held page is unbacked", block);
@@ -80,11 +81,13 @@ void BlockAllocator::check_invariants(std::span<const int32_t> expected_ref_coun
   }
   FOLIO_CHECK(counts.total == counts_.total && counts.free == counts_.free &&
                   counts.owned == counts_.owned && counts.cached == counts_.cached &&
-                  counts.held_pages == counts_.held_pages &&
+                  counts.shared == counts_.shared && counts.held_pages == counts_.held_pages &&
                   counts.pinned_pages == counts_.pinned_pages,
-              "block counts are off: walked {}/{}/{}/{} held {}, recorded {}/{}/{}/{} held {}",
-              counts.total, counts.free, counts.owned, counts.cached, counts.held_pages,
-              counts_.total, counts_.free, counts_.owned, counts_.cached, counts_.held_pages);
+              "block counts are off: walked {}/{}/{}/{} shared {} held {}, recorded {}/{}/{}/{} "
+              "shared {} held {}",
+              counts.total, counts.free, counts.owned, counts.cached, counts.shared,
+              counts.held_pages, counts_.total, counts_.free, counts_.owned, counts_.cached,
+              counts_.shared, counts_.held_pages);
   FOLIO_CHECK(counts_.free + counts_.owned + counts_.cached == counts_.total);
   int64_t lru_length = 0;
   for (int32_t block = lru_.front(); block >= 0; block = lru_.next(block)) {
