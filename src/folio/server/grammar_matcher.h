@@ -50,9 +50,12 @@ class GrammarAutomaton {
   // The state after `byte`, or kDeadState when no text in the language continues that way.
   // Requires: state is a live state of this automaton.
   AutomatonState next(AutomatonState state, uint8_t byte) {
-    int32_t& cached = transitions_[static_cast<size_t>(state) * 256 + byte];
-    if (cached == kUnknown) cached = compute_next(state, byte);
-    return cached;
+    const size_t slot = static_cast<size_t>(state) * 256 + byte;
+    if (transitions_[slot] != kUnknown) return transitions_[slot];
+    // compute_next may grow transitions_, so the slot is written by index afterwards.
+    const AutomatonState computed = compute_next(state, byte);
+    transitions_[slot] = computed;
+    return computed;
   }
   // The state after every byte of `text`, or kDeadState.
   AutomatonState next(AutomatonState state, std::string_view text);
