@@ -670,8 +670,8 @@ class SchemaCompiler {
 
 }  // namespace
 
-Result<Grammar> compile_json_schema(const nlohmann::ordered_json& schema,
-                                    const SchemaOptions& options) {
+Result<Grammar> compile_parsed_json_schema(const nlohmann::ordered_json& schema,
+                                           const SchemaOptions& options) {
   if (options.max_whitespace < 0 || options.max_nesting_depth < 0) {
     return invalid_argument("max_whitespace and max_nesting_depth must be non-negative");
   }
@@ -686,7 +686,7 @@ Result<Grammar> compile_json_schema(std::string_view schema_json, const SchemaOp
   } catch (const nlohmann::json::exception& error) {
     return invalid_argument("the JSON schema is not valid JSON: {}", error.what());
   }
-  return compile_json_schema(schema, options);
+  return compile_parsed_json_schema(schema, options);
 }
 
 Grammar json_object_grammar(const SchemaOptions& options) {

@@ -58,9 +58,9 @@ struct SchemaOptions {
 // a schema that admits no value, or a length/item bound above 4096 (refused, not ignored).
 Result<Grammar> compile_json_schema(std::string_view schema_json,
                                     const SchemaOptions& options = {});
-// Takes ordered_json so that properties keep their declared order.
-Result<Grammar> compile_json_schema(const nlohmann::ordered_json& schema,
-                                    const SchemaOptions& options = {});
+// An already parsed schema; ordered_json so that properties keep their declared order.
+Result<Grammar> compile_parsed_json_schema(const nlohmann::ordered_json& schema,
+                                           const SchemaOptions& options = {});
 
 // Any JSON object (`response_format: {"type": "json_object"}`), same whitespace and depth rules.
 Grammar json_object_grammar(const SchemaOptions& options = {});
