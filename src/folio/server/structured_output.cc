@@ -67,7 +67,7 @@ bool StructuredOutput::must_end() const {
   return ended_ || (automaton_->is_complete(state_) && !automaton_->can_continue(state_));
 }
 
-void StructuredOutput::compute_mask(std::vector<uint64_t>& mask) {
+void StructuredOutput::compute_allowed_tokens(std::vector<uint64_t>& mask) {
   ++stats_.masks_computed;
   mask.assign((static_cast<size_t>(vocabulary_->vocab_size()) + 63) / 64, 0);
   const std::vector<VocabularyIndex::TrieNode>& nodes = vocabulary_->nodes();
@@ -109,7 +109,7 @@ const std::vector<uint64_t>& StructuredOutput::allowed_tokens() {
   }
   if (!options_.memoize_masks) {
     if (mask_state_ != state_) {
-      compute_mask(mask_);
+      compute_allowed_tokens(mask_);
       mask_state_ = state_;
     }
     return mask_;
@@ -121,7 +121,7 @@ const std::vector<uint64_t>& StructuredOutput::allowed_tokens() {
   }
   if (static_cast<int32_t>(memo_.size()) >= options_.max_memoized_masks) memo_.clear();
   std::vector<uint64_t>& mask = memo_[state_];
-  compute_mask(mask);
+  compute_allowed_tokens(mask);
   return mask;
 }
 
@@ -138,6 +138,11 @@ void StructuredOutput::mask_logits(std::span<float> logits) {
     const uint64_t bits = allowed[word];
     if (bits == ~uint64_t{0}) continue;
     const size_t end = std::min(vocab, word * 64 + 64);
+    if (bits == 0) {  // the common case outside strings: a plain fill the compiler vectorizes
+      std::fill(logits.begin() + static_cast<ptrdiff_t>(word * 64),
+                logits.begin() + static_cast<ptrdiff_t>(end), kMasked);
+      continue;
+    }
     for (size_t t = word * 64; t < end; ++t) {
       if (((bits >> (t & 63)) & 1u) == 0) logits[t] = kMasked;
     }

@@ -69,6 +69,9 @@ class StructuredOutput final : public engine::TokenConstraint {
 
   // The allowed tokens as a bitset over the vocabulary (bit t of word t / 64).
   const std::vector<uint64_t>& allowed_tokens();
+  // Walks the trie for the current state now, bypassing the memo (benchmarks and tests compare
+  // the two). Same bitset layout as allowed_tokens().
+  void compute_allowed_tokens(std::vector<uint64_t>& mask);
   bool is_allowed(int32_t token);
   // The text so far is a complete match (an end token may come next).
   bool is_complete() const;
@@ -77,7 +80,6 @@ class StructuredOutput final : public engine::TokenConstraint {
 
  private:
   bool is_end_token(int32_t token) const;
-  void compute_mask(std::vector<uint64_t>& mask);
 
   std::shared_ptr<const Grammar> grammar_;
   std::shared_ptr<const VocabularyIndex> vocabulary_;
