@@ -294,7 +294,8 @@ std::vector<PropertyCase> property_cases() {
   };
 }
 
-void run_property_case(const PropertyCase& test_case, const TestVocabulary& vocabulary) {
+void run_property_case(const PropertyCase& test_case, const TestVocabulary& vocabulary,
+                       const StructuredOutputOptions& options = {}) {
   SCOPED_TRACE(test_case.name + " over " + vocabulary.name);
   std::shared_ptr<const Grammar> grammar;
   Json schema = Json::parse(R"({"type": "object"})");
@@ -307,7 +308,7 @@ void run_property_case(const PropertyCase& test_case, const TestVocabulary& voca
     schema = Json::parse(test_case.schema);
   }
   Result<std::unique_ptr<engine::TokenConstraint>> prototype =
-      make_structured_output(grammar, vocabulary.index, vocabulary.end_tokens);
+      make_structured_output(grammar, vocabulary.index, vocabulary.end_tokens, options);
   ASSERT_TRUE(prototype.ok()) << prototype.status();
   std::mt19937_64 rng(0x5eed + test_case.generations);
   const TokenPools pools(*vocabulary.index);
@@ -353,6 +354,21 @@ TEST_P(RandomGenerationTest, ValidatesOverGpt2Vocabulary) {
                     "set FOLIO_SHARED_DATA_DIR)";
   }
   run_property_case(property_cases()[GetParam()], *vocabulary);
+}
+
+// A tiny automaton budget and memo make the automaton start over (keeping only the current
+// state) every few tokens and the memo empty itself; generations stay valid.
+TEST(StructuredOutputTest, AutomatonResetsAndMemoEvictionKeepGenerationsValid) {
+  static const TestVocabulary vocabulary = generated_vocabulary();
+  StructuredOutputOptions small;
+  small.max_automaton_states = 24;
+  small.max_memoized_masks = 2;
+  PropertyCase test_case = property_cases()[0];
+  test_case.generations = 60;
+  run_property_case(test_case, vocabulary, small);
+  test_case = property_cases()[4];  // recursion: deep stacks survive the reset
+  test_case.generations = 60;
+  run_property_case(test_case, vocabulary, small);
 }
 
 INSTANTIATE_TEST_SUITE_P(Schemas, RandomGenerationTest,
