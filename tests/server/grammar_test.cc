@@ -170,6 +170,25 @@ TEST(JsonSchemaGrammarTest, JsonObjectModeIsAnyObject) {
   }
 }
 
+TEST(JsonSchemaGrammarTest, ObjectsWithoutPropertiesAreMapsAnyObjectsOrEmpty) {
+  auto map = compile(R"({"type": "object", "additionalProperties": {"type": "integer"}})");
+  ASSERT_NE(map, nullptr);
+  EXPECT_TRUE(matches(map, R"({"a": 1, "b": -2})"));
+  EXPECT_TRUE(matches(map, "{}"));
+  EXPECT_FALSE(matches(map, R"({"a": "x"})"));
+  auto empty = compile(R"({"type": "object", "additionalProperties": false})");
+  ASSERT_NE(empty, nullptr);
+  EXPECT_TRUE(matches(empty, "{ }"));
+  EXPECT_FALSE(matches(empty, R"({"a": 1})"));
+  auto any = compile(R"({"type": "object"})");
+  ASSERT_NE(any, nullptr);
+  EXPECT_TRUE(matches(any, R"({"a": [1, {"b": "c"}]})"));
+  auto anything = compile("{}");
+  ASSERT_NE(anything, nullptr);
+  EXPECT_TRUE(matches(anything, R"("text")"));
+  EXPECT_TRUE(matches(anything, "[1, null]"));
+}
+
 TEST(JsonSchemaGrammarTest, WhitespaceBoundIsConfigurable) {
   SchemaOptions compact;
   compact.max_whitespace = 0;

@@ -482,15 +482,15 @@ TEST(StructuredOutputTest, FactoryRefusesBadArguments) {
             StatusCode::kInvalidArgument);
   EXPECT_EQ(make_structured_output(grammar, vocabulary.index, {32000}).status().code(),
             StatusCode::kInvalidArgument);
-  // A grammar whose first byte no token spells (NUL is a byte token in this vocabulary, so use
-  // a byte no UTF-8 text contains and no piece spells: 0xFF is the byte token <0xFF>; instead
-  // check a grammar that is complete at once and allows nothing else).
+  // A grammar complete at once that nothing extends: only an end token may come, so without
+  // end tokens nothing can be generated at all.
   auto empty = std::make_shared<const Grammar>(literal(""));
   Result<std::unique_ptr<engine::TokenConstraint>> only_end =
       make_structured_output(empty, vocabulary.index, {2});
   ASSERT_TRUE(only_end.ok()) << only_end.status();
   EXPECT_TRUE((*only_end)->must_end());
-  EXPECT_FALSE(make_structured_output(empty, vocabulary.index, {}).ok());
+  EXPECT_EQ(make_structured_output(empty, vocabulary.index, {}).status().code(),
+            StatusCode::kFailedPrecondition);
 }
 
 }  // namespace
