@@ -194,6 +194,9 @@ void BM_GenerationStep(benchmark::State& state, const BenchVocabulary* vocabular
     ++tokens;
   }
   walks += constraint->stats().masks_computed;
+  state.counters["automaton_states"] = constraint->automaton().num_states();
+  state.counters["automaton_kib"] =
+      static_cast<double>(constraint->automaton().memory_bytes()) / 1024;
   state.counters["generations"] = static_cast<double>(generations);
   state.counters["walks_per_token"] = static_cast<double>(walks) / static_cast<double>(tokens);
 }

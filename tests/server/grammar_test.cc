@@ -237,6 +237,18 @@ TEST(GrammarBuilderTest, RefusesLeftRecursionAndRulesWithoutAlternatives) {
   EXPECT_THAT(incomplete.status().message(), HasSubstr("'missing' has no alternatives"));
 }
 
+TEST(GrammarBuilderTest, ToStringShowsRulesAlternativesAndByteSets) {
+  GrammarBuilder builder;
+  const RuleId digit = builder.add_rule("digit");
+  builder.add_alternative(digit, {GrammarSymbol::bytes(ByteSet::range('0', '9'))});
+  const RuleId root = builder.add_rule("number");
+  builder.add_alternative(root, {GrammarSymbol::rule(digit), GrammarSymbol::rule(root)});
+  builder.add_alternative(root, {});
+  Result<Grammar> grammar = builder.build(root);
+  ASSERT_TRUE(grammar.ok()) << grammar.status();
+  EXPECT_EQ(grammar->to_string(), "digit ::= [0-9]\n*number ::=  <digit>  <number>  | \"\"\n");
+}
+
 TEST(GrammarMatcherTest, RefusedBytesLeaveTheMatcherWhereItWas) {
   GrammarMatcher matcher(std::make_shared<const Grammar>(literal("abc")));
   EXPECT_TRUE(matcher.accept("ab"));
