@@ -149,17 +149,17 @@ std::string shared_data_directory() {
   return FOLIO_SHARED_DATA_DIR;
 }
 
-// GPT-2's byte-level BPE vocabulary (50,257 tokens with many JSON-punctuation merges), when
-// ../shared/data is beside the checkout.
-std::optional<TestVocabulary> gpt2_vocabulary() {
-  Result<gguf::GgufFile> file =
-      gguf::GgufFile::open(shared_data_directory() + "/ggml-vocab-gpt-2.gguf");
-  if (!file.ok()) return std::nullopt;
-  Result<tokenizer::Tokenizer> tokenizer = tokenizer::Tokenizer::from_gguf(*file);
+// A vocabulary from ../shared/data (GPT-2's byte-level BPE, 50,257 tokens with many
+// JSON-punctuation merges; Llama 2's SentencePiece, 32,000 tokens with byte fallback), when the
+// directory is beside the checkout.
+std::optional<TestVocabulary> shared_vocabulary(const std::string& file) {
+  Result<gguf::GgufFile> gguf = gguf::GgufFile::open(shared_data_directory() + "/" + file);
+  if (!gguf.ok()) return std::nullopt;
+  Result<tokenizer::Tokenizer> tokenizer = tokenizer::Tokenizer::from_gguf(*gguf);
   if (!tokenizer.ok()) return std::nullopt;
   Result<std::shared_ptr<const VocabularyIndex>> index = VocabularyIndex::create(*tokenizer);
   if (!index.ok()) return std::nullopt;
-  return TestVocabulary{.name = "gpt-2", .index = *index, .end_tokens = {*tokenizer->eos()}};
+  return TestVocabulary{.name = file, .index = *index, .end_tokens = {*tokenizer->eos()}};
 }
 
 // ---- The random driver ----
@@ -348,10 +348,21 @@ TEST_P(RandomGenerationTest, ValidatesOverAGeneratedSentencePieceVocabulary) {
 }
 
 TEST_P(RandomGenerationTest, ValidatesOverGpt2Vocabulary) {
-  static const std::optional<TestVocabulary> vocabulary = gpt2_vocabulary();
+  static const std::optional<TestVocabulary> vocabulary =
+      shared_vocabulary("ggml-vocab-gpt-2.gguf");
   if (!vocabulary) {
     GTEST_SKIP() << "ggml-vocab-gpt-2.gguf is absent (../shared/data is not beside this checkout; "
                     "set FOLIO_SHARED_DATA_DIR)";
+  }
+  run_property_case(property_cases()[GetParam()], *vocabulary);
+}
+
+TEST_P(RandomGenerationTest, ValidatesOverLlama2Vocabulary) {
+  static const std::optional<TestVocabulary> vocabulary =
+      shared_vocabulary("ggml-vocab-llama-spm.gguf");
+  if (!vocabulary) {
+    GTEST_SKIP() << "ggml-vocab-llama-spm.gguf is absent (../shared/data is not beside this "
+                    "checkout; set FOLIO_SHARED_DATA_DIR)";
   }
   run_property_case(property_cases()[GetParam()], *vocabulary);
 }
