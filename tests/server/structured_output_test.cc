@@ -140,6 +140,8 @@ TestVocabulary generated_vocabulary() {
   EXPECT_TRUE(tokenizer.ok());
   Result<std::shared_ptr<const VocabularyIndex>> index = VocabularyIndex::create(*tokenizer);
   EXPECT_TRUE(index.ok());
+  // The index's end-of-generation tokens are the vocabulary's EOS (</s>, id 2).
+  EXPECT_EQ((*index)->end_of_generation_tokens(), std::vector<int32_t>{*tokenizer->eos()});
   return TestVocabulary{
       .name = "generated-spm-32000", .index = *index, .end_tokens = {*tokenizer->eos()}};
 }
@@ -159,7 +161,8 @@ std::optional<TestVocabulary> shared_vocabulary(const std::string& file) {
   if (!tokenizer.ok()) return std::nullopt;
   Result<std::shared_ptr<const VocabularyIndex>> index = VocabularyIndex::create(*tokenizer);
   if (!index.ok()) return std::nullopt;
-  return TestVocabulary{.name = file, .index = *index, .end_tokens = {*tokenizer->eos()}};
+  return TestVocabulary{
+      .name = file, .index = *index, .end_tokens = (*index)->end_of_generation_tokens()};
 }
 
 // ---- The random driver ----

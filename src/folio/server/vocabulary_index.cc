@@ -17,6 +17,7 @@ Result<std::shared_ptr<const VocabularyIndex>> VocabularyIndex::create(
   index->bytes_offset_.push_back(0);
   std::vector<int32_t> generable;
   for (int32_t token = 0; token < vocab_size; ++token) {
+    if (tokenizer.is_end_of_generation(token)) index->end_of_generation_.push_back(token);
     bool candidate = false;
     switch (types[token]) {
       case tokenizer::TokenType::kUndefined:

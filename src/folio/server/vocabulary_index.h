@@ -47,6 +47,9 @@ class VocabularyIndex {
   std::string_view token_bytes(int32_t token) const;
   bool is_generable(int32_t token) const;
   int32_t num_generable() const { return static_cast<int32_t>(trie_tokens_.size()); }
+  // The tokens after which generation stops (Tokenizer::is_end_of_generation: EOS, end of turn,
+  // end of message), ascending: the end tokens a StructuredOutput is usually given.
+  const std::vector<int32_t>& end_of_generation_tokens() const { return end_of_generation_; }
 
   const std::vector<TrieNode>& nodes() const { return nodes_; }
   // Token ids in trie order: the tokens of node n are trie_tokens()[n.tokens_begin, tokens_end).
@@ -62,6 +65,7 @@ class VocabularyIndex {
   std::vector<TrieNode> nodes_;
   std::vector<int32_t> trie_tokens_;
   int32_t max_depth_ = 0;
+  std::vector<int32_t> end_of_generation_;
 };
 
 }  // namespace folio::server
