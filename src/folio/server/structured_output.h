@@ -41,7 +41,7 @@ namespace folio::server {
 
 struct StructuredOutputOptions {
   bool memoize_masks = true;
-  int32_t max_memoized_masks = 256;  // 4 KiB each at a 32k vocabulary
+  int32_t max_memoized_masks = 64;  // 4 KiB each at a 32k vocabulary
   // Past this many cached automaton states (about 1 KiB each) the automaton keeps only the
   // current one and starts over; bounds memory on long generations.
   int32_t max_automaton_states = 16384;
