@@ -50,7 +50,9 @@ TEST(JsonSchemaGrammarTest, ObjectAcceptsDeclaredOrderOptionalPropertiesAndBound
   const std::vector<std::string> accepted = {
       R"({"name":"Ann","age":3,"tags":["a"],"height":1.5,"alive":true,"spouse":null})",
       R"({"name":"Ann","age":-3,"email":"x@y","tags":["a","b"],"height":-0.5E+10,"alive":false,"spouse":"Bo"})",
-      "{\n  \"name\": \"Ann\",\n  \"age\": 0,\n  \"tags\": [ \"b\" ],\n  \"height\": 1e5,\n"
+      // 20 bytes of whitespace
+      "{\n                   \"name\": \"Ann\",\n  \"age\": 0,\n  \"tags\": [ \"b\" ],\n  "
+      "\"height\": 1e5,\n"
       "  \"alive\": true,\n  \"spouse\": null\n}",
       R"(  {"name":"","age":10,"tags":["a"],"height":0,"alive":true,"spouse":null})",
   };
@@ -79,8 +81,9 @@ TEST(JsonSchemaGrammarTest, ObjectAcceptsDeclaredOrderOptionalPropertiesAndBound
       // a boolean spelled otherwise, a type not in the list
       R"({"name":"Ann","age":3,"tags":["a"],"height":1.5,"alive":True,"spouse":null})",
       R"({"name":"Ann","age":3,"tags":["a"],"height":1.5,"alive":true,"spouse":1})",
-      // nine bytes of whitespace (the default bound is eight)
-      R"({"name":"Ann",         "age":3,"tags":["a"],"height":1.5,"alive":true,"spouse":null})",
+      // 21 bytes of whitespace (the default bound is 20)
+      "{\"name\":\"Ann\",\n                    \"age\":3,\"tags\":[\"a\"],\"height\":1.5,"
+      "\"alive\":true,\"spouse\":null}",
       // not an object at all, and an incomplete one
       R"(["Ann"])",
       R"({"name":"Ann","age":3)",

@@ -50,7 +50,8 @@ namespace folio::server {
 
 struct SchemaOptions {
   bool strict = true;
-  int32_t max_whitespace = 8;
+  // 20: a newline and four-space indentation five levels deep.
+  int32_t max_whitespace = 20;
   int32_t max_nesting_depth = 0;
 };
 
