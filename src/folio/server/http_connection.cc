@@ -181,9 +181,17 @@ void HttpConnection::on_readable(const error_code& error) {
   if (exchange_active_) {
     // While answering: either the client closed (end of stream, or an error such as a reset)
     // or it already sent its next request, which stays in the socket until its turn.
-    if (peeked <= 0) return close(CloseReason::kClientGone);
-    pipelined_ = true;
-    return;
+    if (peeked > 0) {
+      pipelined_ = true;
+      return;
+    }
+    // Gone. With a write under way, its completion decides: the answer may be all in the
+    // kernel already (a client that read it and closed was served).
+    if (writing_) {
+      peer_gone_ = true;
+      return;
+    }
+    return close(CloseReason::kClientGone);
   }
   read_header();
 }
@@ -264,6 +272,7 @@ void HttpConnection::dispatch() {
   exchange_active_ = true;
   answer_ = Answer::kPending;
   pipelined_ = buffer_.size() > 0;
+  peer_gone_ = false;
   auto exchange = std::make_shared<HttpExchange>(shared_from_this(), sequence_);
   try {
     context_.service.handle(std::move(request), std::move(exchange));
@@ -378,7 +387,7 @@ void HttpConnection::on_whole_written(const error_code& error) {
   writing_ = false;
   if (closed_) return;
   if (error) return close(CloseReason::kClientGone);
-  const bool keep_alive = whole_->keep_alive();
+  const bool keep_alive = whole_->keep_alive() && !peer_gone_;
   whole_.reset();
   finish_exchange(keep_alive);
 }
@@ -419,8 +428,8 @@ void HttpConnection::on_stream_written(const error_code& error, bool last) {
   if (closed_) return;
   if (error) return close(CloseReason::kClientGone);
   if (!stream_head_written_) stream_head_written_ = true;
-  if (!last) return pump_stream();
-  const bool keep_alive = stream_head_->keep_alive();
+  if (!last) return peer_gone_ ? close(CloseReason::kClientGone) : pump_stream();
+  const bool keep_alive = stream_head_->keep_alive() && !peer_gone_;
   stream_serializer_.reset();
   stream_head_.reset();
   stream_in_flight_ = std::string();

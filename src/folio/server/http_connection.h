@@ -139,6 +139,7 @@ class HttpConnection : public std::enable_shared_from_this<HttpConnection> {
   bool closed_ = false;
   bool watching_ = false;   // a readability wait is outstanding
   bool pipelined_ = false;  // the next request's bytes arrived while answering
+  bool peer_gone_ = false;  // the client closed while an answer's write was under way
   bool lingering_ = false;  // refused: draining the client's bytes before closing
 
   uint64_t sequence_ = 0;  // the current (or last) exchange

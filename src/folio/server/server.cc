@@ -286,6 +286,10 @@ int64_t Server::num_in_flight() const {
   return in_flight_;
 }
 
+int64_t Server::num_connections() const {
+  return listener_->num_connections();
+}
+
 Server::Admission Server::admit() {
   MutexLock lock(mutex_);
   if (shutting_down_) return Admission::kShuttingDown;

@@ -119,6 +119,8 @@ class Server {
 
   ChatTemplate chat_template() const { return chat_template_; }
   int64_t num_in_flight() const;
+  // Client sockets open now (0 before start()).
+  int64_t num_connections() const;
 
  private:
   class Handlers;
