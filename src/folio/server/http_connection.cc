@@ -197,7 +197,7 @@ void HttpConnection::on_readable(const error_code& error) {
 }
 
 void HttpConnection::read_header() {
-  parser_.emplace();
+  parser_ = std::make_unique<http::request_parser<http::string_body>>();
   parser_->header_limit(
       static_cast<std::uint32_t>(std::min<size_t>(context_.options.max_header_bytes, UINT32_MAX)));
   parser_->body_limit(context_.options.max_body_bytes);
@@ -315,7 +315,8 @@ void HttpConnection::respond(uint64_t sequence, HttpResponse response) {
       return;
     }
     self.answer_ = Answer::kWhole;
-    auto& message = self.whole_.emplace(static_cast<http::status>(response.status), 11);
+    self.output_ = std::make_unique<Output>();
+    auto& message = self.output_->whole.emplace(static_cast<http::status>(response.status), 11);
     message.set(http::field::content_type, response.content_type);
     for (const auto& [name, value] : response.headers) message.set(name, value);
     message.body() = std::move(response.body);
@@ -332,12 +333,13 @@ void HttpConnection::begin_stream(uint64_t sequence, HttpResponse head) {
       return;
     }
     self.answer_ = Answer::kStream;
-    auto& message = self.stream_head_.emplace(static_cast<http::status>(head.status), 11);
+    self.output_ = std::make_unique<Output>();
+    auto& message = self.output_->stream_head.emplace(static_cast<http::status>(head.status), 11);
     message.set(http::field::content_type, head.content_type);
     for (const auto& [name, value] : head.headers) message.set(name, value);
     message.keep_alive(self.keep_alive_ && !self.context_.stopping.load());
     message.chunked(true);
-    self.stream_serializer_.emplace(message);
+    self.output_->stream_serializer.emplace(message);
     self.stream_head_written_ = false;
     self.stream_ended_ = false;
     self.pump_stream();
@@ -378,17 +380,18 @@ void HttpConnection::post(std::function<void()> task) {
 void HttpConnection::write_whole() {
   writing_ = true;
   arm(HttpTimeout::kWrite, context_.options.write_timeout);
-  http::async_write(socket_, *whole_, [self = shared_from_this()](const error_code& error, size_t) {
-    self->on_whole_written(error);
-  });
+  http::async_write(socket_, *output_->whole,
+                    [self = shared_from_this()](const error_code& error, size_t) {
+                      self->on_whole_written(error);
+                    });
 }
 
 void HttpConnection::on_whole_written(const error_code& error) {
   writing_ = false;
   if (closed_) return;
   if (error) return close(CloseReason::kClientGone);
-  const bool keep_alive = whole_->keep_alive() && !peer_gone_;
-  whole_.reset();
+  const bool keep_alive = output_->whole->keep_alive() && !peer_gone_;
+  output_.reset();
   finish_exchange(keep_alive);
 }
 
@@ -400,7 +403,7 @@ void HttpConnection::pump_stream() {
   if (!stream_head_written_) {
     writing_ = true;
     arm(HttpTimeout::kWrite, context_.options.write_timeout);
-    http::async_write_header(socket_, *stream_serializer_, done(false));
+    http::async_write_header(socket_, *output_->stream_serializer, done(false));
     return;
   }
   if (stream_pending_.empty() && !stream_ended_) {
@@ -429,9 +432,8 @@ void HttpConnection::on_stream_written(const error_code& error, bool last) {
   if (error) return close(CloseReason::kClientGone);
   if (!stream_head_written_) stream_head_written_ = true;
   if (!last) return peer_gone_ ? close(CloseReason::kClientGone) : pump_stream();
-  const bool keep_alive = stream_head_->keep_alive() && !peer_gone_;
-  stream_serializer_.reset();
-  stream_head_.reset();
+  const bool keep_alive = output_->stream_head->keep_alive() && !peer_gone_;
+  output_.reset();
   stream_in_flight_ = std::string();
   stream_pending_ = std::string();
   finish_exchange(keep_alive);

@@ -131,7 +131,8 @@ class HttpConnection : public std::enable_shared_from_this<HttpConnection> {
   const uint64_t id_;
 
   boost::beast::flat_buffer buffer_;
-  std::optional<boost::beast::http::request_parser<boost::beast::http::string_body>> parser_;
+  // Heap-held while used, so a waiting connection carries neither (about 1 KiB together).
+  std::unique_ptr<boost::beast::http::request_parser<boost::beast::http::string_body>> parser_;
   std::string target_;  // of the request being read, for refusals
 
   uint64_t deadline_generation_ = 0;  // an expiry of an older arming is stale
@@ -149,10 +150,13 @@ class HttpConnection : public std::enable_shared_from_this<HttpConnection> {
   std::function<void(bool)> on_complete_;
 
   bool writing_ = false;
-  std::optional<boost::beast::http::response<boost::beast::http::string_body>> whole_;
-  std::optional<boost::beast::http::response<boost::beast::http::empty_body>> stream_head_;
-  std::optional<boost::beast::http::response_serializer<boost::beast::http::empty_body>>
-      stream_serializer_;
+  struct Output {
+    std::optional<boost::beast::http::response<boost::beast::http::string_body>> whole;
+    std::optional<boost::beast::http::response<boost::beast::http::empty_body>> stream_head;
+    std::optional<boost::beast::http::response_serializer<boost::beast::http::empty_body>>
+        stream_serializer;
+  };
+  std::unique_ptr<Output> output_;  // the answer being written
   bool stream_head_written_ = false;
   bool stream_ended_ = false;
   std::string stream_pending_;    // chunk payloads not yet written
