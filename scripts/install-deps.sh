@@ -10,7 +10,7 @@ packages=(
   libgtest-dev libgmock-dev libbenchmark-dev
   libfmt-dev libspdlog-dev
   libopenblas-dev libopenblas0-pthread
-  nlohmann-json3-dev libcpp-httplib-dev libcli11-dev
+  nlohmann-json3-dev libboost-dev libcpp-httplib-dev libcli11-dev
   clang libclang-rt-14-dev
   python3
 )

@@ -26,9 +26,12 @@ struct ServeOptions {
   int32_t max_prompt_tokens = 0;
   int32_t max_tokens = 4096;
   int32_t max_queued = 256;
-  int32_t read_timeout_seconds = 30;
+  int32_t idle_timeout_seconds = 60;
+  int32_t header_timeout_seconds = 10;
+  int32_t body_timeout_seconds = 30;
   int32_t write_timeout_seconds = 30;
-  int32_t http_threads = 64;
+  int32_t io_threads = 2;
+  int64_t max_connections = 16384;
   int32_t shutdown_grace_seconds = 30;
   bool allow_lora_loading = false;
 };
@@ -44,9 +47,12 @@ Result<server::ServerOptions> server_options(const ServeOptions& options) {
   result.max_prompt_tokens = options.max_prompt_tokens;
   result.protocol.max_tokens = options.max_tokens;
   result.max_pending_requests = options.max_queued;
-  result.read_timeout = std::chrono::seconds(options.read_timeout_seconds);
+  result.idle_timeout = std::chrono::seconds(options.idle_timeout_seconds);
+  result.header_timeout = std::chrono::seconds(options.header_timeout_seconds);
+  result.body_timeout = std::chrono::seconds(options.body_timeout_seconds);
   result.write_timeout = std::chrono::seconds(options.write_timeout_seconds);
-  result.num_http_threads = options.http_threads;
+  result.num_io_threads = options.io_threads;
+  result.max_connections = options.max_connections;
   result.allow_lora_loading = options.allow_lora_loading;
   FOLIO_ASSIGN_OR_RETURN(result.default_chat_template,
                          server::chat_template_from_name(options.default_chat_template));
@@ -138,13 +144,32 @@ void add_serve_command(CLI::App& app) {
       ->add_option("--max-queued", options->max_queued,
                    "Requests in flight before new ones get 429")
       ->capture_default_str();
-  command->add_option("--read-timeout", options->read_timeout_seconds, "Seconds")
-      ->capture_default_str();
-  command->add_option("--write-timeout", options->write_timeout_seconds, "Seconds")
+  command
+      ->add_option("--idle-timeout", options->idle_timeout_seconds,
+                   "Seconds a connection may wait without beginning a request (new or kept "
+                   "alive)")
       ->capture_default_str();
   command
-      ->add_option("--http-threads", options->http_threads,
-                   "Connections served at once (a streaming client holds one)")
+      ->add_option("--header-timeout", options->header_timeout_seconds,
+                   "Seconds from a request's first byte to the end of its header")
+      ->capture_default_str();
+  command
+      ->add_option("--body-timeout", options->body_timeout_seconds,
+                   "Seconds to read a request body after its header")
+      ->capture_default_str();
+  command
+      ->add_option("--write-timeout", options->write_timeout_seconds,
+                   "Seconds one write may wait for the client; a client that stops reading "
+                   "longer is dropped and its request cancelled")
+      ->capture_default_str();
+  command
+      ->add_option("--io-threads", options->io_threads,
+                   "Threads serving every connection (an event loop: a connection holds no "
+                   "thread)")
+      ->capture_default_str();
+  command
+      ->add_option("--max-connections", options->max_connections,
+                   "Open client connections; more are closed at once")
       ->capture_default_str();
   command
       ->add_option("--shutdown-grace", options->shutdown_grace_seconds,

@@ -9,9 +9,6 @@
 namespace folio::server {
 namespace {
 
-// How long the HTTP thread waits for engine output before it checks the connection again.
-constexpr std::chrono::milliseconds kPollInterval{100};
-
 std::string_view route_of(Endpoint endpoint) {
   switch (endpoint) {
     case Endpoint::kCompletions:
@@ -46,10 +43,12 @@ GenerationResult result_of(const engine::Completion& completion, std::string tex
 
 }  // namespace
 
-void send_error(httplib::Response& response, int status, std::string_view message,
-                std::string_view type, std::string_view code) {
+HttpResponse error_response(int status, std::string_view message, std::string_view type,
+                            std::string_view code) {
+  HttpResponse response;
   response.status = status;
-  response.set_content(format_error_body(message, type, code), "application/json");
+  response.body = format_error_body(message, type, code);
+  return response;
 }
 
 Result<std::vector<int32_t>> Server::Handlers::prompt_tokens(
@@ -137,35 +136,40 @@ Result<engine::Request> Server::Handlers::make_engine_request(
   return request;
 }
 
-void Server::Handlers::generate(Endpoint endpoint, const httplib::Request& http_request,
-                                httplib::Response& response) {
+void Server::Handlers::generate(Endpoint endpoint, const HttpRequest& http_request,
+                                const std::shared_ptr<HttpExchange>& exchange) {
   const SteadyTime arrival = std::chrono::steady_clock::now();
+  const std::string_view route = route_of(endpoint);
+  auto refuse = [&](HttpResponse response) {
+    server_.answer(*exchange, route, std::move(response));
+  };
   Result<GenerationRequest> parsed =
       parse_generation_request(endpoint, http_request.body, server_.options_.protocol);
   if (!parsed.ok()) {
-    return send_error(response, 400, parsed.status().message(), kInvalidRequestError);
+    return refuse(error_response(400, parsed.status().message(), kInvalidRequestError));
   }
   // OpenAI answers an unknown model with 404 and code model_not_found.
   Result<int64_t> adapter_id = server_.catalog_.resolve(parsed->model);
   if (!adapter_id.ok()) {
-    return send_error(response, 404, adapter_id.status().message(), kInvalidRequestError,
-                      "model_not_found");
+    return refuse(error_response(404, adapter_id.status().message(), kInvalidRequestError,
+                                 "model_not_found"));
   }
   Result<engine::Request> request = make_engine_request(*parsed);
   if (!request.ok()) {
-    return send_error(response, 400, request.status().message(), kInvalidRequestError);
+    return refuse(error_response(400, request.status().message(), kInvalidRequestError));
   }
   request->adapter_id = *adapter_id;
   switch (server_.admit()) {
     case Admission::kAdmitted:
       break;
     case Admission::kShuttingDown:
-      return send_error(response, 503, "the server is shutting down", kServerError);
+      return refuse(error_response(503, "the server is shutting down", kServerError));
     case Admission::kQueueFull:
-      return send_error(response, 429,
-                        fmt::format("too many requests in flight (limit {}); retry later",
-                                    server_.options_.max_pending_requests),
-                        kRateLimitError);
+      return refuse(
+          error_response(429,
+                         fmt::format("too many requests in flight (limit {}); retry later",
+                                     server_.options_.max_pending_requests),
+                         kRateLimitError));
   }
   auto accepted = std::make_shared<Accepted>();
   accepted->endpoint = endpoint;
@@ -177,109 +181,114 @@ void Server::Handlers::generate(Endpoint endpoint, const httplib::Request& http_
                                  .count();
   accepted->header.model = parsed->model;
   accepted->stream = std::make_shared<RequestStream>();
+  accepted->exchange = exchange;
+  accepted->streaming = parsed->stream;
   accepted->include_usage = parsed->include_usage;
-  accepted->route = route_of(endpoint);
+  accepted->route = route;
   accepted->arrival = arrival;
+  // The hook runs on the engine thread: it only queues a drain on the connection's strand. It
+  // holds `accepted` until the completion is drained, when the drain clears it.
+  accepted->stream->set_notify(
+      [this, accepted] { accepted->exchange->post([this, accepted] { drain(accepted); }); });
   RequestStream::attach(accepted->stream, *request);
   Result<engine::RequestId> id = server_.model_.engine->submit(std::move(*request));
   if (!id.ok()) {
+    accepted->stream->set_notify(nullptr);
     server_.release();
     if (id.status().code() == StatusCode::kNotFound) {
       // The adapter was unloaded between resolve() and submit().
-      return send_error(
-          response, 404,
-          fmt::format("the model '{}' does not exist (it was just unloaded)", parsed->model),
-          kInvalidRequestError, "model_not_found");
+      return refuse(error_response(
+          404, fmt::format("the model '{}' does not exist (it was just unloaded)", parsed->model),
+          kInvalidRequestError, "model_not_found"));
     }
     const bool stopped = id.status().code() == StatusCode::kFailedPrecondition;
-    return send_error(response, stopped ? 503 : 400, id.status().message(),
-                      stopped ? kServerError : kInvalidRequestError);
+    return refuse(error_response(stopped ? 503 : 400, id.status().message(),
+                                 stopped ? kServerError : kInvalidRequestError));
   }
   accepted->id = *id;
-  server_.register_cancellable(*id);
-  if (parsed->stream) return answer_stream(std::move(accepted), response);
-  answer_whole(*accepted, response);
+  server_.register_running(*id, accepted->stream);
+  // Drains run on this strand after this handler returns, so the callback is in place first.
+  exchange->on_complete(
+      [this, accepted](bool delivered) { finish_accepted(*accepted, delivered); });
+  if (!accepted->streaming) return;
+  HttpResponse head;
+  head.content_type = "text/event-stream";
+  head.headers.emplace_back("Cache-Control", "no-cache");
+  server_.metrics_->on_response(route, 200);
+  exchange->begin_stream(std::move(head));
+  if (endpoint == Endpoint::kChatCompletions) {
+    // OpenAI opens a chat stream with the role and empty content.
+    exchange->write(format_text_chunk(endpoint, accepted->header, "", /*first=*/true));
+    accepted->first_chunk = false;
+  }
 }
 
-void Server::Handlers::answer_whole(const Accepted& accepted, httplib::Response& response) {
-  std::string text;
-  std::optional<engine::Completion> completion;
-  while (!completion.has_value()) {
-    RequestStream::Update update = accepted.stream->take(kPollInterval);
-    for (const std::string& piece : update.pieces) text += piece;
-    completion = std::move(update.completion);
-  }
-  finish_accepted(accepted);
-  if (completion->reason == engine::FinishReason::kError ||
-      completion->reason == engine::FinishReason::kCancelled) {
-    // An adapter unloaded after the request was accepted and before it started running: the
-    // engine could not hold it (kNotFound), and the name is gone. Any other failure (a file
-    // that vanished after registration, too) stays a server error.
-    if (completion->error.code() == StatusCode::kNotFound &&
-        !server_.catalog_.resolve(accepted.header.model).ok()) {
-      return send_error(response, 404,
-                        fmt::format("the model '{}' was unloaded before the request started",
-                                    accepted.header.model),
-                        kInvalidRequestError, "model_not_found");
-    }
-    return send_error(response, status_of_failure(*completion), failure_message(*completion),
-                      kServerError);
-  }
-  response.set_content(
-      format_response(accepted.endpoint, accepted.header, result_of(*completion, text)),
-      "application/json");
-}
-
-void Server::Handlers::answer_stream(std::shared_ptr<Accepted> accepted,
-                                     httplib::Response& response) {
-  response.set_header("Cache-Control", "no-cache");
-  // httplib calls the provider on this request's thread only, one call at a time, until it
-  // calls sink.done() or returns false; so `accepted->first_chunk` needs no lock.
-  auto provider = [accepted](size_t /*offset*/, httplib::DataSink& sink) {
+void Server::Handlers::drain(const std::shared_ptr<Accepted>& accepted) {
+  if (accepted->completion_seen) return;
+  RequestStream::Update update = accepted->stream->take();
+  if (accepted->streaming) {
     std::string out;
-    if (accepted->first_chunk && accepted->endpoint == Endpoint::kChatCompletions) {
-      // OpenAI opens a chat stream with the role and empty content.
-      out += format_text_chunk(accepted->endpoint, accepted->header, "", /*first=*/true);
-      accepted->first_chunk = false;
-    }
-    RequestStream::Update update = accepted->stream->take(kPollInterval);
     for (const std::string& piece : update.pieces) {
       out += format_text_chunk(accepted->endpoint, accepted->header, piece, accepted->first_chunk);
       accepted->first_chunk = false;
     }
-    if (update.completion.has_value()) {
-      const engine::Completion& completion = *update.completion;
-      if (completion.reason == engine::FinishReason::kError ||
-          completion.reason == engine::FinishReason::kCancelled) {
-        out += format_error_event(failure_message(completion), kServerError);
-      } else {
-        out += format_finish_chunk(accepted->endpoint, accepted->header, completion.reason);
-        if (accepted->include_usage) {
-          out +=
-              format_usage_chunk(accepted->endpoint, accepted->header, result_of(completion, {}));
-        }
-      }
-      out += kStreamDone;
-    }
-    if (!out.empty() && !sink.write(out.data(), out.size())) {
-      // The client is gone: stop generating for it (the releaser sees success == false).
-      return false;
-    }
-    if (update.completion.has_value()) sink.done();
-    return true;
-  };
-  auto releaser = [this, accepted](bool success) {
-    // Not success: the connection failed before [DONE]. Cancelling a finished request is a
-    // no-op, so this is safe whatever the engine did meanwhile.
-    if (!success) server_.model_.engine->cancel(accepted->id);
-    finish_accepted(*accepted);
-  };
-  response.set_chunked_content_provider("text/event-stream", std::move(provider),
-                                        std::move(releaser));
+    if (update.completion.has_value()) out += stream_end(*accepted, *update.completion);
+    accepted->exchange->write(std::move(out));
+  } else {
+    for (const std::string& piece : update.pieces) accepted->text += piece;
+  }
+  if (!update.completion.has_value()) return;
+  // The engine is done with the request: nothing more will be notified, and the hook's hold on
+  // `accepted` (and so on the connection) is let go.
+  accepted->completion_seen = true;
+  accepted->stream->set_notify(nullptr);
+  server_.unregister_running(accepted->id);
+  if (accepted->streaming) return accepted->exchange->end_stream();
+  server_.answer(*accepted->exchange, accepted->route, whole_answer(*accepted, *update.completion));
 }
 
-void Server::Handlers::finish_accepted(const Accepted& accepted) {
-  server_.unregister_cancellable(accepted.id);
+HttpResponse Server::Handlers::whole_answer(const Accepted& accepted,
+                                            const engine::Completion& completion) const {
+  if (completion.reason == engine::FinishReason::kError ||
+      completion.reason == engine::FinishReason::kCancelled) {
+    // An adapter unloaded after the request was accepted and before it started running: the
+    // engine could not hold it (kNotFound), and the name is gone. Any other failure (a file
+    // that vanished after registration, too) stays a server error.
+    if (completion.error.code() == StatusCode::kNotFound &&
+        !server_.catalog_.resolve(accepted.header.model).ok()) {
+      return error_response(404,
+                            fmt::format("the model '{}' was unloaded before the request started",
+                                        accepted.header.model),
+                            kInvalidRequestError, "model_not_found");
+    }
+    return error_response(status_of_failure(completion), failure_message(completion), kServerError);
+  }
+  HttpResponse response;
+  response.body =
+      format_response(accepted.endpoint, accepted.header, result_of(completion, accepted.text));
+  return response;
+}
+
+std::string Server::Handlers::stream_end(const Accepted& accepted,
+                                         const engine::Completion& completion) const {
+  std::string out;
+  if (completion.reason == engine::FinishReason::kError ||
+      completion.reason == engine::FinishReason::kCancelled) {
+    out += format_error_event(failure_message(completion), kServerError);
+  } else {
+    out += format_finish_chunk(accepted.endpoint, accepted.header, completion.reason);
+    if (accepted.include_usage) {
+      out += format_usage_chunk(accepted.endpoint, accepted.header, result_of(completion, {}));
+    }
+  }
+  out += kStreamDone;
+  return out;
+}
+
+void Server::Handlers::finish_accepted(const Accepted& accepted, bool delivered) {
+  // Not delivered: the client went away (or the server stopped) first. Cancelling a finished
+  // request is a no-op, so this is safe whatever the engine did meanwhile.
+  if (!delivered) server_.model_.engine->cancel(accepted.id);
   const double seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - accepted.arrival).count();
   server_.metrics_->on_generation_done(accepted.route, seconds);

@@ -1,14 +1,6 @@
 #include "folio/server/server.h"
 
-#include <sys/socket.h>
-
-#include <cerrno>
-#include <cstring>
-
-#include <httplib.h>
-
 #include <algorithm>
-#include <exception>
 
 #include <fmt/format.h>
 
@@ -39,27 +31,6 @@ bool equal_in_constant_time(std::string_view a, std::string_view b) {
   return difference == 0;
 }
 
-// The body of an error httplib answered by itself (no route, body too large, unreadable
-// request), or that a handler left without a body.
-void fill_error_body(const httplib::Request& request, httplib::Response& response,
-                     size_t max_body_bytes) {
-  switch (response.status) {
-    case 404:
-      send_error(response, 404, fmt::format("no route for {} {}", request.method, request.path),
-                 kInvalidRequestError, "not_found");
-      return;
-    case 413:
-      send_error(response, 413,
-                 fmt::format("the request body exceeds the limit of {} bytes", max_body_bytes),
-                 kInvalidRequestError, "body_too_large");
-      return;
-    default:
-      send_error(response, response.status,
-                 fmt::format("the request could not be served (HTTP {})", response.status),
-                 response.status >= 500 ? kServerError : kInvalidRequestError);
-  }
-}
-
 }  // namespace
 
 ServedModel serve_model_engine(engine::ModelEngine& model_engine, std::string name) {
@@ -80,6 +51,102 @@ ServedModel serve_model_engine(engine::ModelEngine& model_engine, std::string na
   return served;
 }
 
+// The routes: authentication, then dispatch by method and path. Runs on io threads.
+class Server::Service final : public HttpService {
+ public:
+  explicit Service(Server& server) : server_(server) {}
+
+  void handle(HttpRequest request, std::shared_ptr<HttpExchange> exchange) override {
+    Server& server = server_;
+    const std::string_view route = route_label(request.path);
+    if (!server.options_.api_key.empty() && request.path.rfind("/v1/", 0) == 0 &&
+        !equal_in_constant_time(request.header("Authorization"),
+                                "Bearer " + server.options_.api_key)) {
+      return server.answer(
+          *exchange, route,
+          error_response(401, "a valid API key is required: Authorization: Bearer <key>",
+                         kAuthenticationError, "invalid_api_key"));
+    }
+    const bool get = request.method == "GET";
+    const bool post = request.method == "POST";
+    if (post && request.path == "/v1/completions") {
+      return server.handlers_->generate(Endpoint::kCompletions, request, exchange);
+    }
+    if (post && request.path == "/v1/chat/completions") {
+      return server.handlers_->generate(Endpoint::kChatCompletions, request, exchange);
+    }
+    if (get && request.path == "/v1/models") {
+      HttpResponse response;
+      response.body = format_model_list(server.catalog_.models(), server.created_seconds_);
+      return server.answer(*exchange, route, std::move(response));
+    }
+    if (post &&
+        (request.path == "/v1/load_lora_adapter" || request.path == "/v1/unload_lora_adapter")) {
+      // A load reads and checks a file: off the io threads.
+      server.listener_->run_blocking(
+          [&server, route, request = std::move(request), exchange = std::move(exchange)] {
+            server.answer(*exchange, route,
+                          request.path == "/v1/load_lora_adapter" ? server.load_adapter(request)
+                                                                  : server.unload_adapter(request));
+          });
+      return;
+    }
+    if (get && request.path == "/health") {
+      bool shutting_down = false;
+      {
+        MutexLock lock(server.mutex_);
+        shutting_down = server.shutting_down_;
+      }
+      if (shutting_down) {
+        return server.answer(*exchange, route, error_response(503, "shutting down", kServerError));
+      }
+      HttpResponse response;
+      response.body = "{\"status\":\"ok\"}";
+      return server.answer(*exchange, route, std::move(response));
+    }
+    if (get && request.path == "/metrics") {
+      HttpResponse response;
+      response.content_type = std::string(metrics::kExpositionContentType);
+      response.body = server.model_.registry->render();
+      return server.answer(*exchange, route, std::move(response));
+    }
+    server.answer(
+        *exchange, route,
+        error_response(404, fmt::format("no route for {} {}", request.method, request.path),
+                       kInvalidRequestError, "not_found"));
+  }
+
+  HttpResponse refusal(int status, std::string_view target) override {
+    const std::string path(target.substr(0, target.find('?')));
+    HttpResponse response;
+    switch (status) {
+      case 413:
+        response = error_response(413,
+                                  fmt::format("the request body exceeds the limit of {} bytes",
+                                              server_.options_.max_body_bytes),
+                                  kInvalidRequestError, "body_too_large");
+        break;
+      case 431:
+        response = error_response(431,
+                                  fmt::format("the request header exceeds the limit of {} bytes",
+                                              server_.options_.max_header_bytes),
+                                  kInvalidRequestError, "header_too_large");
+        break;
+      case 400:
+        response = error_response(400, "the request is not valid HTTP/1.1", kInvalidRequestError);
+        break;
+      default:
+        response = error_response(status, "internal server error", kServerError);
+        break;
+    }
+    server_.metrics_->on_response(route_label(path), status);
+    return response;
+  }
+
+ private:
+  Server& server_;
+};
+
 Result<std::unique_ptr<Server>> Server::create(const ServerOptions& options, ServedModel model) {
   if (model.engine == nullptr || model.tokenizer == nullptr || model.registry == nullptr) {
     return invalid_argument("a served model needs an engine, a tokenizer and a registry");
@@ -87,12 +154,9 @@ Result<std::unique_ptr<Server>> Server::create(const ServerOptions& options, Ser
   if (model.context_length < 2) {
     return invalid_argument("the context length must be at least 2, got {}", model.context_length);
   }
-  if (options.max_pending_requests < 1 || options.num_http_threads < 1 ||
-      options.max_body_bytes < 1 || options.protocol.max_tokens < 1 ||
-      options.protocol.default_max_tokens < 1) {
-    return invalid_argument(
-        "server limits (queue, threads, body bytes, max tokens) must be "
-        "positive");
+  if (options.max_pending_requests < 1 || options.max_body_bytes < 1 ||
+      options.protocol.max_tokens < 1 || options.protocol.default_max_tokens < 1) {
+    return invalid_argument("server limits (queue, body bytes, max tokens) must be positive");
   }
   FOLIO_ASSIGN_OR_RETURN(ModelCatalog catalog, ModelCatalog::create(model.name, model.adapters,
                                                                     options.allow_lora_loading));
@@ -105,8 +169,23 @@ Result<std::unique_ptr<Server>> Server::create(const ServerOptions& options, Ser
   }
   FOLIO_ASSIGN_OR_RETURN(std::unique_ptr<ServerMetrics> metrics,
                          ServerMetrics::create(*model.registry, model.graph_stats));
-  return std::unique_ptr<Server>(
+  metrics::Registry& registry = *model.registry;
+  std::unique_ptr<Server> server(
       new Server(options, std::move(model), std::move(catalog), chat_template, std::move(metrics)));
+  HttpListenerOptions listener_options;
+  listener_options.host = options.host;
+  listener_options.num_io_threads = options.num_io_threads;
+  listener_options.max_connections = options.max_connections;
+  listener_options.max_header_bytes = options.max_header_bytes;
+  listener_options.max_body_bytes = options.max_body_bytes;
+  listener_options.idle_timeout = options.idle_timeout;
+  listener_options.header_timeout = options.header_timeout;
+  listener_options.body_timeout = options.body_timeout;
+  listener_options.write_timeout = options.write_timeout;
+  listener_options.send_buffer_bytes = options.send_buffer_bytes;
+  FOLIO_ASSIGN_OR_RETURN(server->listener_,
+                         HttpListener::create(listener_options, *server->service_, registry));
+  return server;
 }
 
 Server::Server(const ServerOptions& options, ServedModel model, ModelCatalog catalog,
@@ -119,108 +198,14 @@ Server::Server(const ServerOptions& options, ServedModel model, ModelCatalog cat
                            std::chrono::system_clock::now().time_since_epoch())
                            .count()),
       metrics_(std::move(metrics)),
-      http_(std::make_unique<httplib::Server>()),
-      handlers_(std::make_unique<Handlers>(*this)) {
-  httplib::Server& http = *http_;
-  const auto threads = static_cast<size_t>(options_.num_http_threads);
-  http.new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
-  http.set_payload_max_length(options_.max_body_bytes);
-  // Streamed tokens are small writes: without TCP_NODELAY, Nagle's algorithm holds each one
-  // until the client's (delayed) ACK, adding tens of milliseconds to every token's latency.
-  http.set_tcp_nodelay(true);
-  http.set_read_timeout(options_.read_timeout);
-  http.set_write_timeout(options_.write_timeout);
-  http.set_keep_alive_timeout(std::max<time_t>(
-      1, std::chrono::duration_cast<std::chrono::seconds>(options_.keep_alive_timeout).count()));
-  http.set_pre_routing_handler(
-      [this](const httplib::Request& request, httplib::Response& response) {
-        if (options_.api_key.empty() || request.path.rfind("/v1/", 0) != 0) {
-          return httplib::Server::HandlerResponse::Unhandled;
-        }
-        const std::string header = request.get_header_value("Authorization");
-        if (equal_in_constant_time(header, "Bearer " + options_.api_key)) {
-          return httplib::Server::HandlerResponse::Unhandled;
-        }
-        send_error(response, 401, "a valid API key is required: Authorization: Bearer <key>",
-                   kAuthenticationError, "invalid_api_key");
-        return httplib::Server::HandlerResponse::Handled;
-      });
-  http.set_error_handler([this](const httplib::Request& request, httplib::Response& response) {
-    if (response.body.empty()) fill_error_body(request, response, options_.max_body_bytes);
-  });
-  http.set_exception_handler(
-      [](const httplib::Request&, httplib::Response& response, std::exception_ptr error) {
-        std::string what = "unknown exception";
-        try {
-          std::rethrow_exception(error);
-        } catch (const std::exception& exception) {
-          what = exception.what();
-        } catch (...) {
-        }
-        log::error("server: a handler threw: {}", what);
-        send_error(response, 500, "internal server error", kServerError);
-      });
-  // Called once per answered request, after its last byte (also for httplib's own errors).
-  http.set_logger([this](const httplib::Request& request, const httplib::Response& response) {
-    metrics_->on_response(route_label(request.path), response.status);
-  });
-  http.Post("/v1/completions",
-            [this](const httplib::Request& request, httplib::Response& response) {
-              handlers_->generate(Endpoint::kCompletions, request, response);
-            });
-  http.Post("/v1/chat/completions",
-            [this](const httplib::Request& request, httplib::Response& response) {
-              handlers_->generate(Endpoint::kChatCompletions, request, response);
-            });
-  http.Get("/v1/models", [this](const httplib::Request&, httplib::Response& response) {
-    response.set_content(format_model_list(catalog_.models(), created_seconds_),
-                         "application/json");
-  });
-  http.Post("/v1/load_lora_adapter",
-            [this](const httplib::Request& request, httplib::Response& response) {
-              load_adapter(request, response);
-            });
-  http.Post("/v1/unload_lora_adapter",
-            [this](const httplib::Request& request, httplib::Response& response) {
-              unload_adapter(request, response);
-            });
-  http.Get("/health", [this](const httplib::Request&, httplib::Response& response) {
-    MutexLock lock(mutex_);
-    if (shutting_down_) return send_error(response, 503, "shutting down", kServerError);
-    response.set_content("{\"status\":\"ok\"}", "application/json");
-  });
-  http.Get("/metrics", [this](const httplib::Request&, httplib::Response& response) {
-    response.set_content(model_.registry->render(), std::string(metrics::kExpositionContentType));
-  });
-}
-
+      handlers_(std::make_unique<Handlers>(*this)),
+      service_(std::make_unique<Service>(*this)) {}
 Server::~Server() {
   shutdown(std::chrono::milliseconds(0));
 }
 
 Result<int> Server::start(int port) {
-  FOLIO_CHECK(!listen_thread_.joinable(), "Server::start() called twice");
-  // Debian's compiled cpp-httplib listens with a backlog of 5: a burst of clients overflows
-  // the accept queue, and the kernel's SYN-cookie fallback then loses some connections (seen
-  // as failed reads in the 32-client test). The socket-options hook hands us the listening
-  // socket (the last one it sees is the one that bound); listen() again raises the backlog.
-  int listening_socket = -1;
-  http_->set_socket_options([&listening_socket](socket_t socket) {
-    httplib::default_socket_options(socket);
-    listening_socket = socket;
-  });
-  const int bound = port == 0 ? http_->bind_to_any_port(options_.host)
-                              : (http_->bind_to_port(options_.host, port) ? port : -1);
-  if (bound <= 0) {
-    return unavailable("cannot listen on {}:{} (in use, or not an address of this machine)",
-                       options_.host, port);
-  }
-  if (listening_socket < 0 || ::listen(listening_socket, SOMAXCONN) != 0) {
-    return internal_error("cannot raise the listen backlog on {}:{}: {}", options_.host, bound,
-                          std::strerror(errno));
-  }
-  listen_thread_ = std::thread([this] { http_->listen_after_bind(); });
-  return bound;
+  return listener_->start(port);
 }
 
 void Server::shutdown(std::chrono::milliseconds grace) {
@@ -232,56 +217,77 @@ void Server::shutdown(std::chrono::milliseconds grace) {
     if (!lock.wait_for(drained_, grace, nothing_in_flight)) {
       // Past the grace period: end what is still running; each answer then completes (as a 503
       // or an error event) and releases its slot.
-      for (engine::RequestId id : running_) model_.engine->cancel(id);
+      for (const auto& [id, stream] : running_) model_.engine->cancel(id);
       lock.wait_for(drained_, std::chrono::seconds(10), nothing_in_flight);
     }
     stopped_ = true;
   }
-  http_->stop();
-  if (listen_thread_.joinable()) listen_thread_.join();
+  listener_->stop();
+  // Requests the engine has not finished yet (abandoned, or cancelled above) keep their streams
+  // in the engine's callbacks: their hooks, which refer to connections and the io_context, go
+  // now, while the io_context still exists.
+  std::unordered_map<engine::RequestId, std::shared_ptr<RequestStream>> running;
+  {
+    MutexLock lock(mutex_);
+    running.swap(running_);
+  }
+  for (const auto& [id, stream] : running) stream->set_notify(nullptr);
 }
 
-void Server::load_adapter(const httplib::Request& request, httplib::Response& response) {
+void Server::answer(HttpExchange& exchange, std::string_view route, HttpResponse response) {
+  metrics_->on_response(route, response.status);
+  exchange.respond(std::move(response));
+}
+
+HttpResponse Server::load_adapter(const HttpRequest& request) {
   // Off is answered before the body is read, so a client learns how to turn it on whatever it
   // sent.
   if (const Status off = catalog_.check_loading_allowed(); !off.ok()) {
-    return send_error(response, 404, off.message(), kInvalidRequestError, "lora_loading_disabled");
+    return error_response(404, off.message(), kInvalidRequestError, "lora_loading_disabled");
   }
   Result<LoadAdapterRequest> parsed = parse_load_adapter_request(request.body);
   if (!parsed.ok()) {
-    return send_error(response, 400, parsed.status().message(), kInvalidRequestError);
+    return error_response(400, parsed.status().message(), kInvalidRequestError);
   }
   // Every refusal is about what the client asked for (a file that is missing, corrupt or made
   // for another model, a name in use): 400, and nothing was registered.
   Result<ModelEntry> loaded = catalog_.load(*parsed);
   if (!loaded.ok()) {
-    return send_error(response, 400, loaded.status().message(), kInvalidRequestError,
-                      loaded.status().code() == StatusCode::kAlreadyExists ? "adapter_exists"
-                                                                           : "invalid_adapter");
+    return error_response(400, loaded.status().message(), kInvalidRequestError,
+                          loaded.status().code() == StatusCode::kAlreadyExists ? "adapter_exists"
+                                                                               : "invalid_adapter");
   }
   log::info("server: loaded LoRA adapter '{}' from {}", parsed->name, parsed->path);
-  response.set_content(format_model(*loaded, created_seconds_), "application/json");
+  HttpResponse response;
+  response.body = format_model(*loaded, created_seconds_);
+  return response;
 }
 
-void Server::unload_adapter(const httplib::Request& request, httplib::Response& response) {
+HttpResponse Server::unload_adapter(const HttpRequest& request) {
   if (const Status off = catalog_.check_loading_allowed(); !off.ok()) {
-    return send_error(response, 404, off.message(), kInvalidRequestError, "lora_loading_disabled");
+    return error_response(404, off.message(), kInvalidRequestError, "lora_loading_disabled");
   }
   Result<std::string> name = parse_unload_adapter_request(request.body);
-  if (!name.ok()) return send_error(response, 400, name.status().message(), kInvalidRequestError);
+  if (!name.ok()) return error_response(400, name.status().message(), kInvalidRequestError);
   const Status unloaded = catalog_.unload(*name);
   if (!unloaded.ok()) {
     const bool unknown = unloaded.code() == StatusCode::kNotFound;
-    return send_error(response, unknown ? 404 : 400, unloaded.message(), kInvalidRequestError,
-                      unknown ? "model_not_found" : std::string_view());
+    return error_response(unknown ? 404 : 400, unloaded.message(), kInvalidRequestError,
+                          unknown ? "model_not_found" : std::string_view());
   }
   log::info("server: unloaded LoRA adapter '{}'", *name);
-  response.set_content(format_deleted_model(*name), "application/json");
+  HttpResponse response;
+  response.body = format_deleted_model(*name);
+  return response;
 }
 
 int64_t Server::num_in_flight() const {
   MutexLock lock(mutex_);
   return in_flight_;
+}
+
+int64_t Server::num_connections() const {
+  return listener_->num_connections();
 }
 
 Server::Admission Server::admit() {
@@ -303,15 +309,14 @@ void Server::release() {
   drained_.notify_all();
 }
 
-void Server::register_cancellable(engine::RequestId id) {
+void Server::register_running(engine::RequestId id, std::shared_ptr<RequestStream> stream) {
   MutexLock lock(mutex_);
-  running_.push_back(id);
+  running_.emplace(id, std::move(stream));
 }
 
-void Server::unregister_cancellable(engine::RequestId id) {
+void Server::unregister_running(engine::RequestId id) {
   MutexLock lock(mutex_);
-  const auto entry = std::find(running_.begin(), running_.end(), id);
-  if (entry != running_.end()) running_.erase(entry);
+  running_.erase(id);
 }
 
 }  // namespace folio::server

@@ -17,13 +17,17 @@
 //
 // Requests in flight: a generation request counts from acceptance until its answer is written
 // (or its client is gone). At most ServerOptions::max_pending_requests are in flight; more get
-// 429. A streaming client that disconnects is noticed at the next write, and its request is
-// cancelled in the engine, which frees its KV blocks at the next step.
+// 429. A client that disconnects (or, streaming, stops reading for the write timeout) has its
+// request cancelled in the engine, which frees its KV blocks at the next step.
 //
-// Thread-safety: start() and shutdown() from one controlling thread; HTTP handlers run on the
-// server's worker threads and talk to the engine only through Engine::submit / cancel and the
+// Front end: an event loop (http_listener.h) on a few io threads serves every connection; no
+// thread waits for a client or for tokens. Slow or idle clients hold memory, not threads, up to
+// max_connections, each bounded by the header, body and write limits and timeouts.
+//
+// Thread-safety: start() and shutdown() from one controlling thread; requests are handled on
+// the listener's io threads and talk to the engine only through Engine::submit / cancel and the
 // request's RequestStream (request_stream.h); the adapter routes register and unregister
-// adapters through the (thread-safe) adapter manager.
+// adapters through the (thread-safe) adapter manager, on the listener's blocking thread.
 #pragma once
 
 #include <atomic>
@@ -33,7 +37,7 @@
 #include <functional>
 #include <memory>
 #include <string>
-#include <thread>
+#include <unordered_map>
 
 #include "folio/base/metrics.h"
 #include "folio/base/mutex.h"
@@ -42,16 +46,13 @@
 #include "folio/engine/model_engine.h"
 #include "folio/exec/graph_cache.h"
 #include "folio/server/chat_template.h"
+#include "folio/server/http_exchange.h"
+#include "folio/server/http_listener.h"
 #include "folio/server/model_catalog.h"
 #include "folio/server/openai_protocol.h"
+#include "folio/server/request_stream.h"
 #include "folio/server/server_metrics.h"
 #include "folio/tokenizer/tokenizer.h"
-
-namespace httplib {
-class Server;
-struct Request;
-struct Response;
-}  // namespace httplib
 
 namespace folio::server {
 
@@ -62,10 +63,16 @@ struct ServerOptions {
   int32_t max_prompt_tokens = 0;  // 0: the context length minus one
   int32_t max_pending_requests = 256;
   ProtocolLimits protocol;
-  std::chrono::milliseconds read_timeout{30'000};
-  std::chrono::milliseconds write_timeout{30'000};
-  std::chrono::milliseconds keep_alive_timeout{2'000};
-  int32_t num_http_threads = 64;  // each open connection holds one while it is served
+  // Connections (http_listener.h): a few io threads serve them all.
+  int32_t num_io_threads = 2;
+  int64_t max_connections = 16384;                   // open sockets; more are closed at once
+  size_t max_header_bytes = size_t{16} << 10;        // more: 431
+  std::chrono::milliseconds idle_timeout{60'000};    // no request begun (new or kept alive)
+  std::chrono::milliseconds header_timeout{10'000};  // first byte to the end of the header
+  std::chrono::milliseconds body_timeout{30'000};    // end of the header to the end of the body
+  std::chrono::milliseconds write_timeout{30'000};   // each write; a client that stops reading
+                                                     // longer is dropped, its request cancelled
+  int32_t send_buffer_bytes = 0;  // SO_SNDBUF of client sockets; 0: the system's default
   // Used when the model's template is not one the server recognises (or it has none).
   ChatTemplate default_chat_template = ChatTemplate::kChatMl;
   std::optional<ChatTemplate> chat_template_override;  // set: ignore the model's template
@@ -112,22 +119,31 @@ class Server {
 
   ChatTemplate chat_template() const { return chat_template_; }
   int64_t num_in_flight() const;
+  // Client sockets open now (0 before start()).
+  int64_t num_connections() const;
 
  private:
   class Handlers;
   friend class Handlers;
+  class Service;
+  friend class Service;
 
   Server(const ServerOptions& options, ServedModel model, ModelCatalog catalog,
          ChatTemplate chat_template, std::unique_ptr<ServerMetrics> metrics);
-  void load_adapter(const httplib::Request& request, httplib::Response& response);
-  void unload_adapter(const httplib::Request& request, httplib::Response& response);
+  // Run on the listener's blocking thread (a load reads and checks a file).
+  HttpResponse load_adapter(const HttpRequest& request);
+  HttpResponse unload_adapter(const HttpRequest& request);
 
   // Admission: false (and nothing counted) when shutting down or full; see `refusal`.
   enum class Admission : uint8_t { kAdmitted, kShuttingDown, kQueueFull };
   Admission admit();
   void release();
-  void register_cancellable(engine::RequestId id);
-  void unregister_cancellable(engine::RequestId id);
+  // Counts the answer in the metrics and sends it. Any thread.
+  void answer(HttpExchange& exchange, std::string_view route, HttpResponse response);
+  // A submitted request whose completion has not been drained yet: cancelled on a late
+  // shutdown, and its stream's notify hook cleared when the listener stops.
+  void register_running(engine::RequestId id, std::shared_ptr<RequestStream> stream);
+  void unregister_running(engine::RequestId id);
 
   const ServerOptions options_;
   const ServedModel model_;
@@ -135,9 +151,9 @@ class Server {
   const ChatTemplate chat_template_;
   const int64_t created_seconds_;
   std::unique_ptr<ServerMetrics> metrics_;
-  std::unique_ptr<httplib::Server> http_;
   std::unique_ptr<Handlers> handlers_;
-  std::thread listen_thread_;
+  std::unique_ptr<Service> service_;
+  std::unique_ptr<HttpListener> listener_;
   std::atomic<int64_t> next_response_id_{1};
 
   mutable Mutex mutex_;
@@ -145,8 +161,8 @@ class Server {
   int64_t in_flight_ FOLIO_GUARDED_BY(mutex_) = 0;
   bool shutting_down_ FOLIO_GUARDED_BY(mutex_) = false;
   bool stopped_ FOLIO_GUARDED_BY(mutex_) = false;
-  // Cancelled on a late shutdown.
-  std::vector<engine::RequestId> running_ FOLIO_GUARDED_BY(mutex_);
+  std::unordered_map<engine::RequestId, std::shared_ptr<RequestStream>> running_
+      FOLIO_GUARDED_BY(mutex_);
 };
 
 }  // namespace folio::server
