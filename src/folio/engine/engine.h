@@ -2,9 +2,11 @@
 //
 // A step (DESIGN.md "One step of the engine"): drain the inbox (submissions, cancellations) ->
 // schedule (scheduler.h) -> run the KV block copies -> build the step batch (step_batch_builder.h)
-// -> StepRunner::run -> sample one token per logits row (sampler.h) -> append it, detokenize,
-// match stops -> stream it -> finish sequences that are done (their blocks are freed, full
-// computed blocks stay CACHED) -> report.
+// -> StepRunner::run -> record prompt logprobs (rows of every prompt position, when asked) ->
+// fork the choices of a request whose prompt prefill completed -> sample one token per sampling
+// row (sampler.h; each choice of a just-forked request from the same row) -> append it,
+// detokenize, match stops -> stream it -> finish sequences that are done (their blocks are
+// freed, full computed blocks stay CACHED) -> report.
 //
 // Ownership: the engine borrows the block manager and the runner; while the engine exists, the
 // thread driving it (its loop thread after start(), else whoever calls step()) is the block
