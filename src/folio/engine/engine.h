@@ -84,10 +84,10 @@ class Engine {
 
   // Validates and queues a request. Errors (kInvalidArgument, nothing queued): an empty prompt,
   // a token outside the vocabulary, a prompt leaving no room for one token in the context
-  // limit, max_tokens < 1 (< 0 with prompt_logprobs), bad sampling parameters (logit bias
-  // included), logprobs outside [0, 20], num_choices outside [1, max_num_sequences], empty stop
-  // strings or stop strings without a text decoder, an adapter the runner does not serve;
-  // kFailedPrecondition after stop().
+  // limit (a prompt only scored, max_tokens 0 with prompt_logprobs, may fill it), max_tokens < 1 (<
+  // 0 with prompt_logprobs), bad sampling parameters (logit bias included), logprobs outside [0,
+  // 20], num_choices outside [1, max_num_sequences], empty stop strings or stop strings without a
+  // text decoder, an adapter the runner does not serve; kFailedPrecondition after stop().
   Result<RequestId> submit(Request request);
   // Asks for the request to end with kCancelled at the start of the next step (every choice not
   // finished yet: one on_finish each), its blocks freed in that step. Unknown or already
