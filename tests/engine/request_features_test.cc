@@ -285,6 +285,25 @@ TEST(PromptLogprobsTest, AOneTokenPromptGetsAnEmptyCall) {
   EXPECT_TRUE(record.entries.empty());
 }
 
+TEST(PromptLogprobsTest, APromptOnlyScoredMayFillTheContext) {
+  HarnessOptions options;
+  options.max_context_tokens = 40;
+  EngineHarness harness(options);
+  const std::vector<int32_t> prompt = iota_prompt(40, 4);
+  EXPECT_FALSE(harness.engine().submit(greedy_request(prompt, 1)).ok());
+  Recorder recorder;
+  Request request = greedy_request(prompt, 0);
+  request.prompt_logprobs = true;
+  PromptLogprobsRecord record;
+  recorder.attach(request);
+  record_prompt_logprobs(request, record);
+  const RequestId id = *harness.engine().submit(std::move(request));
+  harness.engine().run_until_idle();
+  EXPECT_EQ(recorder.completion(id).reason, FinishReason::kLength) << recorder.completion(id).error;
+  expect_prompt_logprobs(options, prompt, 0, record.entries);
+  harness.expect_all_blocks_free_or_cached();
+}
+
 TEST(PromptLogprobsTest, SubmitRejectsMaxTokensZeroWithoutPromptLogprobs) {
   EngineHarness harness(HarnessOptions{});
   const Result<RequestId> result = harness.engine().submit(greedy_request({1, 2}, 0));

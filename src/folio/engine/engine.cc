@@ -93,10 +93,15 @@ Engine::~Engine() {
 
 Status Engine::validate(const Request& request) const {
   if (request.prompt.empty()) return invalid_argument("the prompt has no tokens");
-  if (static_cast<int64_t>(request.prompt.size()) >= max_context_tokens_) {
+  // A prompt that is only scored (max_tokens 0) may fill the context; otherwise one token must
+  // fit after it.
+  const int64_t max_prompt_tokens = request.max_tokens == 0 && request.prompt_logprobs
+                                        ? max_context_tokens_
+                                        : max_context_tokens_ - 1;
+  if (static_cast<int64_t>(request.prompt.size()) > max_prompt_tokens) {
     return invalid_argument(
         "the prompt has {} tokens; the context limit of {} leaves room for at most {}",
-        request.prompt.size(), max_context_tokens_, max_context_tokens_ - 1);
+        request.prompt.size(), max_context_tokens_, max_prompt_tokens);
   }
   for (size_t index = 0; index < request.prompt.size(); ++index) {
     if (request.prompt[index] < 0 || request.prompt[index] >= vocab_size_) {

@@ -2,9 +2,11 @@
 //
 // A step (DESIGN.md "One step of the engine"): drain the inbox (submissions, cancellations) ->
 // schedule (scheduler.h) -> run the KV block copies -> build the step batch (step_batch_builder.h)
-// -> StepRunner::run -> sample one token per logits row (sampler.h) -> append it, detokenize,
-// match stops -> stream it -> finish sequences that are done (their blocks are freed, full
-// computed blocks stay CACHED) -> report.
+// -> StepRunner::run -> record prompt logprobs (rows of every prompt position, when asked) ->
+// fork the choices of a request whose prompt prefill completed -> sample one token per sampling
+// row (sampler.h; each choice of a just-forked request from the same row) -> append it,
+// detokenize, match stops -> stream it -> finish sequences that are done (their blocks are
+// freed, full computed blocks stay CACHED) -> report.
 //
 // Ownership: the engine borrows the block manager and the runner; while the engine exists, the
 // thread driving it (its loop thread after start(), else whoever calls step()) is the block
@@ -82,10 +84,10 @@ class Engine {
 
   // Validates and queues a request. Errors (kInvalidArgument, nothing queued): an empty prompt,
   // a token outside the vocabulary, a prompt leaving no room for one token in the context
-  // limit, max_tokens < 1 (< 0 with prompt_logprobs), bad sampling parameters (logit bias
-  // included), logprobs outside [0, 20], num_choices outside [1, max_num_sequences], empty stop
-  // strings or stop strings without a text decoder, an adapter the runner does not serve;
-  // kFailedPrecondition after stop().
+  // limit (a prompt only scored, max_tokens 0 with prompt_logprobs, may fill it), max_tokens < 1 (<
+  // 0 with prompt_logprobs), bad sampling parameters (logit bias included), logprobs outside [0,
+  // 20], num_choices outside [1, max_num_sequences], empty stop strings or stop strings without a
+  // text decoder, an adapter the runner does not serve; kFailedPrecondition after stop().
   Result<RequestId> submit(Request request);
   // Asks for the request to end with kCancelled at the start of the next step (every choice not
   // finished yet: one on_finish each), its blocks freed in that step. Unknown or already

@@ -33,7 +33,8 @@
 // and calls on_prompt_logprobs exactly once per request (whatever num_choices), with entries for
 // prompt tokens 1 .. N - 1 (the first token has no context, so no entry), when the prefill
 // completes and before the first on_token. With prompt_logprobs, max_tokens may be 0: the prompt is
-// scored, nothing is generated, and the request finishes with kLength. A request that ends before
+// scored, nothing is generated, and the request finishes with kLength (such a prompt may fill the
+// whole context). A request that ends before
 // its prefill completes (cancelled, failed) never gets the call.
 //
 // Constraint (`constraint`, token_constraint.h; structured output): every step masks the
