@@ -2,6 +2,7 @@
 // SIGINT or SIGTERM, which shut it down gracefully (new requests get 503, requests in flight
 // finish).
 #include <pthread.h>
+#include <sys/resource.h>
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
@@ -73,6 +74,13 @@ void run_serve(const ServeOptions& options) {
   // A client that vanishes mid-write must be an error on that socket, not the end of the
   // process.
   std::signal(SIGPIPE, SIG_IGN);
+  // Each connection is a descriptor: the soft limit (often 1024) would cap --max-connections
+  // long before memory does, so take the hard limit.
+  rlimit open_files{};
+  if (getrlimit(RLIMIT_NOFILE, &open_files) == 0 && open_files.rlim_cur < open_files.rlim_max) {
+    open_files.rlim_cur = open_files.rlim_max;
+    setrlimit(RLIMIT_NOFILE, &open_files);
+  }
 
   Result<server::ServerOptions> server_settings = server_options(options);
   check_command(server_settings.status());

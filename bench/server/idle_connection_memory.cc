@@ -6,13 +6,15 @@
 //
 // The clients' sockets are kernel objects, so they add no user-space memory; socket buffers are
 // kernel memory too and are not counted (they are bounded by the kernel's per-socket limits).
-// Not a timed benchmark: it prints the figures once.
+// Then the latency of a plain request with and without those connections held. Not a timed
+// benchmark with baselines: it prints the figures once.
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <fstream>
@@ -99,6 +101,27 @@ double bytes_per_connection(const folio::server::HttpListener& listener, int por
   return static_cast<double>(resident_bytes() - before) / count;
 }
 
+// Median and worst latency, in microseconds, of `count` requests, each on a new connection:
+// connect, send a whole GET, read until the answer's end.
+std::pair<double, double> request_latency_us(int port, int count) {
+  std::vector<double> latencies;
+  const std::string request = "GET /health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n";
+  for (int index = 0; index < count; ++index) {
+    const auto start = std::chrono::steady_clock::now();
+    const int fd = connect_to(port);
+    (void)::send(fd, request.data(), request.size(), MSG_NOSIGNAL);
+    char buffer[1024];
+    while (::recv(fd, buffer, sizeof(buffer), 0) > 0) {
+    }
+    ::close(fd);
+    latencies.push_back(
+        std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - start)
+            .count());
+  }
+  std::sort(latencies.begin(), latencies.end());
+  return {latencies[latencies.size() / 2], latencies.back()};
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -130,6 +153,7 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "%s\n", port.status().to_string().c_str());
     return 1;
   }
+  const auto [quiet_median, quiet_worst] = request_latency_us(*port, 200);
   std::vector<int> sockets;
   sockets.reserve(static_cast<size_t>(connections) * 2);  // not the server's memory
   const double idle = bytes_per_connection(**listener, *port, connections, "", sockets);
@@ -142,6 +166,11 @@ int main(int argc, char** argv) {
               idle);
   std::printf("slow connection (half a header):  %8.0f bytes each (resident set growth / N)\n",
               slow);
+  const auto [held_median, held_worst] = request_latency_us(*port, 200);
+  std::printf(
+      "a request (connect, GET, read to close), 200 times: median %.0f us, worst %.0f us "
+      "with no other connection; median %.0f us, worst %.0f us with the %d held\n",
+      quiet_median, quiet_worst, held_median, held_worst, 2 * connections);
   for (int fd : sockets) ::close(fd);
   (*listener)->stop();
   return 0;

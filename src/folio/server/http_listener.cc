@@ -50,6 +50,7 @@ struct HttpListener::State {
   std::vector<std::thread> threads;
   std::optional<net::thread_pool> blocking;
   uint64_t next_connection_id = 1;  // the acceptor's strand only
+  bool out_of_descriptors = false;  // the acceptor's strand only: the last accept hit EMFILE
   bool started = false;
   bool stopped = false;
 };
@@ -64,7 +65,14 @@ void HttpListener::State::on_accept(const error_code& error, tcp::socket socket)
   if (context.stopping.load() || error == net::error::operation_aborted) return;
   if (error) {
     if (error == net::error::no_descriptors || error.value() == ENFILE) {
-      log::warn("server: cannot accept a connection: {}; retrying", error.message());
+      // Once per run of failures, not every retry.
+      if (!out_of_descriptors) {
+        log::warn(
+            "server: cannot accept connections: {} (raise the open-file limit, ulimit -n, "
+            "or lower max_connections); retrying",
+            error.message());
+      }
+      out_of_descriptors = true;
       retry_timer.expires_after(kAcceptRetryDelay);
       retry_timer.async_wait([this](const error_code& wait_error) {
         if (!wait_error && !context.stopping.load()) accept();
@@ -74,6 +82,7 @@ void HttpListener::State::on_accept(const error_code& error, tcp::socket socket)
     log::warn("server: accepting a connection failed: {}", error.message());
     return accept();
   }
+  out_of_descriptors = false;
   if (!context.try_open()) {
     context.metrics.connections_refused->increment();
     error_code ignored;

@@ -222,7 +222,7 @@ void Server::shutdown(std::chrono::milliseconds grace) {
     }
     stopped_ = true;
   }
-  listener_->stop();
+  if (listener_ != nullptr) listener_->stop();  // null only when create() failed half way
   // Requests the engine has not finished yet (abandoned, or cancelled above) keep their streams
   // in the engine's callbacks: their hooks, which refer to connections and the io_context, go
   // now, while the io_context still exists.
@@ -287,7 +287,7 @@ int64_t Server::num_in_flight() const {
 }
 
 int64_t Server::num_connections() const {
-  return listener_->num_connections();
+  return listener_ != nullptr ? listener_->num_connections() : 0;
 }
 
 Server::Admission Server::admit() {
