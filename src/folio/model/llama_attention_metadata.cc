@@ -23,6 +23,19 @@ Status read_soft_cap(const gguf::GgufFile& file, const std::string& key, float& 
 
 }  // namespace
 
+bool LlamaShape::is_sliding_window_layer(int64_t layer) const {
+  if (sliding_window <= 0) return false;
+  const int64_t pattern = llama_sliding_window_pattern(architecture);
+  return pattern == 0 || layer % pattern < pattern - 1;
+}
+
+float LlamaShape::attention_scale() const {
+  const bool gemma_27b = (architecture == LlamaArchitecture::kGemma2 && num_layers == 46) ||
+                         (architecture == LlamaArchitecture::kGemma3 && num_layers == 62);
+  const int64_t scalar = gemma_27b ? hidden_size / num_heads : head_dim();
+  return 1.0f / std::sqrt(static_cast<float>(scalar));
+}
+
 int64_t llama_sliding_window_pattern(LlamaArchitecture architecture) {
   switch (architecture) {
     case LlamaArchitecture::kGemma2:

@@ -419,19 +419,6 @@ int64_t LlamaShape::parameter_count() const {
   return hidden * vocab_size * (tie_embeddings ? 1 : 2) + num_layers * per_layer + hidden;
 }
 
-bool LlamaShape::is_sliding_window_layer(int64_t layer) const {
-  if (sliding_window <= 0) return false;
-  const int64_t pattern = llama_sliding_window_pattern(architecture);
-  return pattern == 0 || layer % pattern < pattern - 1;
-}
-
-float LlamaShape::attention_scale() const {
-  const bool gemma_27b = (architecture == LlamaArchitecture::kGemma2 && num_layers == 46) ||
-                         (architecture == LlamaArchitecture::kGemma3 && num_layers == 62);
-  const int64_t scalar = gemma_27b ? hidden_size / num_heads : head_dim();
-  return 1.0f / std::sqrt(static_cast<float>(scalar));
-}
-
 DType LlamaShape::matrix_dtype(std::string_view name) const {
   auto found = tensor_dtypes.find(llama_matrix_location(*this, name).tensor);
   return found == tensor_dtypes.end() ? weight_dtype : found->second;
