@@ -128,6 +128,12 @@ TEST(GemmaModelFileTest, KeysAFileLeavesOutTakeLlamaCppDefaults) {
   ASSERT_TRUE(read.ok()) << read.status();
   EXPECT_EQ(read->sliding_window, 0);
   EXPECT_EQ(read->final_logit_soft_cap, 0.0f);
+  // The fixed keys llama.cpp does not read are accepted with the values it fixes.
+  EXPECT_TRUE(read_rewritten(gemma3, {}, [](gguf::GgufWriter& writer) {
+                writer.set("gemma3.attention.sliding_window_pattern",
+                           gguf::GgufValue::of<uint32_t>(6));
+                writer.set("gemma3.rope.freq_base_swa", gguf::GgufValue::of(10000.0f));
+              }).ok());
   for (int64_t layer = 0; layer < read->num_layers; ++layer) {
     EXPECT_FALSE(read->is_sliding_window_layer(layer)) << layer;
   }
@@ -155,6 +161,17 @@ TEST(GemmaModelFileTest, WhatFolioDoesNotImplementIsRefusedNamingTheKeyOrTensor)
       {read_rewritten(gemma3, {}, nullptr, "v.blk.0.attn_norm.weight"),
        "tensor v.blk.0.attn_norm.weight is not part of a gemma3 model"},
       {read_rewritten(gemma2, {}, nullptr, "output.weight"), "output.weight"},
+      {read_rewritten(gemma3, {},
+                      [](gguf::GgufWriter& writer) {
+                        writer.set("gemma3.attention.sliding_window_pattern",
+                                   gguf::GgufValue::of<uint32_t>(4));
+                      }),
+       "gemma3.attention.sliding_window_pattern is not 6"},
+      {read_rewritten(gemma3, {},
+                      [](gguf::GgufWriter& writer) {
+                        writer.set("gemma3.rope.freq_base_swa", gguf::GgufValue::of(5e5f));
+                      }),
+       "gemma3.rope.freq_base_swa = 500000"},
       {read_rewritten(gemma2, {}, nullptr, "rope_freqs.weight"), "rope_freqs.weight"},
   };
   for (const Case& c : cases) {

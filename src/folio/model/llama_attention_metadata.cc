@@ -21,6 +21,36 @@ Status read_soft_cap(const gguf::GgufFile& file, const std::string& key, float& 
   return Status();
 }
 
+// Keys llama.cpp does not read for Gemma (it fixes their values per architecture) but other
+// converters may write: accepted only when they say what Folio runs, else refused naming them.
+Status check_fixed_gemma_keys(const gguf::GgufFile& file, const std::string& prefix,
+                              const LlamaShape& shape) {
+  const std::string pattern_key = prefix + "attention.sliding_window_pattern";
+  if (file.contains(pattern_key)) {
+    const int64_t pattern = llama_sliding_window_pattern(shape.architecture);
+    Result<int64_t> value = file.get_integer(pattern_key);
+    if (!value.ok() || *value != pattern) {
+      return invalid_argument(
+          "{} is not {}: a {} model's layer pattern is fixed (every {}th layer global); Folio "
+          "refuses other patterns rather than ignore them",
+          pattern_key, pattern, llama_architecture_name(shape.architecture), pattern);
+    }
+  }
+  const std::string local_base_key = prefix + "rope.freq_base_swa";
+  if (file.contains(local_base_key)) {
+    const float local_base =
+        shape.architecture == LlamaArchitecture::kGemma3 ? kGemmaLocalRopeTheta : shape.rope_theta;
+    FOLIO_ASSIGN_OR_RETURN(double value, file.get_floating(local_base_key));
+    if (static_cast<float>(value) != local_base) {
+      return invalid_argument(
+          "{} = {}: a {} model's local layers rotate with base {}; Folio refuses another base "
+          "rather than ignore it",
+          local_base_key, value, llama_architecture_name(shape.architecture), local_base);
+    }
+  }
+  return Status();
+}
+
 }  // namespace
 
 bool LlamaShape::is_sliding_window_layer(int64_t layer) const {
@@ -77,6 +107,9 @@ Status read_attention_metadata(const gguf::GgufFile& file, const std::string& pr
     if (shape.sliding_window < 0) {
       return invalid_argument("{} = {} must not be negative", window_key, shape.sliding_window);
     }
+  }
+  if (llama_is_gemma(shape.architecture)) {
+    FOLIO_RETURN_IF_ERROR(check_fixed_gemma_keys(file, prefix, shape));
   }
   const std::string attention_key = prefix + "attn_logit_softcapping";
   const std::string final_key = prefix + "final_logit_softcapping";

@@ -10,6 +10,10 @@
 //                              applies it, so a value > 0 is refused naming the key rather than
 //                              guessed. Other architectures: not read (llama.cpp does not).
 //   final_logit_softcapping    gemma2: default 30; gemma3: default 0 (none). Others: not read.
+//   attention.sliding_window_pattern, rope.freq_base_swa   Gemma: llama.cpp fixes them per
+//                              architecture and does not read them; a file may carry them only
+//                              with those values (2 or 6; gemma3's 10000, gemma2's
+//                              rope.freq_base), else it is refused naming the key.
 // A soft cap c maps x to c * tanh(x / c): near x for |x| << c, never beyond c.
 #pragma once
 
@@ -40,7 +44,8 @@ void add_attention_metadata(const LlamaShape& shape, const std::string& prefix,
 
 // Reads the keys above into shape.sliding_window and the soft caps (the architecture is set).
 // kInvalidArgument naming the key: a value of the wrong type, a negative window, a soft cap
-// that is not positive and finite, gemma3's attn_logit_softcapping.
+// that is not positive and finite, gemma3's attn_logit_softcapping, a Gemma layer pattern or
+// local RoPE base other than the architecture's.
 Status read_attention_metadata(const gguf::GgufFile& file, const std::string& prefix,
                                LlamaShape& shape);
 
