@@ -82,6 +82,8 @@ struct MakeModelOptions {
   int64_t vocab = 0, hidden = 0, layers = 0, heads = 0, kv_heads = 0, ffn = 0, context = 0;
   int64_t head_dim = 0;  // attention.key_length = value_length
   int64_t sliding_window = 0;
+  double attention_soft_cap = 0;  // attn_logit_softcapping (gemma2)
+  double final_soft_cap = 0;      // final_logit_softcapping (gemma2, gemma3)
   double rope_theta = 0;
   std::string rope_scaling = "none";  // none, linear, llama3, yarn
   double rope_scaling_factor = 0;     // 0: the scaling's default
@@ -139,6 +141,28 @@ Status set_rope_scaling(const MakeModelOptions& options, model::LlamaShape& shap
   return Status();
 }
 
+// What a Gemma file of llama.cpp's converter has beyond the preset (options override it):
+// gemma2 soft caps 50 and 30 and a 4096-token window (llama.cpp's defaults), gemma3 a 1024-token
+// window and a global RoPE base of 10^6 (Gemma 3 4B's). Gemma ties its output to the embedding.
+void set_gemma_defaults(model::LlamaShape& shape) {
+  switch (shape.architecture) {
+    case model::LlamaArchitecture::kGemma2:
+      shape.attention_logit_soft_cap = 50.0f;
+      shape.final_logit_soft_cap = 30.0f;
+      shape.sliding_window = 4096;
+      return;
+    case model::LlamaArchitecture::kGemma3:
+      shape.sliding_window = 1024;
+      shape.rope_theta = 1e6f;
+      return;
+    case model::LlamaArchitecture::kLlama:
+    case model::LlamaArchitecture::kQwen2:
+    case model::LlamaArchitecture::kQwen3:
+    case model::LlamaArchitecture::kPhi3:
+      return;
+  }
+}
+
 Result<model::LlamaShape> shape_from(const MakeModelOptions& options) {
   auto preset = named_shapes().find(options.preset);
   if (preset == named_shapes().end()) {
@@ -151,11 +175,12 @@ Result<model::LlamaShape> shape_from(const MakeModelOptions& options) {
                             model::llama_architecture_names());
   }
   shape.architecture = *architecture;
+  set_gemma_defaults(shape);
   std::optional<DType> dtype = dtype_from_name(options.dtype);
   if (!dtype)
     return invalid_argument("unknown dtype '{}': use {}", options.dtype, weight_dtype_names());
   shape.weight_dtype = *dtype;
-  shape.tie_embeddings = options.tie_embeddings;
+  shape.tie_embeddings = options.tie_embeddings || model::llama_is_gemma(shape.architecture);
   auto override_with = [](int64_t value, int64_t& field) {
     if (value > 0) field = value;
   };
@@ -168,6 +193,12 @@ Result<model::LlamaShape> shape_from(const MakeModelOptions& options) {
   override_with(options.context, shape.context_length);
   override_with(options.head_dim, shape.key_length);
   override_with(options.sliding_window, shape.sliding_window);
+  if (options.attention_soft_cap > 0) {
+    shape.attention_logit_soft_cap = static_cast<float>(options.attention_soft_cap);
+  }
+  if (options.final_soft_cap > 0) {
+    shape.final_logit_soft_cap = static_cast<float>(options.final_soft_cap);
+  }
   if (options.rope_theta > 0) shape.rope_theta = static_cast<float>(options.rope_theta);
   FOLIO_RETURN_IF_ERROR(set_rope_scaling(options, shape));
   for (const std::string& entry : options.tensor_dtypes) {
@@ -294,7 +325,9 @@ void add_make_model_command(CLI::App& app) {
       ->capture_default_str();
   command->add_option("--dtype", options->dtype, "Weight type: " + weight_dtype_names())
       ->capture_default_str();
-  command->add_option("--arch", options->architecture, "Architecture: llama, qwen2, qwen3 or phi3")
+  command
+      ->add_option("--arch", options->architecture,
+                   "Architecture: " + model::llama_architecture_names())
       ->capture_default_str();
   command->add_option("--seed", options->seed, "Random seed (same seed, same bytes)")
       ->capture_default_str();
@@ -307,7 +340,13 @@ void add_make_model_command(CLI::App& app) {
   command->add_option("--kv-heads", options->kv_heads, "Key/value heads (grouped-query attention)");
   command->add_option("--ffn", options->ffn, "Feed-forward size");
   command->add_option("--sliding-window", options->sliding_window,
-                      "Attention window in tokens (attention.sliding_window; Mistral)");
+                      "Attention window in tokens (attention.sliding_window; Mistral: every "
+                      "layer, Gemma: the local layers)");
+  command->add_option("--attn-soft-cap", options->attention_soft_cap,
+                      "Attention logit soft cap (attn_logit_softcapping; gemma2, default 50)");
+  command->add_option("--final-soft-cap", options->final_soft_cap,
+                      "Final logit soft cap (final_logit_softcapping; gemma2 default 30, gemma3 "
+                      "none)");
   command->add_option("--head-dim", options->head_dim,
                       "Width of each attention head (attention.key_length = value_length), when "
                       "it is not hidden / heads");

@@ -130,7 +130,11 @@ void ReferenceInterpreter::attention(const ir::Graph& graph, const ir::Op& op,
           double dot = 0;
           for (int64_t i = 0; i < d; ++i)
             dot += query[size_t(row * width + h * d + i)] * key[size_t(kv_head * d + i)];
-          scores.push_back(dot * attributes.scale);
+          double score = dot * attributes.scale;
+          if (attributes.logit_soft_cap > 0) {
+            score = attributes.logit_soft_cap * std::tanh(score / attributes.logit_soft_cap);
+          }
+          scores.push_back(score);
           rows.push_back(&kv_.at({value_cache, slot}));
         }
         double maximum = -INFINITY, sum = 0;
@@ -178,6 +182,23 @@ Status ReferenceInterpreter::evaluate(const ir::Graph& graph, const ir::Op& op,
       for (size_t i = 0; i < in(0).size(); ++i)
         out->push_back(in(0)[i] / (1.0 + std::exp(-in(0)[i])) * in(1)[i]);
       break;
+    case ir::OpKind::kGeGlu:
+      for (size_t i = 0; i < in(0).size(); ++i) {
+        const double g = in(0)[i];
+        const double inner = std::sqrt(2.0 / M_PI) * (g + 0.044715 * g * g * g);
+        out->push_back(0.5 * g * (1.0 + std::tanh(inner)) * in(1)[i]);
+      }
+      break;
+    case ir::OpKind::kScale: {
+      const double factor = std::get<ir::ScaleAttributes>(op.attributes).factor;
+      for (double x : in(0)) out->push_back(factor * x);
+      break;
+    }
+    case ir::OpKind::kSoftCap: {
+      const double cap = std::get<ir::SoftCapAttributes>(op.attributes).cap;
+      for (double x : in(0)) out->push_back(cap * std::tanh(x / cap));
+      break;
+    }
     case ir::OpKind::kRope:
       *out = rope(in(0), in(1), std::get<ir::RopeAttributes>(op.attributes));
       break;

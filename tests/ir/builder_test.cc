@@ -2,6 +2,8 @@
 // for operands that do not fit the op's signature.
 #include "folio/ir/builder.h"
 
+#include <cmath>
+
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -185,6 +187,40 @@ TEST_F(BuilderTest, AttentionRejectsCachesAndHeadsThatDoNotFit) {
   expect_rejected(
       builder_.paged_attention(hidden_, k_cache, v_cache, metadata, attention, "a").status(),
       "sequences + 1");
+}
+
+TEST_F(BuilderTest, GemmaOpsKeepTheirInputShapeAndCheckTheirAttributes) {
+  const TensorId up = builder_.embedding(x_, table_, "up").value();
+  const TensorId gated = builder_.geglu(hidden_, up, "gated").value();
+  EXPECT_EQ(builder_.graph().tensor(gated).shape, (Shape{kTokens, 64}));
+  const TensorId scaled = builder_.scale(hidden_, 8.0f, "scaled").value();
+  EXPECT_EQ(builder_.graph().tensor(scaled).shape, (Shape{kTokens, 64}));
+  const TensorId capped = builder_.soft_cap(hidden_, 30.0f, "capped").value();
+  EXPECT_EQ(std::get<SoftCapAttributes>(builder_.graph().op(OpId(4)).attributes).cap, 30.0f);
+  EXPECT_EQ(builder_.graph().tensor(capped).dtype, DType::kF32);
+  const TensorId narrow = builder_.weight("narrow", DType::kF32, {kTokens, 32}).value();
+  snapshot();
+  expect_rejected(builder_.geglu(hidden_, narrow, "a").status(),
+                  "must have the same dtype and shape");
+  expect_rejected(builder_.soft_cap(hidden_, 0.0f, "a").status(), "cap 0 must be positive");
+  expect_rejected(builder_.soft_cap(hidden_, INFINITY, "a").status(),
+                  "must be positive and finite");
+  expect_rejected(builder_.scale(hidden_, NAN, "a").status(), "is not finite");
+  expect_rejected(builder_.scale(positions_, 2.0f, "a").status(), "input");
+
+  const TensorId k_cache = builder_.kv_cache("k_cache", DType::kF32, {8, 16, 2, 16}).value();
+  const TensorId v_cache = builder_.kv_cache("v_cache", DType::kF32, {8, 16, 2, 16}).value();
+  AttentionMetadata metadata{builder_.input("seq_lens", DType::kI32, {2}).value(),
+                             builder_.input("query_start", DType::kI32, {3}).value(),
+                             builder_.input("block_tables", DType::kI32, {2, 4}).value()};
+  snapshot();
+  AttentionAttributes attention{
+      .num_heads = 4, .num_kv_heads = 2, .head_dim = 16, .scale = 0.25f, .logit_soft_cap = -1.0f};
+  expect_rejected(
+      builder_.paged_attention(hidden_, k_cache, v_cache, metadata, attention, "a").status(),
+      "logit_soft_cap -1");
+  attention.logit_soft_cap = 50.0f;
+  EXPECT_TRUE(builder_.paged_attention(hidden_, k_cache, v_cache, metadata, attention, "ok").ok());
 }
 
 TEST_F(BuilderTest, KvCacheWriteRejectsWrongCachesAndSlots) {

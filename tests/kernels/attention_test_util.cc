@@ -105,6 +105,7 @@ cpu::PagedAttentionArguments AttentionHarness::arguments(float* output) {
       .max_blocks_per_sequence = max_blocks_per_sequence_,
       .sliding_window = shape_.sliding_window,
       .scale = shape_.scale,
+      .logit_soft_cap = shape_.logit_soft_cap,
       .num_sequences = num_sequences_.data(),
       .query_start = query_start_.data(),
       .seq_lens = seq_lens_.data(),
@@ -145,7 +146,11 @@ std::vector<double> AttentionHarness::reference() const {
           for (int32_t d = 0; d < head_dim; ++d) {
             dot += double{q[d]} * dense_keys_[s][j * row + kv_offset + d];
           }
-          scores.push_back(dot * scale);
+          double score = dot * scale;
+          if (shape_.logit_soft_cap > 0) {
+            score = shape_.logit_soft_cap * std::tanh(score / shape_.logit_soft_cap);
+          }
+          scores.push_back(score);
           best = std::max(best, scores.back());
         }
         double total = 0;

@@ -31,6 +31,7 @@ struct AttentionShape {
   int32_t extra_query_columns = 0;  // query rows longer than num_heads * head_dim (fused QKV)
   int32_t sliding_window = 0;
   float scale = 0.0f;
+  float logit_soft_cap = 0.0f;  // > 0: scores soft-capped (Gemma 2)
 };
 
 class AttentionHarness {

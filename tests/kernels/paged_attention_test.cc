@@ -5,6 +5,8 @@
 // paged_attention_concurrency_test.cc.
 #include "folio/kernels/cpu/paged_attention.h"
 
+#include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <random>
 #include <string>
@@ -73,6 +75,35 @@ TEST(PagedAttentionOptionsTest, SlidingWindowAndExplicitScaleMatchReference) {
   harness.load_step(rng, {{40, 1}, {33, 9}, {5, 5}, {100, 1}});
   expect_matches_reference(run_attention_eager(pool, harness), harness,
                            "sliding window 7, scale 0.3");
+}
+
+// Gemma 2's attention: a soft cap of 0.5 bends most scaled scores (|s| up to a few units), so
+// an uncapped kernel misses the reference by far more than the tolerance.
+TEST(PagedAttentionOptionsTest, LogitSoftCapWithSlidingWindowMatchesReference) {
+  AttentionShape shape;
+  shape.num_kv_heads = 2;
+  shape.sliding_window = 7;
+  shape.scale = 0.5f;
+  shape.logit_soft_cap = 0.5f;
+  AttentionHarness harness(shape, 8, 10, 40, 2);
+  ThreadPool pool(2);
+  std::mt19937 rng(9);
+  harness.load_step(rng, {{40, 1}, {33, 9}, {5, 5}, {100, 1}});
+  expect_matches_reference(run_attention_eager(pool, harness), harness,
+                           "soft cap 0.5, sliding window 7");
+  AttentionShape uncapped = shape;
+  uncapped.logit_soft_cap = 0.0f;
+  AttentionHarness plain(uncapped, 8, 10, 40, 2);
+  std::mt19937 same_rng(9);
+  plain.load_step(same_rng, {{40, 1}, {33, 9}, {5, 5}, {100, 1}});
+  const std::vector<float> capped = run_attention_eager(pool, harness);
+  const std::vector<float> uncapped_output = run_attention_eager(pool, plain);
+  double largest_difference = 0;
+  for (size_t i = 0; i < capped.size(); ++i) {
+    largest_difference =
+        std::max(largest_difference, std::abs(double{capped[i]} - uncapped_output[i]));
+  }
+  EXPECT_GT(largest_difference, 1e-2) << "the cap must change the output";
 }
 
 TEST(PagedAttentionOptionsTest, LongContextSpanningManyBlocks) {

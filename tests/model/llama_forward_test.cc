@@ -85,6 +85,26 @@ void slide_attention_window(LlamaShape& shape) {
   shape.sliding_window = 6;
 }
 
+// Gemma 2: layer 0 local (window 6), layer 1 global; caps low enough to bend most attention
+// scores (about unit variance after scaling) and logits, wide heads as Gemma has.
+void shape_gemma2(LlamaShape& shape) {
+  shape.key_length = 32;
+  shape.sliding_window = 6;
+  shape.attention_logit_soft_cap = 2.0f;
+  shape.final_logit_soft_cap = 4.0f;
+}
+
+// Gemma 3: layers 0-4 local (window 6, RoPE base 10000 unscaled), layer 5 global (base 10^6,
+// make-model's gemma3 default, with linear scaling 8).
+void shape_gemma3(LlamaShape& shape) {
+  shape.key_length = 32;
+  shape.num_layers = 6;
+  shape.sliding_window = 6;
+  shape.rope_theta = 1e6f;
+  shape.rope_scaling.kind = ir::RopeScalingKind::kLinear;
+  shape.rope_scaling.factor = 8.0f;
+}
+
 constexpr ReferenceModel kReferenceModels[] = {
     {"llama_f32_gqa", LlamaArchitecture::kLlama, DType::kF32, false, 11, 1e-4},
     {"llama_q8_0_gqa", LlamaArchitecture::kLlama, DType::kQ8_0, false, 12, 5e-2},
@@ -103,6 +123,8 @@ constexpr ReferenceModel kReferenceModels[] = {
     {"llama_sliding_window_6", LlamaArchitecture::kLlama, DType::kF32, false, 21, 1e-4,
      slide_attention_window},
     {"phi3_f16", LlamaArchitecture::kPhi3, DType::kF16, false, 22, 1e-4},
+    {"gemma2_f16", LlamaArchitecture::kGemma2, DType::kF16, true, 23, 1e-4, shape_gemma2},
+    {"gemma3_f16", LlamaArchitecture::kGemma3, DType::kF16, true, 24, 1e-4, shape_gemma3},
 };
 
 // Keep in sync with the adapters table of tests/data/reference/regenerate.sh.

@@ -601,8 +601,9 @@ TEST(LlamaModelFileTest, ReadingANonLlamaFileNamesWhatIsMissing) {
   gguf::GgufWriter other;
   other.set("general.architecture", gguf::GgufValue::of_string("mamba"));
   const gguf::GgufFile mamba = *gguf::GgufFile::parse_owned(*other.write_to_buffer());
-  EXPECT_THAT(read_llama_shape(mamba).status().message(),
-              HasSubstr("'mamba' is not one Folio runs (llama, qwen2, qwen3, phi3)"));
+  EXPECT_THAT(
+      read_llama_shape(mamba).status().message(),
+      HasSubstr("'mamba' is not one Folio runs (llama, qwen2, qwen3, phi3, gemma2, gemma3)"));
 }
 
 }  // namespace

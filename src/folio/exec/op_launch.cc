@@ -108,6 +108,33 @@ void launch_swiglu(const OpOperands& operands, device::HostStream& stream) {
   kernels::cpu::silu_gate(stream, arguments);
 }
 
+void launch_geglu(const OpOperands& operands, device::HostStream& stream) {
+  kernels::cpu::GeluGateArguments arguments;
+  arguments.gate = operands.input_data<const float>(0);
+  arguments.up = operands.input_data<const float>(1);
+  arguments.output = operands.output_data();
+  arguments.num_elements = operands.output().shape.num_elements();
+  kernels::cpu::gelu_gate(stream, arguments);
+}
+
+void launch_scale(const OpOperands& operands, const ir::Op& op, device::HostStream& stream) {
+  kernels::cpu::ScaleArguments arguments;
+  arguments.input = operands.input_data<const float>(0);
+  arguments.output = operands.output_data();
+  arguments.num_elements = operands.output().shape.num_elements();
+  arguments.factor = std::get<ir::ScaleAttributes>(op.attributes).factor;
+  kernels::cpu::scale(stream, arguments);
+}
+
+void launch_soft_cap(const OpOperands& operands, const ir::Op& op, device::HostStream& stream) {
+  kernels::cpu::SoftCapArguments arguments;
+  arguments.input = operands.input_data<const float>(0);
+  arguments.output = operands.output_data();
+  arguments.num_elements = operands.output().shape.num_elements();
+  arguments.cap = std::get<ir::SoftCapAttributes>(op.attributes).cap;
+  kernels::cpu::soft_cap(stream, arguments);
+}
+
 void launch_matmul(const OpOperands& operands, const PreparedOp& prepared, std::byte* workspace,
                    device::HostStream& stream) {
   const ir::TensorInfo& x = operands.input(ir::matmul_input::kX);
@@ -240,6 +267,7 @@ kernels::cpu::PagedAttentionArguments PreparedGraph::attention_arguments(
   arguments.max_blocks_per_sequence = static_cast<int32_t>(tables.shape[1]);
   arguments.scale = attributes.scale;
   arguments.sliding_window = static_cast<int32_t>(attributes.sliding_window);
+  arguments.logit_soft_cap = attributes.logit_soft_cap;
   arguments.num_sequences = inputs_.num_sequences();
   arguments.query_start = operands.input_data<const int32_t>(ir::attention_input::kQueryStartLoc);
   arguments.seq_lens = operands.input_data<const int32_t>(ir::attention_input::kSeqLens);
@@ -273,6 +301,15 @@ void PreparedGraph::launch(size_t index, std::span<std::byte* const> addresses,
       return;
     case ir::OpKind::kSwiGlu:
       launch_swiglu(operands, stream);
+      return;
+    case ir::OpKind::kGeGlu:
+      launch_geglu(operands, stream);
+      return;
+    case ir::OpKind::kScale:
+      launch_scale(operands, op, stream);
+      return;
+    case ir::OpKind::kSoftCap:
+      launch_soft_cap(operands, op, stream);
       return;
     case ir::OpKind::kRope:
       launch_rope(operands, prepared, stream);

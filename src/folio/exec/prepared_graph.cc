@@ -102,6 +102,9 @@ Status PreparedGraph::prepare_op(size_t index) {
       return prepare_matmul(prepared);
     case ir::OpKind::kAdd:
     case ir::OpKind::kSwiGlu:
+    case ir::OpKind::kGeGlu:
+    case ir::OpKind::kScale:
+    case ir::OpKind::kSoftCap:
       return Status();
     case ir::OpKind::kMul:
     case ir::OpKind::kSilu:

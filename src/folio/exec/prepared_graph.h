@@ -16,6 +16,7 @@
 //   rope -> row copy into the output, then the rope body rotating it in place (query heads only)
 //   kv_cache_write -> kv_write        paged_attention -> paged_attention
 //   lora -> lora (its row of the adapter table, read at run time)
+//   geglu -> gelu_gate                scale -> scale              soft_cap -> soft_cap
 //   mul, silu: no CPU kernel yet; preparing a graph with them fails (kInvalidArgument naming
 //   the op).
 // Activations must be f32 (the CPU kernels' type); KV caches f32 or f16.

@@ -108,6 +108,18 @@ Result<TensorId> GraphBuilder::swiglu(TensorId gate, TensorId up, std::string na
   return emit_one(OpKind::kSwiGlu, std::move(name), {gate, up});
 }
 
+Result<TensorId> GraphBuilder::geglu(TensorId gate, TensorId up, std::string name) {
+  return emit_one(OpKind::kGeGlu, std::move(name), {gate, up});
+}
+
+Result<TensorId> GraphBuilder::scale(TensorId x, float factor, std::string name) {
+  return emit_one(OpKind::kScale, std::move(name), {x}, ScaleAttributes{factor});
+}
+
+Result<TensorId> GraphBuilder::soft_cap(TensorId x, float cap, std::string name) {
+  return emit_one(OpKind::kSoftCap, std::move(name), {x}, SoftCapAttributes{cap});
+}
+
 Result<TensorId> GraphBuilder::rope(TensorId x, TensorId positions,
                                     const RopeAttributes& attributes, std::string name) {
   return emit_one(OpKind::kRope, std::move(name), {x, positions}, attributes);

@@ -61,6 +61,12 @@ class GraphBuilder {
   Result<TensorId> silu(TensorId x, std::string name);
   // silu(gate) * up, both [T, F].
   Result<TensorId> swiglu(TensorId gate, TensorId up, std::string name);
+  // gelu(gate) * up (tanh approximation), both [T, F].
+  Result<TensorId> geglu(TensorId gate, TensorId up, std::string name);
+  // factor * x.
+  Result<TensorId> scale(TensorId x, float factor, std::string name);
+  // cap * tanh(x / cap).
+  Result<TensorId> soft_cap(TensorId x, float cap, std::string name);
   // x [T, heads * head_dim] rotated by the positions (i32 [T]).
   Result<TensorId> rope(TensorId x, TensorId positions, const RopeAttributes& attributes,
                         std::string name);

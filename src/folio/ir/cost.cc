@@ -133,6 +133,15 @@ CostHints estimate_cost(const Graph& graph, const Op& op) {
       // the base, which every token pays (the rank-r work is 2r(K + N) per adapted token).
       cost = elementwise_cost(graph, op, 1);
       break;
+    case OpKind::kGeGlu:
+      cost = elementwise_cost(graph, op, 10);
+      break;
+    case OpKind::kScale:
+      cost = elementwise_cost(graph, op, 1);
+      break;
+    case OpKind::kSoftCap:
+      cost = elementwise_cost(graph, op, 4);
+      break;
   }
   cost.bytes_written = sum_bytes(graph, op.outputs);
   return cost;

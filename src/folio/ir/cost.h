@@ -6,7 +6,8 @@
 //                    reads the ids and the T table rows gathered
 //   rms_norm         4 FLOPs per element (square, sum, normalize, weight)
 //   matmul           2*T*N*K, plus T*N with a bias; reads x, the whole weight and the bias
-//   add, mul         1 FLOP per element;  silu 4;  swiglu 5
+//   add, mul         1 FLOP per element;  silu 4;  swiglu 5;  geglu 10;
+//                    scale 1;  soft_cap 4
 //   rope             3 FLOPs per rotated element (two multiplies, one add)
 //   kv_cache_write   0 FLOPs; writes T * kv_heads * head_dim elements of each cache
 //   paged_attention  upper bound over the block-table capacity C = max_blocks * block_size:

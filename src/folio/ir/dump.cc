@@ -63,12 +63,19 @@ std::string attributes_text(const OpAttributes& attributes) {
               value.scaling.factor);
         } else if constexpr (std::is_same_v<T, LoraAttributes>) {
           return fmt::format(" {{target={}}}", value.target);
+        } else if constexpr (std::is_same_v<T, ScaleAttributes>) {
+          return fmt::format(" {{factor={:g}}}", value.factor);
+        } else if constexpr (std::is_same_v<T, SoftCapAttributes>) {
+          return fmt::format(" {{cap={:g}}}", value.cap);
         } else {
           static_assert(std::is_same_v<T, AttentionAttributes>);
           const std::string window =
               value.sliding_window > 0 ? fmt::format(" window={}", value.sliding_window) : "";
-          return fmt::format(" {{heads={} kv_heads={} head_dim={} scale={:g}{}}}", value.num_heads,
-                             value.num_kv_heads, value.head_dim, value.scale, window);
+          const std::string cap =
+              value.logit_soft_cap > 0 ? fmt::format(" soft_cap={:g}", value.logit_soft_cap) : "";
+          return fmt::format(" {{heads={} kv_heads={} head_dim={} scale={:g}{}{}}}",
+                             value.num_heads, value.num_kv_heads, value.head_dim, value.scale,
+                             window, cap);
         }
       },
       attributes);

@@ -28,6 +28,12 @@ std::string_view op_kind_name(OpKind kind) {
       return "gather_rows";
     case OpKind::kLora:
       return "lora";
+    case OpKind::kGeGlu:
+      return "geglu";
+    case OpKind::kScale:
+      return "scale";
+    case OpKind::kSoftCap:
+      return "soft_cap";
   }
   return "invalid";
 }

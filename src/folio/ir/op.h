@@ -19,6 +19,11 @@
 //   add, mul        a float [..], b same dtype and shape                 -> a.dtype, a.shape
 //   silu            x float [..]                                         -> x.dtype, x.shape
 //   swiglu          gate float [T, F], up same dtype and shape           -> silu(gate) * up
+//   geglu           gate float [T, F], up same dtype and shape           -> gelu(gate) * up
+//                   (GELU's tanh approximation, Gemma's feed-forward)
+//   scale           x float [..]                                 -> factor * x, x.dtype, x.shape
+//   soft_cap        x float [..]                         -> cap * tanh(x / cap), x.dtype, x.shape
+//                   (Gemma 2's final logit soft-capping)
 //   rope            x float [T, heads * head_dim], positions i32 [T], (frequency_factors f32
 //                   [rotary_dim / 2], a weight: GGUF's rope_freqs, dividing each pair's
 //                   frequency; not with llama3 or yarn scaling, which make their own)
@@ -33,7 +38,8 @@
 //                   real tokens), block_tables i32 [S, max_blocks]  -> query.dtype [T, heads *
 //                   head_dim]; causal: query row i of a sequence sees its KV tokens
 //                   0 .. seq_len - rows_of_sequence + i (the last sliding_window of them when
-//                   the attributes set one).
+//                   the attributes set one); scores soft-capped when the attributes set a
+//                   logit_soft_cap.
 //   gather_rows     x float [T, H], indices i32 [R]                      -> x.dtype [R, H]
 //   lora            x float [T, K], base float [T, N] (the projection of x), token_adapter_slots
 //                   i32 [T]                                              -> base.dtype [T, N]
@@ -75,8 +81,11 @@ enum class OpKind : uint8_t {
   kPagedAttention,
   kGatherRows,
   kLora,
+  kGeGlu,
+  kScale,
+  kSoftCap,
 };
-inline constexpr int kNumOpKinds = static_cast<int>(OpKind::kLora) + 1;
+inline constexpr int kNumOpKinds = static_cast<int>(OpKind::kSoftCap) + 1;
 
 std::string_view op_kind_name(OpKind kind);
 
@@ -167,6 +176,9 @@ struct AttentionAttributes {
   // > 0: a query at position p sees keys at positions (p - sliding_window, p] only (Mistral's
   // and Gemma's local layers); 0: the whole past.
   int64_t sliding_window = 0;
+  // > 0: each scaled score s becomes logit_soft_cap * tanh(s / logit_soft_cap) before the
+  // softmax (Gemma 2); 0: no cap.
+  float logit_soft_cap = 0.0f;
   friend bool operator==(const AttentionAttributes&, const AttentionAttributes&) = default;
 };
 
@@ -177,8 +189,19 @@ struct LoraAttributes {
   friend bool operator==(const LoraAttributes&, const LoraAttributes&) = default;
 };
 
-using OpAttributes = std::variant<NoAttributes, EmbeddingAttributes, RmsNormAttributes,
-                                  RopeAttributes, AttentionAttributes, LoraAttributes>;
+struct ScaleAttributes {
+  float factor = 1.0f;  // finite
+  friend bool operator==(const ScaleAttributes&, const ScaleAttributes&) = default;
+};
+
+struct SoftCapAttributes {
+  float cap = 1.0f;  // > 0, finite
+  friend bool operator==(const SoftCapAttributes&, const SoftCapAttributes&) = default;
+};
+
+using OpAttributes =
+    std::variant<NoAttributes, EmbeddingAttributes, RmsNormAttributes, RopeAttributes,
+                 AttentionAttributes, LoraAttributes, ScaleAttributes, SoftCapAttributes>;
 
 struct OpAnnotations {
   Phase phase = Phase::kPrefill;

@@ -1,5 +1,6 @@
 #include "folio/ir/op_signature.h"
 
+#include <cmath>
 #include <limits>
 #include <string>
 #include <utility>
@@ -166,6 +167,28 @@ Result<Specs> infer_elementwise(const SignatureChecker& check, int num_inputs, b
   return Specs{{a.dtype, a.shape}};
 }
 
+Result<Specs> infer_scale(const SignatureChecker& check) {
+  FOLIO_RETURN_IF_ERROR(check.counts(1, 1, 0));
+  FOLIO_ASSIGN_OR_RETURN(const auto attributes, check.attributes<ScaleAttributes>());
+  if (!std::isfinite(attributes.factor)) {
+    return check.error("factor {} is not finite", attributes.factor);
+  }
+  const TensorInfo& x = check.input(0);
+  FOLIO_RETURN_IF_ERROR(check.is_float_tensor(x, "input"));
+  return Specs{{x.dtype, x.shape}};
+}
+
+Result<Specs> infer_soft_cap(const SignatureChecker& check) {
+  FOLIO_RETURN_IF_ERROR(check.counts(1, 1, 0));
+  FOLIO_ASSIGN_OR_RETURN(const auto attributes, check.attributes<SoftCapAttributes>());
+  if (!(attributes.cap > 0.0f && std::isfinite(attributes.cap))) {
+    return check.error("cap {} must be positive and finite", attributes.cap);
+  }
+  const TensorInfo& x = check.input(0);
+  FOLIO_RETURN_IF_ERROR(check.is_float_tensor(x, "input"));
+  return Specs{{x.dtype, x.shape}};
+}
+
 Result<Specs> infer_rope(const SignatureChecker& check) {
   FOLIO_RETURN_IF_ERROR(check.counts(2, 3, 0));
   FOLIO_ASSIGN_OR_RETURN(const auto attributes, check.attributes<RopeAttributes>());
@@ -284,6 +307,10 @@ Status check_attention_attributes(const SignatureChecker& check,
     return check.error("sliding_window {} must be in 0..2^31 - 1 (0: no window)",
                        attributes.sliding_window);
   }
+  if (!(attributes.logit_soft_cap >= 0.0f && std::isfinite(attributes.logit_soft_cap))) {
+    return check.error("logit_soft_cap {} must be finite and not negative (0: no cap)",
+                       attributes.logit_soft_cap);
+  }
   return Status();
 }
 
@@ -381,6 +408,12 @@ Result<std::vector<OutputSpec>> infer_outputs(const Graph& graph, const Op& op) 
       return infer_gather_rows(check);
     case OpKind::kLora:
       return infer_lora(check);
+    case OpKind::kGeGlu:
+      return infer_elementwise(check, 2, /*rank2=*/true);
+    case OpKind::kScale:
+      return infer_scale(check);
+    case OpKind::kSoftCap:
+      return infer_soft_cap(check);
   }
   return check.error("unknown op kind {}", static_cast<int>(op.kind));
 }

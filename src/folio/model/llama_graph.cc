@@ -8,6 +8,7 @@
 
 #include "folio/ir/builder.h"
 #include "folio/model/llama_adapter_targets.h"
+#include "folio/model/llama_attention_metadata.h"
 
 namespace folio::model {
 namespace {
@@ -67,6 +68,11 @@ class LlamaEmitter {
         builder_.weight("token_embd.weight", model_.matrix_dtype("token_embd.weight"),
                         {model_.vocab_size, model_.hidden_size}));
     FOLIO_ASSIGN_OR_RETURN(TensorId hidden, builder_.embedding(inputs_.token_ids, table, "embed"));
+    if (llama_is_gemma(model_.architecture)) {
+      FOLIO_ASSIGN_OR_RETURN(
+          hidden,
+          builder_.scale(hidden, std::sqrt(static_cast<float>(model_.hidden_size)), "embed_scale"));
+    }
     if (model_.rope_frequency_factors) {
       FOLIO_ASSIGN_OR_RETURN(
           rope_frequency_factors_,
@@ -89,12 +95,20 @@ class LlamaEmitter {
     }
     const std::optional<int32_t> head_target = llama_output_adapter_target_index(model_);
     const bool adapted_head = inputs_.token_adapter_slots.has_value() && head_target.has_value();
+    const bool capped = model_.final_logit_soft_cap > 0;
+    // The last op of the head produces the output, named ir::kOutputLogits.
+    const std::string logits_name(ir::kOutputLogits);
     FOLIO_ASSIGN_OR_RETURN(
         TensorId logits,
-        builder_.matmul(rows, head, adapted_head ? "output" : std::string(ir::kOutputLogits)));
+        builder_.matmul(rows, head, adapted_head || capped ? "output" : logits_name));
     if (adapted_head) {
-      FOLIO_ASSIGN_OR_RETURN(logits, builder_.lora(rows, logits, *inputs_.logit_adapter_slots,
-                                                   *head_target, std::string(ir::kOutputLogits)));
+      FOLIO_ASSIGN_OR_RETURN(logits,
+                             builder_.lora(rows, logits, *inputs_.logit_adapter_slots, *head_target,
+                                           capped ? "output.lora" : logits_name));
+    }
+    if (capped) {
+      FOLIO_ASSIGN_OR_RETURN(logits,
+                             builder_.soft_cap(logits, model_.final_logit_soft_cap, logits_name));
     }
     FOLIO_RETURN_IF_ERROR(builder_.mark_output(logits));
     return builder_.finish();
@@ -165,11 +179,17 @@ class LlamaEmitter {
     rope.rotary_dim = head_dim;
     rope.theta = model_.rope_theta;
     rope.style = llama_rope_style(model_.architecture);
+    rope.scaling = model_.rope_scaling;
+    const bool sliding = model_.is_sliding_window_layer(layer);
+    // Gemma 3's local layers rotate with their own base and no scaling.
+    if (sliding && model_.architecture == LlamaArchitecture::kGemma3) {
+      rope.theta = kGemmaLocalRopeTheta;
+      rope.scaling = ir::RopeScaling{};
+    }
     if (llama_has_query_key_norm(model_.architecture)) {
       FOLIO_ASSIGN_OR_RETURN(q, head_norm(q, prefix + ".attn_q_norm"));
       FOLIO_ASSIGN_OR_RETURN(k, head_norm(k, prefix + ".attn_k_norm"));
     }
-    rope.scaling = model_.rope_scaling;
     FOLIO_ASSIGN_OR_RETURN(TensorId q_rope, apply_rope(q, rope, prefix + ".q_rope"));
     rope.num_heads = model_.num_kv_heads;
     FOLIO_ASSIGN_OR_RETURN(TensorId k_rope, apply_rope(k, rope, prefix + ".k_rope"));
@@ -183,15 +203,21 @@ class LlamaEmitter {
         builder_.kv_cache(llama_value_cache_name(layer), kv_cache_.geometry.dtype, cache_shape));
     FOLIO_RETURN_IF_ERROR(builder_.kv_cache_write(k_rope, v, inputs_.slot_mapping, k_cache, v_cache,
                                                   prefix + ".kv_write"));
-    const ir::AttentionAttributes attention{model_.num_heads, model_.num_kv_heads, head_dim,
-                                            1.0f / std::sqrt(static_cast<float>(head_dim)),
-                                            model_.sliding_window};
+    const ir::AttentionAttributes attention{.num_heads = model_.num_heads,
+                                            .num_kv_heads = model_.num_kv_heads,
+                                            .head_dim = head_dim,
+                                            .scale = model_.attention_scale(),
+                                            .sliding_window = sliding ? model_.sliding_window : 0,
+                                            .logit_soft_cap = model_.attention_logit_soft_cap};
     FOLIO_ASSIGN_OR_RETURN(TensorId attended,
                            builder_.paged_attention(q_rope, k_cache, v_cache, inputs_.attention,
                                                     attention, prefix + ".attention"));
     FOLIO_ASSIGN_OR_RETURN(TensorId projected,
                            projection(attended, layer, LlamaProjection::kAttentionOutput,
                                       hidden_size, q_width, false));
+    if (llama_is_gemma(model_.architecture)) {
+      FOLIO_ASSIGN_OR_RETURN(projected, norm(projected, prefix + ".post_attention_norm"));
+    }
     return builder_.add(hidden, projected, prefix + ".attn_residual");
   }
 
@@ -204,9 +230,15 @@ class LlamaEmitter {
         TensorId gate, projection(normed, layer, LlamaProjection::kGate, ffn, hidden_size, false));
     FOLIO_ASSIGN_OR_RETURN(
         TensorId up, projection(normed, layer, LlamaProjection::kUp, ffn, hidden_size, false));
-    FOLIO_ASSIGN_OR_RETURN(TensorId activated, builder_.swiglu(gate, up, prefix + ".ffn_swiglu"));
+    const bool gemma = llama_is_gemma(model_.architecture);
+    FOLIO_ASSIGN_OR_RETURN(TensorId activated,
+                           gemma ? builder_.geglu(gate, up, prefix + ".ffn_geglu")
+                                 : builder_.swiglu(gate, up, prefix + ".ffn_swiglu"));
     FOLIO_ASSIGN_OR_RETURN(TensorId down, projection(activated, layer, LlamaProjection::kDown,
                                                      hidden_size, ffn, false));
+    if (gemma) {
+      FOLIO_ASSIGN_OR_RETURN(down, norm(down, prefix + ".post_ffw_norm"));
+    }
     return builder_.add(hidden, down, prefix + ".ffn_residual");
   }
 

@@ -2,11 +2,14 @@
 //
 // One graph per padded step shape (a bucket): T step tokens, S sequence slots, R logit rows.
 // Per layer: RMSNorm, Q/K/V projections (with bias for Qwen 2), per-head RMSNorm of Q and K
-// (Qwen 3), RoPE (normal pairs for Llama, NeoX halves for the Qwens; the model's RoPE scaling
-// and rope_freqs factors), KV-cache write, paged attention (grouped-query), output projection,
-// residual add, RMSNorm, gate and up projections, SwiGLU, down projection, residual add; then
-// the final RMSNorm, a gather of the R rows whose logits are wanted, and the LM head (the
-// output matrix, or the token embedding when they are tied). With adapters on, each adapter
+// (Qwen 3, Gemma 3), RoPE (normal pairs for Llama, NeoX halves for the others; the model's RoPE
+// scaling and rope_freqs factors; Gemma 3's local layers: base 10000, unscaled), KV-cache write,
+// paged attention (grouped-query; the layer's sliding window; Gemma 2's score soft cap),
+// output projection, (Gemma: RMSNorm,) residual add, RMSNorm, gate and up projections, SwiGLU
+// (Gemma: GeGLU), down projection, (Gemma: RMSNorm,) residual add; then the final RMSNorm, a
+// gather of the R rows whose logits are wanted, the LM head (the output matrix, or the token
+// embedding when they are tied) and, when the model has one, the final logit soft cap. Gemma
+// scales the embeddings by sqrt(hidden_size) before the first layer. With adapters on, each adapter
 // target's projection is followed by a lora op (ir/op.h) adding each token's adapter update.
 //
 // It follows the step-graph contract (ir/step_graph.h): inputs named ir::kInput*, the output

@@ -7,6 +7,7 @@
 
 #include "folio/base/random.h"
 #include "folio/gguf/gguf_file.h"
+#include "folio/model/llama_attention_metadata.h"
 #include "folio/model/llama_rope_scaling.h"
 #include "folio/model/quantization_recipe.h"
 #include "folio/tensor/quantize.h"
@@ -83,6 +84,8 @@ std::vector<TensorSpec> tensor_specs(const LlamaShape& shape) {
       vector(prefix + "attn_v.bias", kv_dim);
     }
     matrix(prefix + "attn_output.weight", q_dim, hidden);
+    const bool gemma = llama_is_gemma(shape.architecture);
+    if (gemma) vector(prefix + "post_attention_norm.weight", hidden);
     vector(prefix + "ffn_norm.weight", hidden);
     if (fused) {
       matrix(prefix + "ffn_up.weight", hidden, 2 * shape.ffn_size);
@@ -91,6 +94,7 @@ std::vector<TensorSpec> tensor_specs(const LlamaShape& shape) {
       matrix(prefix + "ffn_up.weight", hidden, shape.ffn_size);
     }
     matrix(prefix + "ffn_down.weight", shape.ffn_size, hidden);
+    if (gemma) vector(prefix + "post_ffw_norm.weight", hidden);
   }
   vector("output_norm.weight", hidden);
   if (!shape.tie_embeddings) matrix("output.weight", hidden, shape.vocab_size);
@@ -126,9 +130,7 @@ void add_shape_metadata(const LlamaShape& shape, const std::string& name,
     writer.set(arch + ".attention.key_length", u32(shape.key_length));
     writer.set(arch + ".attention.value_length", u32(shape.key_length));
   }
-  if (shape.sliding_window > 0) {
-    writer.set(arch + ".attention.sliding_window", u32(shape.sliding_window));
-  }
+  add_attention_metadata(shape, arch + ".", writer);
   add_rope_scaling_metadata(shape.rope_scaling, arch + ".rope.scaling.", writer);
 }
 
@@ -311,12 +313,16 @@ std::string_view llama_architecture_name(LlamaArchitecture architecture) {
       return "qwen3";
     case LlamaArchitecture::kPhi3:
       return "phi3";
+    case LlamaArchitecture::kGemma2:
+      return "gemma2";
+    case LlamaArchitecture::kGemma3:
+      return "gemma3";
   }
   return "invalid";
 }
 
 std::string llama_architecture_names() {
-  return "llama, qwen2, qwen3, phi3";
+  return "llama, qwen2, qwen3, phi3, gemma2, gemma3";
 }
 
 LlamaMatrixLocation llama_matrix_location(const LlamaShape& shape, std::string_view name) {
@@ -344,6 +350,8 @@ bool llama_has_attention_bias(LlamaArchitecture architecture) {
     case LlamaArchitecture::kLlama:
     case LlamaArchitecture::kQwen3:
     case LlamaArchitecture::kPhi3:
+    case LlamaArchitecture::kGemma2:
+    case LlamaArchitecture::kGemma3:
       return false;
   }
   return false;
@@ -352,9 +360,25 @@ bool llama_has_attention_bias(LlamaArchitecture architecture) {
 bool llama_has_query_key_norm(LlamaArchitecture architecture) {
   switch (architecture) {
     case LlamaArchitecture::kQwen3:
+    case LlamaArchitecture::kGemma3:
       return true;
     case LlamaArchitecture::kLlama:
     case LlamaArchitecture::kQwen2:
+    case LlamaArchitecture::kPhi3:
+    case LlamaArchitecture::kGemma2:
+      return false;
+  }
+  return false;
+}
+
+bool llama_is_gemma(LlamaArchitecture architecture) {
+  switch (architecture) {
+    case LlamaArchitecture::kGemma2:
+    case LlamaArchitecture::kGemma3:
+      return true;
+    case LlamaArchitecture::kLlama:
+    case LlamaArchitecture::kQwen2:
+    case LlamaArchitecture::kQwen3:
     case LlamaArchitecture::kPhi3:
       return false;
   }
@@ -368,6 +392,8 @@ kernels::RopeStyle llama_rope_style(LlamaArchitecture architecture) {
     case LlamaArchitecture::kQwen2:
     case LlamaArchitecture::kQwen3:
     case LlamaArchitecture::kPhi3:
+    case LlamaArchitecture::kGemma2:
+    case LlamaArchitecture::kGemma3:
       return kernels::RopeStyle::kNeox;
   }
   return kernels::RopeStyle::kNormal;
@@ -378,6 +404,8 @@ std::optional<LlamaArchitecture> llama_architecture_from_name(std::string_view n
   if (name == "qwen2") return LlamaArchitecture::kQwen2;
   if (name == "qwen3") return LlamaArchitecture::kQwen3;
   if (name == "phi3") return LlamaArchitecture::kPhi3;
+  if (name == "gemma2") return LlamaArchitecture::kGemma2;
+  if (name == "gemma3") return LlamaArchitecture::kGemma3;
   return std::nullopt;
 }
 
@@ -387,6 +415,7 @@ int64_t LlamaShape::parameter_count() const {
       2 * hidden + 2 * hidden * q_dim() + 2 * hidden * kv_dim() + 3 * hidden * ffn_size;
   if (llama_has_attention_bias(architecture)) per_layer += q_dim() + 2 * kv_dim();
   if (llama_has_query_key_norm(architecture)) per_layer += 2 * head_dim();
+  if (llama_is_gemma(architecture)) per_layer += 2 * hidden;  // post-norms
   return hidden * vocab_size * (tie_embeddings ? 1 : 2) + num_layers * per_layer + hidden;
 }
 
@@ -445,7 +474,7 @@ Status validate_sizes_and_parameters(const LlamaShape& shape) {
     return invalid_argument("rms_norm_epsilon = {} must be positive and finite",
                             shape.rms_norm_epsilon);
   }
-  return Status();
+  return validate_attention_metadata(shape);
 }
 
 }  // namespace
@@ -536,10 +565,7 @@ Result<LlamaShape> read_llama_shape(const gguf::GgufFile& file) {
   if (shape.rope_frequency_factors && shape.rope_scaling.kind == ir::RopeScalingKind::kLlama3) {
     shape.rope_scaling = ir::RopeScaling{};
   }
-  if (file.contains(prefix + "attention.sliding_window")) {
-    FOLIO_ASSIGN_OR_RETURN(shape.sliding_window,
-                           file.get_integer(prefix + "attention.sliding_window"));
-  }
+  FOLIO_RETURN_IF_ERROR(read_attention_metadata(file, prefix, shape));
   if (file.contains(prefix + "expert_count")) {
     FOLIO_ASSIGN_OR_RETURN(int64_t experts, file.get_integer(prefix + "expert_count"));
     if (experts > 0) {

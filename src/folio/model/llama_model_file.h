@@ -4,12 +4,15 @@
 // (`folio make-model --from-weights`, the shipped demo model).
 //
 // A generated file is what llama.cpp's converter writes for a Llama (or Qwen 2) checkpoint:
-//   metadata   general.architecture = "llama" | "qwen2", general.name, general.file_type,
+//   metadata   general.architecture = "llama" | "qwen2" | "qwen3" | "phi3" | "gemma2" | "gemma3",
+//              general.name, general.file_type,
 //              <arch>.context_length, .embedding_length, .block_count, .feed_forward_length,
 //              .attention.head_count, .attention.head_count_kv, .rope.freq_base,
 //              .rope.dimension_count, .attention.layer_norm_rms_epsilon, .vocab_size,
 //              .attention.key_length and .value_length (only when key_length is set),
-//              .attention.sliding_window (only when set),
+//              .attention.sliding_window (only when set; always for gemma2),
+//              .attn_logit_softcapping, .final_logit_softcapping (gemma2 always; gemma3's final
+//              cap only when set: llama_attention_metadata.h),
 //              .rope.scaling.type, .factor and the kind's own keys (only with scaling: llama3
 //              .low_freq_factor, .high_freq_factor, .original_context_length; yarn
 //              .original_context_length, .yarn_ext_factor, .yarn_attn_factor,
@@ -25,19 +28,22 @@
 //     blk.N.attn_k.weight           dtype [hidden, kv_heads * head_dim]
 //     blk.N.attn_v.weight           dtype [hidden, kv_heads * head_dim]
 //     blk.N.attn_q/k/v.bias         f32   [heads * head_dim] / [kv_heads * head_dim]  (qwen2)
-//     blk.N.attn_q_norm.weight      f32   [head_dim]                                  (qwen3)
-//     blk.N.attn_k_norm.weight      f32   [head_dim]                                  (qwen3)
+//     blk.N.attn_q_norm.weight      f32   [head_dim]                          (qwen3, gemma3)
+//     blk.N.attn_k_norm.weight      f32   [head_dim]                          (qwen3, gemma3)
 //     blk.N.attn_qkv.weight         dtype [hidden, (heads + 2 kv_heads) * head_dim] (phi3, for
 //                                         attn_q/k/v)
 //     blk.N.ffn_up.weight           dtype [hidden, 2 ffn] (phi3: gate rows, then up rows; no
 //                                         ffn_gate)
 //     blk.N.attn_output.weight      dtype [heads * head_dim, hidden]
+//     blk.N.post_attention_norm.weight  f32 [hidden]                       (gemma2, gemma3)
 //     blk.N.ffn_norm.weight         f32   [hidden]
 //     blk.N.ffn_gate.weight         dtype [hidden, ffn]
 //     blk.N.ffn_up.weight           dtype [hidden, ffn]
 //     blk.N.ffn_down.weight         dtype [ffn, hidden]
+//     blk.N.post_ffw_norm.weight    f32   [hidden]                         (gemma2, gemma3)
 //     output_norm.weight            f32   [hidden]
-//     output.weight                 dtype [hidden, vocab]   (absent when embeddings are tied)
+//     output.weight                 dtype [hidden, vocab]   (absent when embeddings are tied,
+//                                         always for Gemma)
 // Values keep activations well-conditioned: a matrix with rows of length n holds values of
 // standard deviation 1/sqrt(n) (so each output of x·W has the variance of one input); norm
 // weights are 1 + 0.05·z; biases 0.1·z; z approximately standard normal
@@ -68,7 +74,17 @@ namespace folio::model {
 //          (blk.N.attn_q_norm / attn_k_norm, f32 [head_dim]).
 //   phi3   Phi-3: NeoX RoPE, Q, K and V fused in one matrix (blk.N.attn_qkv, rows q then k
 //          then v) and gate and up in another (blk.N.ffn_up, rows gate then up); no ffn_gate.
-enum class LlamaArchitecture { kLlama, kQwen2, kQwen3, kPhi3 };
+//   gemma2 Gemma 2: embeddings scaled by sqrt(hidden_size), NeoX RoPE, an RMSNorm after the
+//          attention and after the feed-forward (post_attention_norm, post_ffw_norm) before each
+//          residual add, GeGLU feed-forward (gelu(gate) * up, tanh approximation), attention
+//          and final logits soft-capped (cap * tanh(x / cap)), even layers sliding-window
+//          (local) and odd ones global, output tied to the embedding. The GGUF norm weights
+//          are used as stored (llama.cpp's converter has already added Gemma's 1).
+//   gemma3 Gemma 3 (text): Gemma 2 without the attention soft cap (the final one only when the
+//          file sets it), with Qwen 3's per-head q/k RMSNorm, five local layers to one global
+//          (layer i global when i % 6 == 5), and local layers rotating with base 10000 and no
+//          RoPE scaling while global ones use rope.freq_base and the file's scaling.
+enum class LlamaArchitecture { kLlama, kQwen2, kQwen3, kPhi3, kGemma2, kGemma3 };
 
 std::string_view llama_architecture_name(LlamaArchitecture architecture);  // "llama", "qwen2", ...
 std::optional<LlamaArchitecture> llama_architecture_from_name(std::string_view name);
@@ -76,8 +92,10 @@ std::optional<LlamaArchitecture> llama_architecture_from_name(std::string_view n
 std::string llama_architecture_names();
 // Whether Q, K and V projections have biases (qwen2).
 bool llama_has_attention_bias(LlamaArchitecture architecture);
-// Whether each query and key head is RMS-normalized before RoPE (qwen3).
+// Whether each query and key head is RMS-normalized before RoPE (qwen3, gemma3).
 bool llama_has_query_key_norm(LlamaArchitecture architecture);
+// Whether the architecture is a Gemma: scaled embeddings, post-norms, GeGLU, tied output.
+bool llama_is_gemma(LlamaArchitecture architecture);
 // Which values RoPE pairs (kNormal for llama, kNeox for the others).
 kernels::RopeStyle llama_rope_style(LlamaArchitecture architecture);
 
@@ -106,9 +124,14 @@ struct LlamaShape {
   int64_t key_length = 0;
   int64_t ffn_size = 128;  // feed_forward_length
   int64_t context_length = 256;
-  // attention.sliding_window: > 0, each token attends to itself and the sliding_window - 1
-  // tokens before it only (Mistral); 0: the whole past, and the key is not written.
+  // attention.sliding_window: > 0, each token of a sliding-window layer attends to itself and
+  // the sliding_window - 1 tokens before it only (every layer for Mistral; Gemma's local layers,
+  // is_sliding_window_layer); 0: the whole past, and the key is not written.
   int64_t sliding_window = 0;
+  // attn_logit_softcapping: > 0, attention scores soft-capped (Gemma 2); 0: none.
+  float attention_logit_soft_cap = 0.0f;
+  // final_logit_softcapping: > 0, logits soft-capped (Gemma 2, optional for Gemma 3); 0: none.
+  float final_logit_soft_cap = 0.0f;
   float rope_theta = 10000.0f;  // rope.freq_base
   // rope.scaling.*: none, linear (positions divided by factor), llama3 or yarn (op.h).
   ir::RopeScaling rope_scaling;
@@ -133,6 +156,13 @@ struct LlamaShape {
   int64_t head_dim() const { return key_length > 0 ? key_length : hidden_size / num_heads; }
   int64_t q_dim() const { return num_heads * head_dim(); }
   int64_t kv_dim() const { return num_kv_heads * head_dim(); }
+  // Whether layer `layer` attends through the sliding window: sliding_window > 0 and, for
+  // Gemma, a local layer (llama.cpp's swa pattern: gemma2 layer % 2 == 0, gemma3 layer % 6 != 5).
+  bool is_sliding_window_layer(int64_t layer) const;
+  // The softmax scale: 1 / sqrt(head_dim), except for Gemma's 27B models (46 layers for gemma2,
+  // 62 for gemma3), whose query_pre_attn_scalar is hidden_size / num_heads (llama.cpp infers
+  // the model from the layer count the same way; the scalar is not in the file).
+  float attention_scale() const;
   // Parameters of the generated file (every tensor's elements).
   int64_t parameter_count() const;
 
@@ -146,7 +176,9 @@ struct LlamaShape {
 // (weight_dtype or a tensor_dtypes entry) that is not a weight dtype (tensor/quantize.h); a
 // matrix whose rows are not a whole number of its dtype's quantization blocks (naming the
 // tensor); a tensor_dtypes entry naming no matrix of the shape; rope_theta or rms_norm_epsilon
-// not positive and finite.
+// not positive and finite; the Gemma fields (llama_attention_metadata.h's
+// validate_attention_metadata): soft caps outside Gemma or not finite, gemma2 without both
+// caps or without a window, gemma3 with an attention cap, a Gemma with an untied output.
 Status validate_llama_shape(const LlamaShape& shape);
 
 // A writer holding the whole model; tensor bytes are generated while it writes.
@@ -183,8 +215,9 @@ Result<gguf::GgufWriter> make_llama_writer(const LlamaWeights& weights);
 // replaces it: it holds the same factors). Every tensor
 // is checked against the header's list: errors name the missing or malformed key, a missing
 // tensor, a tensor of another shape, a norm or bias that is not f32, and a tensor that is not
-// part of the architecture (e.g. a mixture-of-experts tensor), which Folio refuses rather than
-// ignoring.
+// part of the architecture (e.g. a mixture-of-experts tensor, a Gemma 3 vision-tower tensor),
+// which Folio refuses rather than ignoring. Gemma's windows and soft caps: as
+// llama_attention_metadata.h's read_attention_metadata.
 Result<LlamaShape> read_llama_shape(const gguf::GgufFile& file);
 
 }  // namespace folio::model

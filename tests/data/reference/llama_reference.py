@@ -3,7 +3,12 @@
 
 Reads a GGUF file with its own parser (no code shared with Folio's C++ reader), dequantizes the
 weights with numpy, and computes the Llama-family forward pass in float64 with PyTorch
-(Debian's python3-torch). Writes the logits of every position of every prompt as JSON, which
+(Debian's python3-torch). Gemma 2 and 3 follow llama.cpp's reading of their GGUF files: the
+embedding times sqrt(hidden), RMSNorms after attention and feed-forward, GELU (tanh) gating,
+soft caps c * tanh(x / c) on attention scores (gemma2, default 50) and logits (gemma2 default
+30, gemma3 only when set), sliding-window layers i % 2 == 0 (gemma2, default window 4096) or
+i % 6 != 5 (gemma3, whose local layers rotate with base 10000 and no RoPE scaling), softmax
+scale 1 / sqrt(head_dim) (hidden / heads for the 27B models: 46 gemma2 or 62 gemma3 layers). Writes the logits of every position of every prompt as JSON, which
 tests/model/ compares against the engine's logits, and, when PROMPTS.json asks, the perplexity
 of a token sequence under sliding windows (tests/engine/perplexity_test.cc; the definition is in
 src/folio/engine/perplexity.h and docs/notes/perplexity.md).
@@ -127,7 +132,7 @@ def dequantize(data, start, dims, ggml_type, name):
     return values.reshape(list(reversed(dims)))
 
 
-def rope_inverse_frequencies(metadata, arch, head_dim, theta, tensors):
+def rope_inverse_frequencies(metadata, arch, head_dim, theta, tensors, scaled=True):
     """Per-pair angular frequencies (float64 [head_dim / 2]) and the magnitude of the rotation,
     after RoPE scaling: linear divides positions (here: frequencies) by the factor; llama3 is
     Hugging Face's _compute_llama3_parameters; yarn follows ggml's rope (ramp between the
@@ -140,6 +145,8 @@ def rope_inverse_frequencies(metadata, arch, head_dim, theta, tensors):
     key = f"{arch}.rope.scaling."
     factor = metadata.get(key + "factor", metadata.get(f"{arch}.rope.scale_linear", 0.0))
     kind = metadata.get(key + "type", "linear")
+    if not scaled:
+        kind, factor = "none", 1.0
     if kind == "linear" and factor not in (0.0, 1.0):
         frequencies = frequencies / factor
     elif kind == "llama3":
@@ -204,7 +211,8 @@ def forward(metadata, tensors, tokens):
     kv_heads = metadata.get(f"{arch}.attention.head_count_kv", heads)
     eps = key("attention.layer_norm_rms_epsilon")
     theta = metadata.get(f"{arch}.rope.freq_base", 10000.0)
-    neox = arch in ("qwen2", "qwen3", "phi3")
+    neox = arch in ("qwen2", "qwen3", "phi3", "gemma2", "gemma3")
+    gemma = arch in ("gemma2", "gemma3")
     if arch == "phi3":  # fused matrices: attn_qkv rows q, k, v; ffn_up rows gate, up
         tensors = dict(tensors)
         q_width = heads * metadata.get(f"{arch}.attention.key_length",
@@ -227,15 +235,33 @@ def forward(metadata, tensors, tokens):
     positions = torch.arange(len(tokens))
     x = weight("token_embd.weight")[ids]
     hidden = x.shape[-1]
+    if gemma:
+        x = x * np.sqrt(hidden)
     head_dim = metadata.get(f"{arch}.attention.key_length", hidden // heads)
     if metadata.get(f"{arch}.attention.value_length", head_dim) != head_dim:
         raise ValueError("value_length != key_length is not implemented")
     frequencies, magnitude = rope_inverse_frequencies(metadata, arch, head_dim, theta, tensors)
-    mask = torch.full((len(tokens), len(tokens)), float("-inf"), dtype=torch.float64).triu(1)
-    window = metadata.get(f"{arch}.attention.sliding_window", 0)
+    causal = torch.full((len(tokens), len(tokens)), float("-inf"), dtype=torch.float64).triu(1)
+    window = metadata.get(f"{arch}.attention.sliding_window", 4096 if arch == "gemma2" else 0)
+    windowed = causal
     if window > 0:  # query p sees keys (p - window, p]
-        mask = mask + torch.full_like(mask, float("-inf")).tril(-window)
+        windowed = causal + torch.full_like(causal, float("-inf")).tril(-window)
+    pattern = {"gemma2": 2, "gemma3": 6}.get(arch, 0)
+    attention_cap = metadata.get(f"{arch}.attn_logit_softcapping", 50.0) if arch == "gemma2" else 0
+    final_cap = metadata.get(f"{arch}.final_logit_softcapping",
+                             30.0 if arch == "gemma2" else 0.0) if gemma else 0
+    if arch == "gemma3" and f"{arch}.attn_logit_softcapping" in metadata:
+        raise ValueError("gemma3 attention soft-capping is not implemented")
+    scale = 1 / np.sqrt(head_dim)
+    if (arch, layers) in (("gemma2", 46), ("gemma3", 62)):
+        scale = 1 / np.sqrt(hidden // heads)
     for layer in range(layers):
+        sliding = window > 0 and (pattern == 0 or layer % pattern < pattern - 1)
+        mask = windowed if sliding else causal
+        layer_frequencies, layer_magnitude = frequencies, magnitude
+        if sliding and arch == "gemma3":
+            layer_frequencies, layer_magnitude = rope_inverse_frequencies(
+                metadata, arch, head_dim, 10000.0, tensors, scaled=False)
         prefix = f"blk.{layer}."
         h = rms_norm(x, weight(prefix + "attn_norm.weight"), eps)
         projections = []
@@ -250,24 +276,39 @@ def forward(metadata, tensors, tokens):
         if q_norm is not None:
             q = rms_norm(q, q_norm, eps)
             k = rms_norm(k, weight(prefix + "attn_k_norm.weight"), eps)
-        q = rope(q, positions, frequencies, magnitude, neox)
-        k = rope(k, positions, frequencies, magnitude, neox)
+        q = rope(q, positions, layer_frequencies, layer_magnitude, neox)
+        k = rope(k, positions, layer_frequencies, layer_magnitude, neox)
         group = heads // kv_heads
         k = k.repeat_interleave(group, dim=1)
         v = v.repeat_interleave(group, dim=1)
-        scores = torch.einsum("qhd,khd->hqk", q, k) / (head_dim ** 0.5) + mask
-        attention = torch.einsum("hqk,khd->qhd", torch.softmax(scores, dim=-1), v)
-        x = x + attention.reshape(len(tokens), heads * head_dim) @ weight(
+        scores = torch.einsum("qhd,khd->hqk", q, k) * scale
+        if attention_cap > 0:
+            scores = attention_cap * torch.tanh(scores / attention_cap)
+        attention = torch.einsum("hqk,khd->qhd", torch.softmax(scores + mask, dim=-1), v)
+        out = attention.reshape(len(tokens), heads * head_dim) @ weight(
             prefix + "attn_output.weight").T
+        if gemma:
+            out = rms_norm(out, weight(prefix + "post_attention_norm.weight"), eps)
+        x = x + out
         h = rms_norm(x, weight(prefix + "ffn_norm.weight"), eps)
         gate = h @ weight(prefix + "ffn_gate.weight").T
         up = h @ weight(prefix + "ffn_up.weight").T
-        x = x + (torch.nn.functional.silu(gate) * up) @ weight(prefix + "ffn_down.weight").T
+        if gemma:
+            activated = torch.nn.functional.gelu(gate, approximate="tanh") * up
+        else:
+            activated = torch.nn.functional.silu(gate) * up
+        out = activated @ weight(prefix + "ffn_down.weight").T
+        if gemma:
+            out = rms_norm(out, weight(prefix + "post_ffw_norm.weight"), eps)
+        x = x + out
     x = rms_norm(x, weight("output_norm.weight"), eps)
     output = optional("output.weight")
     if output is None:
         output = weight("token_embd.weight")
-    return x @ output.T
+    logits = x @ output.T
+    if final_cap > 0:
+        logits = final_cap * torch.tanh(logits / final_cap)
+    return logits
 
 
 def perplexity(metadata, tensors, tokens, context, stride):

@@ -37,6 +37,8 @@ models=(
   "qwen3_f16_head_dim_32|--preset small --arch qwen3 --dtype f16 --head-dim 32 --seed 20"
   "llama_sliding_window_6|--preset small --seed 21 --sliding-window 6"
   "phi3_f16|--preset small --arch phi3 --dtype f16 --seed 22"
+  "gemma2_f16|--preset small --arch gemma2 --dtype f16 --head-dim 32 --sliding-window 6 --attn-soft-cap 2 --final-soft-cap 4 --seed 23"
+  "gemma3_f16|--preset small --arch gemma3 --dtype f16 --head-dim 32 --layers 6 --sliding-window 6 --rope-scaling linear --rope-scaling-factor 8 --seed 24"
 )
 for entry in "${models[@]}"; do
   name=${entry%%|*}

@@ -1,6 +1,7 @@
 #include "folio/kernels/cpu/activation.h"
 
 #include <algorithm>
+#include <cmath>
 
 #include "folio/base/check.h"
 #include "folio/kernels/cpu/vector_launch.h"
@@ -27,7 +28,68 @@ void silu_gate_items(const SiluGateArguments& arguments, const VectorOps& ops, i
   }
 }
 
+int64_t element_items(int64_t num_elements) {
+  return (num_elements + kElementsPerItem - 1) / kElementsPerItem;
+}
+
+// The element range [first, last) of items [begin, end).
+struct ElementRange {
+  int64_t first;
+  int64_t last;
+};
+ElementRange element_range(int64_t num_elements, int64_t begin, int64_t end) {
+  return {begin * kElementsPerItem, std::min(num_elements, end * kElementsPerItem)};
+}
+
+void gelu_gate_body(const GeluGateArguments& arguments, int64_t begin, int64_t end,
+                    int /*thread_index*/) {
+  const auto [first, last] = element_range(arguments.num_elements, begin, end);
+  for (int64_t i = first; i < last; ++i) {
+    arguments.output[i] = gelu_tanh(arguments.gate[i]) * arguments.up[i];
+  }
+}
+
+void scale_body(const ScaleArguments& arguments, int64_t begin, int64_t end, int /*thread_index*/) {
+  const auto [first, last] = element_range(arguments.num_elements, begin, end);
+  for (int64_t i = first; i < last; ++i)
+    arguments.output[i] = arguments.factor * arguments.input[i];
+}
+
+void soft_cap_body(const SoftCapArguments& arguments, int64_t begin, int64_t end,
+                   int /*thread_index*/) {
+  const auto [first, last] = element_range(arguments.num_elements, begin, end);
+  const float inverse = 1.0f / arguments.cap;
+  for (int64_t i = first; i < last; ++i) {
+    arguments.output[i] = arguments.cap * std::tanh(arguments.input[i] * inverse);
+  }
+}
+
 }  // namespace
+
+float gelu_tanh(float x) {
+  constexpr float kSqrtTwoOverPi = 0.7978845608028654f;
+  return 0.5f * x * (1.0f + std::tanh(kSqrtTwoOverPi * (x + 0.044715f * x * x * x)));
+}
+
+void gelu_gate(device::HostStream& stream, const GeluGateArguments& arguments) {
+  FOLIO_CHECK(arguments.num_elements >= 0, "gelu_gate of {} elements", arguments.num_elements);
+  stream.launch(device::HostKernel::make<GeluGateArguments, &gelu_gate_body>(
+      "gelu_gate", arguments, element_items(arguments.num_elements), 1));
+}
+
+void scale(device::HostStream& stream, const ScaleArguments& arguments) {
+  FOLIO_CHECK(arguments.num_elements >= 0, "scale of {} elements", arguments.num_elements);
+  stream.launch(device::HostKernel::make<ScaleArguments, &scale_body>(
+      "scale", arguments, element_items(arguments.num_elements), 1));
+}
+
+void soft_cap(device::HostStream& stream, const SoftCapArguments& arguments) {
+  FOLIO_CHECK(arguments.num_elements >= 0, "soft_cap of {} elements", arguments.num_elements);
+  FOLIO_CHECK(arguments.cap > 0.0f && std::isfinite(arguments.cap), "soft_cap cap {}",
+              arguments.cap);
+  stream.launch(device::HostKernel::make<SoftCapArguments, &soft_cap_body>(
+      "soft_cap", arguments, element_items(arguments.num_elements), 1));
+}
 
 void silu_gate_body(const SiluGateArguments& arguments, int64_t begin, int64_t end,
                     int thread_index) {

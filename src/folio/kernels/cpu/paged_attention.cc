@@ -78,6 +78,12 @@ void block_accumulate(const VectorOps& ops, const PagedKvLayout& cache, const st
   }
 }
 
+// scores[t] = cap * tanh(scores[t] / cap) for t < count (portable code on every SIMD level).
+void soft_cap_scores(float cap, float* scores, int64_t count) {
+  const float inverse = 1.0f / cap;
+  for (int64_t t = 0; t < count; ++t) scores[t] = cap * std::tanh(scores[t] * inverse);
+}
+
 // The visible key positions [begin, end) of a query token.
 struct KeyRange {
   int64_t begin;
@@ -125,6 +131,8 @@ void attend(const PagedAttentionArguments& arguments, const VectorOps& ops, floa
                  scale, scores);
     for (int32_t h = 0; h < run.num_heads; ++h) {
       float* head_scores = scores + h * block_size;
+      if (arguments.logit_soft_cap > 0.0f)
+        soft_cap_scores(arguments.logit_soft_cap, head_scores, count);
       const float block_max = ops.maximum(head_scores, count);
       if (block_max > running_max[h]) {
         if (running_max[h] != -std::numeric_limits<float>::infinity()) {
@@ -215,6 +223,8 @@ void paged_attention(device::HostStream& stream, const PagedAttentionArguments& 
   FOLIO_CHECK(arguments.num_tokens >= 0 && arguments.max_sequences >= 0 &&
                   arguments.max_blocks_per_sequence >= 0 && arguments.sliding_window >= 0,
               "paged_attention: negative size");
+  FOLIO_CHECK(arguments.logit_soft_cap >= 0.0f && std::isfinite(arguments.logit_soft_cap),
+              "paged_attention: logit soft cap {}", arguments.logit_soft_cap);
   FOLIO_CHECK(arguments.query_row_stride >= int64_t{arguments.num_heads} * cache.head_dim,
               "paged_attention: query row stride {} shorter than {} heads of {}",
               arguments.query_row_stride, arguments.num_heads, cache.head_dim);

@@ -17,10 +17,11 @@
 // Each item finds its sequence by binary search in query_start. Consecutive heads of one kv
 // group inside a slice (up to 8) share one pass over the K/V rows. Per head, the sequence's
 // blocks are walked in order with a numerically stable online softmax: per block, scores
-// s_j = scale * q . k_j, a running maximum m, running sum l and output accumulator o rescaled
-// by exp(m_old - m_new) when the maximum grows, o += sum_j exp(s_j - m) v_j; finally o / l.
-// A head's arithmetic is the same whichever heads share its pass (VectorOps' tiles compute
-// each element as one fixed chain), so the output is bit-identical for any thread count.
+// s_j = scale * q . k_j (soft-capped when logit_soft_cap > 0), a running maximum m, running sum l
+// and output accumulator o rescaled by exp(m_old - m_new) when the maximum grows, o += sum_j
+// exp(s_j - m) v_j; finally o / l. A head's arithmetic is the same whichever heads share its pass
+// (VectorOps' tiles compute each element as one fixed chain), so the output is bit-identical for
+// any thread count.
 //
 // Everything that changes from step to step (num_sequences, query_start, seq_lens,
 // block_tables, positions, and the query and cache contents) is read through pointers when the
@@ -50,6 +51,9 @@ struct PagedAttentionArguments {
   int32_t max_blocks_per_sequence = 0;
   int32_t sliding_window = 0;  // 0: attend to the whole past
   float scale = 0.0f;          // <= 0: 1 / sqrt(head_dim)
+  // > 0: each score s becomes logit_soft_cap * tanh(s / logit_soft_cap) before the softmax
+  // (Gemma 2's attention logit soft-capping); 0: scores as they are.
+  float logit_soft_cap = 0.0f;
 
   const int32_t* num_sequences;  // i32 scalar in [0, max_sequences]
   const int32_t* query_start;    // i32 [max_sequences + 1], non-decreasing, query_start[0] == 0
