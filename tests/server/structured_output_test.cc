@@ -448,13 +448,14 @@ TEST(StructuredOutputTest, RefusedTokensChangeNothingAndSpecialTokensAreNeverAll
   }
 }
 
-TEST(StructuredOutputTest, ClonesAreIndependentAndMemoizedMasksEqualFreshOnes) {
+TEST(StructuredOutputTest, ClonesAreIndependentAndShortcutMemoizedMasksEqualFullWalks) {
   const TestVocabulary vocabulary = generated_vocabulary();
   const std::string schema = R"({"type": "object", "properties": {"k": {"type": "string"},
       "n": {"type": "array", "items": {"type": "number"}}}, "required": ["k", "n"],
       "additionalProperties": false})";
-  StructuredOutputOptions no_memo;
+  StructuredOutputOptions no_memo;  // and every mask a walk of the whole trie
   no_memo.memoize_masks = false;
+  no_memo.plain_token_shortcut = false;
   auto memoized = make(schema, vocabulary);
   auto fresh = make(schema, vocabulary, no_memo);
   std::mt19937_64 rng(7);
@@ -476,6 +477,8 @@ TEST(StructuredOutputTest, ClonesAreIndependentAndMemoizedMasksEqualFreshOnes) {
     ASSERT_TRUE(fresh->accept(token).ok());
   }
   EXPECT_GT(memoized->stats().masks_memoized, 0);
+  EXPECT_GT(memoized->stats().plain_shortcuts, 0);
+  EXPECT_EQ(fresh->stats().plain_shortcuts, 0);
   EXPECT_EQ(fresh->stats().masks_memoized, 0);
   // The clone taken at step 10 was not moved by the original; replaying the same tokens brings
   // it to the same mask.

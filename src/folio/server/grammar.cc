@@ -22,6 +22,11 @@ ByteSet& ByteSet::add(uint8_t byte) {
   return *this;
 }
 
+ByteSet& ByteSet::remove(uint8_t byte) {
+  words_[byte >> 6] &= ~(uint64_t{1} << (byte & 63));
+  return *this;
+}
+
 ByteSet& ByteSet::add_range(uint8_t first, uint8_t last) {
   for (int byte = first; byte <= last; ++byte) add(static_cast<uint8_t>(byte));
   return *this;

@@ -40,6 +40,7 @@ class ByteSet {
   // Every byte in [first, last].
   static ByteSet range(uint8_t first, uint8_t last);
   ByteSet& add(uint8_t byte);
+  ByteSet& remove(uint8_t byte);
   ByteSet& add_range(uint8_t first, uint8_t last);
   ByteSet& add_all(const ByteSet& other);
 

@@ -49,6 +49,7 @@ StructuredOutput::StructuredOutput(const StructuredOutput& other)
       mask_(other.mask_),
       mask_state_(other.mask_state_),
       memo_(other.memo_),
+      absorbs_plain_(other.absorbs_plain_),
       stats_(other.stats_) {}
 
 std::unique_ptr<engine::TokenConstraint> StructuredOutput::clone() const {
@@ -67,12 +68,39 @@ bool StructuredOutput::must_end() const {
   return ended_ || (automaton_->is_complete(state_) && !automaton_->can_continue(state_));
 }
 
+bool StructuredOutput::absorbs_plain_bytes(AutomatonState state) {
+  if (static_cast<size_t>(state) >= absorbs_plain_.size()) {
+    absorbs_plain_.resize(static_cast<size_t>(automaton_->num_states()), -1);
+  }
+  int8_t& known = absorbs_plain_[state];
+  if (known < 0) {
+    const ByteSet plain = VocabularyIndex::plain_bytes();
+    bool absorbs = true;
+    for (int byte = 0; byte < 256 && absorbs; ++byte) {
+      if (plain.contains(static_cast<uint8_t>(byte))) {
+        absorbs = automaton_->next(state, static_cast<uint8_t>(byte)) == state;
+      }
+    }
+    // next() may have added states, but never moves this entry: the vector is not resized here.
+    known = absorbs ? 1 : 0;
+  }
+  return known == 1;
+}
+
 void StructuredOutput::compute_allowed_tokens(std::vector<uint64_t>& mask) {
   ++stats_.masks_computed;
-  mask.assign((static_cast<size_t>(vocabulary_->vocab_size()) + 63) / 64, 0);
-  const std::vector<VocabularyIndex::TrieNode>& nodes = vocabulary_->nodes();
-  const std::span<const int32_t> tokens = vocabulary_->trie_tokens();
-  walk_states_.resize(static_cast<size_t>(vocabulary_->max_depth()) + 1);
+  const bool shortcut = options_.plain_token_shortcut && absorbs_plain_bytes(state_);
+  const VocabularyIndex::Trie& trie =
+      shortcut ? vocabulary_->non_plain_trie() : vocabulary_->trie();
+  if (shortcut) {
+    ++stats_.plain_shortcuts;
+    mask = vocabulary_->plain_tokens();  // each plain byte keeps the state: all are allowed
+  } else {
+    mask.assign((static_cast<size_t>(vocabulary_->vocab_size()) + 63) / 64, 0);
+  }
+  const std::vector<VocabularyIndex::TrieNode>& nodes = trie.nodes;
+  const std::vector<int32_t>& tokens = trie.tokens;
+  walk_states_.resize(static_cast<size_t>(trie.max_depth) + 1);
   walk_states_[0] = state_;
   GrammarAutomaton& automaton = *automaton_;
   const auto num_nodes = static_cast<int32_t>(nodes.size());
@@ -178,6 +206,7 @@ Status StructuredOutput::accept(int32_t token) {
   if (automaton_->num_states() > options_.max_automaton_states) {
     state_ = automaton_->reset_keeping(state_);
     memo_.clear();
+    absorbs_plain_.clear();
     mask_state_ = kDeadState;
   }
   return Status();
