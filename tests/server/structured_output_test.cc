@@ -434,6 +434,9 @@ TEST(StructuredOutputTest, RefusedTokensChangeNothingAndSpecialTokensAreNeverAll
   const std::vector<uint64_t> before = constraint->allowed_tokens();
   EXPECT_EQ(constraint->accept(token_of(*vocabulary.index, "a")).code(),
             StatusCode::kInvalidArgument);
+  // A lone continuation byte (byte token <0x80>): the message spells it safely.
+  const Status lone_byte = constraint->accept(token_of(*vocabulary.index, "\x80"));
+  EXPECT_THAT(lone_byte.message(), ::testing::HasSubstr("(\"\\x80\") does not continue"));
   EXPECT_EQ(constraint->accept(1).code(), StatusCode::kInvalidArgument);  // BOS, a control token
   EXPECT_EQ(constraint->accept(0).code(), StatusCode::kInvalidArgument);  // <unk>
   EXPECT_EQ(constraint->accept(vocabulary.index->vocab_size()).code(),

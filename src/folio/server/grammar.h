@@ -130,6 +130,10 @@ class Grammar {
   RuleId root_ = 0;
 };
 
+// `bytes` quoted for a message: printable ASCII as is, '"' and '\\' escaped, any other byte
+// as \xNN (so text that is not UTF-8 prints safely).
+std::string quoted_bytes(std::string_view bytes);
+
 // Composition. Each result is a new grammar; the operands are copied, not referenced.
 // Exactly `text` (the empty grammar, matching only "", when text is empty).
 Grammar literal(std::string_view text);

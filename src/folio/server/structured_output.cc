@@ -199,8 +199,8 @@ Status StructuredOutput::accept(int32_t token) {
   }
   const AutomatonState next = automaton_->next(state_, bytes);
   if (next == kDeadState) {
-    return invalid_argument("token {} ({:?}) does not continue the structured output", token,
-                            bytes);
+    return invalid_argument("token {} ({}) does not continue the structured output", token,
+                            quoted_bytes(bytes));
   }
   state_ = next;
   if (automaton_->num_states() > options_.max_automaton_states) {
