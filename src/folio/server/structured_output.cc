@@ -49,7 +49,7 @@ StructuredOutput::StructuredOutput(const StructuredOutput& other)
       mask_(other.mask_),
       mask_state_(other.mask_state_),
       memo_(other.memo_),
-      absorbs_plain_(other.absorbs_plain_),
+      allows_plain_(other.allows_plain_),
       stats_(other.stats_) {}
 
 std::unique_ptr<engine::TokenConstraint> StructuredOutput::clone() const {
@@ -68,33 +68,50 @@ bool StructuredOutput::must_end() const {
   return ended_ || (automaton_->is_complete(state_) && !automaton_->can_continue(state_));
 }
 
-bool StructuredOutput::absorbs_plain_bytes(AutomatonState state) {
-  if (static_cast<size_t>(state) >= absorbs_plain_.size()) {
-    absorbs_plain_.resize(static_cast<size_t>(automaton_->num_states()), -1);
+bool StructuredOutput::allows_every_plain_token(AutomatonState state) {
+  if (static_cast<size_t>(state) >= allows_plain_.size()) {
+    allows_plain_.resize(static_cast<size_t>(automaton_->num_states()), -1);
   }
-  int8_t& known = absorbs_plain_[state];
-  if (known < 0) {
+  if (allows_plain_[state] < 0) {
+    // Breadth first over plain bytes: the states reachable by j plain bytes, for j up to the
+    // longest plain token; any dead end refuses some plain token. When the reachable set
+    // repeats, every longer plain string stays alive too (inside an unbounded string the set
+    // is {state} at once). More than a few states in play: give up and walk.
+    constexpr size_t kMaxFrontier = 4;
     const ByteSet plain = VocabularyIndex::plain_bytes();
-    bool absorbs = true;
-    for (int byte = 0; byte < 256 && absorbs; ++byte) {
-      if (plain.contains(static_cast<uint8_t>(byte))) {
-        absorbs = automaton_->next(state, static_cast<uint8_t>(byte)) == state;
+    std::vector<AutomatonState> frontier = {state};
+    std::vector<AutomatonState> reached;
+    bool allowed = true;
+    for (int32_t length = 0; allowed && length < vocabulary_->plain_max_length(); ++length) {
+      reached.clear();
+      for (AutomatonState from : frontier) {
+        for (int byte = 0; byte < 256 && allowed; ++byte) {
+          if (!plain.contains(static_cast<uint8_t>(byte))) continue;
+          const AutomatonState to = automaton_->next(from, static_cast<uint8_t>(byte));
+          allowed = to != kDeadState;
+          reached.push_back(to);
+        }
       }
+      std::sort(reached.begin(), reached.end());
+      reached.erase(std::unique(reached.begin(), reached.end()), reached.end());
+      if (reached.size() > kMaxFrontier) allowed = false;
+      if (reached == frontier) break;
+      frontier.swap(reached);
     }
-    // next() may have added states, but never moves this entry: the vector is not resized here.
-    known = absorbs ? 1 : 0;
+    // next() adds automaton states but never resizes allows_plain_, so indexing again is safe.
+    allows_plain_[state] = allowed ? 1 : 0;
   }
-  return known == 1;
+  return allows_plain_[state] == 1;
 }
 
 void StructuredOutput::compute_allowed_tokens(std::vector<uint64_t>& mask) {
   ++stats_.masks_computed;
-  const bool shortcut = options_.plain_token_shortcut && absorbs_plain_bytes(state_);
+  const bool shortcut = options_.plain_token_shortcut && allows_every_plain_token(state_);
   const VocabularyIndex::Trie& trie =
       shortcut ? vocabulary_->non_plain_trie() : vocabulary_->trie();
   if (shortcut) {
     ++stats_.plain_shortcuts;
-    mask = vocabulary_->plain_tokens();  // each plain byte keeps the state: all are allowed
+    mask = vocabulary_->plain_tokens();
   } else {
     mask.assign((static_cast<size_t>(vocabulary_->vocab_size()) + 63) / 64, 0);
   }
@@ -206,7 +223,7 @@ Status StructuredOutput::accept(int32_t token) {
   if (automaton_->num_states() > options_.max_automaton_states) {
     state_ = automaton_->reset_keeping(state_);
     memo_.clear();
-    absorbs_plain_.clear();
+    allows_plain_.clear();
     mask_state_ = kDeadState;
   }
   return Status();

@@ -56,6 +56,8 @@ Result<std::shared_ptr<const VocabularyIndex>> VocabularyIndex::create(
     if (std::all_of(bytes.begin(), bytes.end(),
                     [&](char c) { return plain.contains(static_cast<uint8_t>(c)); })) {
       index->plain_tokens_[static_cast<size_t>(token) >> 6] |= uint64_t{1} << (token & 63);
+      index->plain_max_length_ =
+          std::max(index->plain_max_length_, static_cast<int32_t>(bytes.size()));
     } else {
       non_plain.push_back(token);  // still in byte order
     }

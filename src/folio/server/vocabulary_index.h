@@ -64,10 +64,12 @@ class VocabularyIndex {
   // Every generable token.
   const Trie& trie() const { return trie_; }
   // The generable tokens that are not plain, and the plain ones as a bitset over the vocabulary
-  // (bit t of word t / 64): where every plain byte leads a state back to itself (inside a JSON
-  // string) every plain token is allowed, and only this smaller trie needs a walk.
+  // (bit t of word t / 64): where every plain token is known to be allowed (inside a JSON
+  // string), only this smaller trie needs a walk.
   const Trie& non_plain_trie() const { return non_plain_trie_; }
   const std::vector<uint64_t>& plain_tokens() const { return plain_tokens_; }
+  // The longest plain token's length in bytes (0 when there is none).
+  int32_t plain_max_length() const { return plain_max_length_; }
 
  private:
   VocabularyIndex() = default;
@@ -80,6 +82,7 @@ class VocabularyIndex {
   Trie trie_;
   Trie non_plain_trie_;
   std::vector<uint64_t> plain_tokens_;
+  int32_t plain_max_length_ = 0;
   std::vector<int32_t> end_of_generation_;
 };
 
