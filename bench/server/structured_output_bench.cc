@@ -57,7 +57,7 @@ std::vector<BenchVocabulary>& vocabularies() {
 constexpr std::string_view kSchema = R"({"type": "object", "properties": {
     "name": {"type": "string"},
     "age": {"type": "integer"},
-    "tags": {"type": "array", "items": {"type": "string"}},
+    "tags": {"type": "array", "items": {"type": "string", "maxLength": 64}},
     "address": {"type": "object", "properties": {"street": {"type": "string"},
         "city": {"type": "string"}}, "required": ["street", "city"],
         "additionalProperties": false},
@@ -80,6 +80,11 @@ constexpr MaskState kStates[] = {
     {"inside_string", R"({"name": "Jo)"},      // almost every token allowed
     {"after_key", R"({"name": "Jo", "age")"},  // whitespace or ':'
     {"inside_number", R"({"name": "Jo", "age": 4)"},
+    // maxLength 64: far from the end the plain-token shortcut holds; 4 characters before it,
+    // the whole trie is walked.
+    {"bounded_string_start", R"({"name": "Jo", "age": 4, "tags": ["ab)"},
+    {"bounded_string_end",
+     R"({"name": "Jo", "age": 4, "tags": ["abcdefghijabcdefghijabcdefghijabcdefghijabcdefghijabcdefghij)"},
     {"enum_value",
      R"({"name": "Jo", "age": 4, "tags": [], "address": {"street": "a", "city": "b"}, "kind": )"},
 };

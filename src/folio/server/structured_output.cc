@@ -188,8 +188,12 @@ void StructuredOutput::mask_logits(std::span<float> logits) {
                 logits.begin() + static_cast<ptrdiff_t>(end), kMasked);
       continue;
     }
-    for (size_t t = word * 64; t < end; ++t) {
-      if (((bits >> (t & 63)) & 1u) == 0) logits[t] = kMasked;
+    // Visit only the refused bits: a per-bit test would branch on a pattern no predictor learns.
+    uint64_t refused = ~bits;
+    if (end - word * 64 < 64) refused &= (uint64_t{1} << (end - word * 64)) - 1;
+    while (refused != 0) {
+      logits[word * 64 + static_cast<size_t>(__builtin_ctzll(refused))] = kMasked;
+      refused &= refused - 1;
     }
   }
   // Rows padded past the tokenizer's vocabulary are never valid tokens.
