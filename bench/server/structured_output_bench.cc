@@ -57,7 +57,7 @@ std::vector<BenchVocabulary>& vocabularies() {
 constexpr std::string_view kSchema = R"({"type": "object", "properties": {
     "name": {"type": "string"},
     "age": {"type": "integer"},
-    "tags": {"type": "array", "items": {"type": "string"}},
+    "tags": {"type": "array", "items": {"type": "string", "maxLength": 64}},
     "address": {"type": "object", "properties": {"street": {"type": "string"},
         "city": {"type": "string"}}, "required": ["street", "city"],
         "additionalProperties": false},
@@ -80,6 +80,11 @@ constexpr MaskState kStates[] = {
     {"inside_string", R"({"name": "Jo)"},      // almost every token allowed
     {"after_key", R"({"name": "Jo", "age")"},  // whitespace or ':'
     {"inside_number", R"({"name": "Jo", "age": 4)"},
+    // maxLength 64: far from the end the plain-token shortcut holds; 4 characters before it,
+    // the whole trie is walked.
+    {"bounded_string_start", R"({"name": "Jo", "age": 4, "tags": ["ab)"},
+    {"bounded_string_end",
+     R"({"name": "Jo", "age": 4, "tags": ["abcdefghijabcdefghijabcdefghijabcdefghijabcdefghijabcdefghij)"},
     {"enum_value",
      R"({"name": "Jo", "age": 4, "tags": [], "address": {"street": "a", "city": "b"}, "kind": )"},
 };
@@ -124,9 +129,12 @@ void BM_MaskCold(benchmark::State& state, const BenchVocabulary* vocabulary, Mas
 }
 
 // Warm, no memo: the automaton has seen this state, the trie is walked again (a state that
-// repeats while the memo is off or was emptied).
-void BM_MaskWarmWalk(benchmark::State& state, const BenchVocabulary* vocabulary, MaskState at) {
-  auto constraint = constraint_at(*vocabulary, at.prefix, {});
+// repeats while the memo is off or was emptied); with the plain-token shortcut or the whole trie.
+void BM_MaskWarmWalk(benchmark::State& state, const BenchVocabulary* vocabulary, MaskState at,
+                     bool shortcut) {
+  StructuredOutputOptions options;
+  options.plain_token_shortcut = shortcut;
+  auto constraint = constraint_at(*vocabulary, at.prefix, options);
   std::vector<uint64_t> mask;
   constraint->compute_allowed_tokens(mask);
   for (auto _ : state) {
@@ -225,9 +233,12 @@ const bool kRegistered = [] {
       benchmark::RegisterBenchmark(("BM_MaskCold/" + vocabulary.name + "/" + at.name).c_str(),
                                    BM_MaskCold, &vocabulary, at)
           ->Unit(benchmark::kMicrosecond);
-      benchmark::RegisterBenchmark(("BM_MaskWarmWalk/" + vocabulary.name + "/" + at.name).c_str(),
-                                   BM_MaskWarmWalk, &vocabulary, at)
-          ->Unit(benchmark::kMicrosecond);
+      for (bool shortcut : {true, false}) {
+        const std::string name = "BM_MaskWarmWalk/" + vocabulary.name + "/" + at.name +
+                                 (shortcut ? "/plain_shortcut" : "/full_trie");
+        benchmark::RegisterBenchmark(name.c_str(), BM_MaskWarmWalk, &vocabulary, at, shortcut)
+            ->Unit(benchmark::kMicrosecond);
+      }
       benchmark::RegisterBenchmark(
           ("BM_MaskLogitsMemoized/" + vocabulary.name + "/" + at.name).c_str(),
           BM_MaskLogitsMemoized, &vocabulary, at)

@@ -252,6 +252,10 @@ TEST(GrammarBuilderTest, ToStringShowsRulesAlternativesAndByteSets) {
   EXPECT_EQ(grammar->to_string(), "digit ::= [0-9]\n*number ::=  <digit>  <number>  | \"\"\n");
 }
 
+TEST(GrammarBuilderTest, QuotedBytesEscapeQuotesBackslashesAndNonAscii) {
+  EXPECT_EQ(quoted_bytes("a\"b\\c\n\xC3\xA9"), R"("a\"b\\c\x0A\xC3\xA9")");
+}
+
 TEST(GrammarMatcherTest, RefusedBytesLeaveTheMatcherWhereItWas) {
   GrammarMatcher matcher(std::make_shared<const Grammar>(literal("abc")));
   EXPECT_TRUE(matcher.accept("ab"));

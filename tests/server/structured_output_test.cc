@@ -434,6 +434,9 @@ TEST(StructuredOutputTest, RefusedTokensChangeNothingAndSpecialTokensAreNeverAll
   const std::vector<uint64_t> before = constraint->allowed_tokens();
   EXPECT_EQ(constraint->accept(token_of(*vocabulary.index, "a")).code(),
             StatusCode::kInvalidArgument);
+  // A lone continuation byte (byte token <0x80>): the message spells it safely.
+  const Status lone_byte = constraint->accept(token_of(*vocabulary.index, "\x80"));
+  EXPECT_THAT(lone_byte.message(), ::testing::HasSubstr("(\"\\x80\") does not continue"));
   EXPECT_EQ(constraint->accept(1).code(), StatusCode::kInvalidArgument);  // BOS, a control token
   EXPECT_EQ(constraint->accept(0).code(), StatusCode::kInvalidArgument);  // <unk>
   EXPECT_EQ(constraint->accept(vocabulary.index->vocab_size()).code(),
@@ -448,41 +451,60 @@ TEST(StructuredOutputTest, RefusedTokensChangeNothingAndSpecialTokensAreNeverAll
   }
 }
 
-TEST(StructuredOutputTest, ClonesAreIndependentAndMemoizedMasksEqualFreshOnes) {
+TEST(StructuredOutputTest, ClonesAreIndependentAndShortcutMemoizedMasksEqualFullWalks) {
   const TestVocabulary vocabulary = generated_vocabulary();
-  const std::string schema = R"({"type": "object", "properties": {"k": {"type": "string"},
-      "n": {"type": "array", "items": {"type": "number"}}}, "required": ["k", "n"],
-      "additionalProperties": false})";
-  StructuredOutputOptions no_memo;
-  no_memo.memoize_masks = false;
-  auto memoized = make(schema, vocabulary);
-  auto fresh = make(schema, vocabulary, no_memo);
+  const std::vector<std::string> schemas = {
+      R"({"type": "object", "properties": {"k": {"type": "string"},
+          "n": {"type": "array", "items": {"type": "number"}}}, "required": ["k", "n"],
+          "additionalProperties": false})",
+      // Bounded strings: the shortcut holds only far enough from maxLength (the longest plain
+      // token here has 13 bytes) and past minLength.
+      R"({"type": "array", "minItems": 3, "items": {"type": "string", "maxLength": 30}})",
+      R"({"type": "object", "properties": {"a": {"type": "string", "maxLength": 14},
+          "b": {"type": "string", "minLength": 20}}, "required": ["a", "b"],
+          "additionalProperties": false})",
+  };
+  StructuredOutputOptions full_walks;  // no memo, every mask a walk of the whole trie
+  full_walks.memoize_masks = false;
+  full_walks.plain_token_shortcut = false;
   std::mt19937_64 rng(7);
-  std::unique_ptr<engine::TokenConstraint> snapshot;
-  std::vector<int32_t> drawn;
-  for (int step = 0; step < 60 && !memoized->must_end(); ++step) {
-    const std::vector<uint64_t> mask = memoized->allowed_tokens();
-    ASSERT_EQ(mask, fresh->allowed_tokens()) << "step " << step;
-    std::vector<int32_t> allowed;
-    for (int32_t t = 0; t < vocabulary.index->vocab_size(); ++t) {
-      if ((mask[t / 64] >> (t % 64)) & 1u) allowed.push_back(t);
+  for (const std::string& schema : schemas) {
+    SCOPED_TRACE(schema);
+    auto memoized = make(schema, vocabulary);
+    auto fresh = make(schema, vocabulary, full_walks);
+    std::unique_ptr<engine::TokenConstraint> snapshot;
+    std::vector<int32_t> drawn;
+    for (int step = 0; step < 150 && !memoized->must_end(); ++step) {
+      const std::vector<uint64_t> mask = memoized->allowed_tokens();
+      ASSERT_EQ(mask, fresh->allowed_tokens()) << "step " << step;
+      std::vector<int32_t> allowed;
+      std::vector<int32_t> short_allowed;
+      for (int32_t t = 0; t < vocabulary.index->vocab_size(); ++t) {
+        if (((mask[t / 64] >> (t % 64)) & 1u) == 0 || vocabulary.index->token_bytes(t).empty()) {
+          continue;  // end tokens are left out: the walk goes on past complete texts
+        }
+        allowed.push_back(t);
+        if (vocabulary.index->token_bytes(t).size() == 1) short_allowed.push_back(t);
+      }
+      if (allowed.empty()) break;
+      const std::vector<int32_t>& pool =
+          (rng() % 2 == 0 && !short_allowed.empty()) ? short_allowed : allowed;
+      const int32_t token = pool[std::uniform_int_distribution<size_t>(0, pool.size() - 1)(rng)];
+      if (step == 10) snapshot = memoized->clone();
+      if (step >= 10) drawn.push_back(token);
+      ASSERT_TRUE(memoized->accept(token).ok());
+      ASSERT_TRUE(fresh->accept(token).ok());
     }
-    ASSERT_FALSE(allowed.empty());
-    const int32_t token =
-        allowed[std::uniform_int_distribution<size_t>(0, allowed.size() - 1)(rng)];
-    if (step == 10) snapshot = memoized->clone();
-    if (step >= 10) drawn.push_back(token);
-    ASSERT_TRUE(memoized->accept(token).ok());
-    ASSERT_TRUE(fresh->accept(token).ok());
+    EXPECT_GT(memoized->stats().masks_memoized, 0);
+    EXPECT_GT(memoized->stats().plain_shortcuts, 0);
+    EXPECT_EQ(fresh->stats().plain_shortcuts, 0);
+    // The clone taken at step 10 was not moved by the original; replaying the same tokens
+    // brings it to the same mask.
+    ASSERT_NE(snapshot, nullptr);
+    auto& replay = static_cast<StructuredOutput&>(*snapshot);
+    for (int32_t token : drawn) ASSERT_TRUE(replay.accept(token).ok());
+    EXPECT_EQ(replay.allowed_tokens(), memoized->allowed_tokens());
   }
-  EXPECT_GT(memoized->stats().masks_memoized, 0);
-  EXPECT_EQ(fresh->stats().masks_memoized, 0);
-  // The clone taken at step 10 was not moved by the original; replaying the same tokens brings
-  // it to the same mask.
-  ASSERT_NE(snapshot, nullptr);
-  auto& replay = static_cast<StructuredOutput&>(*snapshot);
-  for (int32_t token : drawn) ASSERT_TRUE(replay.accept(token).ok());
-  EXPECT_EQ(replay.allowed_tokens(), memoized->allowed_tokens());
 }
 
 TEST(StructuredOutputTest, FactoryRefusesBadArguments) {

@@ -22,6 +22,11 @@ ByteSet& ByteSet::add(uint8_t byte) {
   return *this;
 }
 
+ByteSet& ByteSet::remove(uint8_t byte) {
+  words_[byte >> 6] &= ~(uint64_t{1} << (byte & 63));
+  return *this;
+}
+
 ByteSet& ByteSet::add_range(uint8_t first, uint8_t last) {
   for (int byte = first; byte <= last; ++byte) add(static_cast<uint8_t>(byte));
   return *this;
@@ -48,7 +53,7 @@ void GrammarBuilder::add_alternative(RuleId rule, std::vector<GrammarSymbol> sym
 }
 
 RuleId GrammarBuilder::add_literal(std::string_view text) {
-  const RuleId rule = add_rule(fmt::format("literal {:?}", text));
+  const RuleId rule = add_rule(fmt::format("literal {}", quoted_bytes(text)));
   std::vector<GrammarSymbol> symbols;
   symbols.reserve(text.size());
   for (char c : text) symbols.push_back(GrammarSymbol::byte(static_cast<uint8_t>(c)));
@@ -254,6 +259,22 @@ std::string Grammar::to_string() const {
     text += "\n";
   }
   return text;
+}
+
+std::string quoted_bytes(std::string_view bytes) {
+  std::string quoted = "\"";
+  for (char c : bytes) {
+    const auto byte = static_cast<uint8_t>(c);
+    if (c == '"' || c == '\\') {
+      quoted += '\\';
+      quoted += c;
+    } else if (byte >= 0x20 && byte < 0x7F) {
+      quoted += c;
+    } else {
+      quoted += fmt::format("\\x{:02X}", byte);
+    }
+  }
+  return quoted + "\"";
 }
 
 Grammar literal(std::string_view text) {

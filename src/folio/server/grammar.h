@@ -40,6 +40,7 @@ class ByteSet {
   // Every byte in [first, last].
   static ByteSet range(uint8_t first, uint8_t last);
   ByteSet& add(uint8_t byte);
+  ByteSet& remove(uint8_t byte);
   ByteSet& add_range(uint8_t first, uint8_t last);
   ByteSet& add_all(const ByteSet& other);
 
@@ -128,6 +129,10 @@ class Grammar {
   std::vector<std::string> rule_names_;
   RuleId root_ = 0;
 };
+
+// `bytes` quoted for a message: printable ASCII as is, '"' and '\\' escaped, any other byte
+// as \xNN (so text that is not UTF-8 prints safely).
+std::string quoted_bytes(std::string_view bytes);
 
 // Composition. Each result is a new grammar; the operands are copied, not referenced.
 // Exactly `text` (the empty grammar, matching only "", when text is empty).

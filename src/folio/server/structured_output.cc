@@ -49,6 +49,7 @@ StructuredOutput::StructuredOutput(const StructuredOutput& other)
       mask_(other.mask_),
       mask_state_(other.mask_state_),
       memo_(other.memo_),
+      allows_plain_(other.allows_plain_),
       stats_(other.stats_) {}
 
 std::unique_ptr<engine::TokenConstraint> StructuredOutput::clone() const {
@@ -67,12 +68,56 @@ bool StructuredOutput::must_end() const {
   return ended_ || (automaton_->is_complete(state_) && !automaton_->can_continue(state_));
 }
 
+bool StructuredOutput::allows_every_plain_token(AutomatonState state) {
+  if (static_cast<size_t>(state) >= allows_plain_.size()) {
+    allows_plain_.resize(static_cast<size_t>(automaton_->num_states()), -1);
+  }
+  if (allows_plain_[state] < 0) {
+    // Breadth first over plain bytes: the states reachable by j plain bytes, for j up to the
+    // longest plain token; any dead end refuses some plain token. When the reachable set
+    // repeats, every longer plain string stays alive too (inside an unbounded string the set
+    // is {state} at once). More than a few states in play: give up and walk.
+    constexpr size_t kMaxFrontier = 4;
+    const ByteSet plain = VocabularyIndex::plain_bytes();
+    std::vector<AutomatonState> frontier = {state};
+    std::vector<AutomatonState> reached;
+    bool allowed = true;
+    for (int32_t length = 0; allowed && length < vocabulary_->plain_max_length(); ++length) {
+      reached.clear();
+      for (AutomatonState from : frontier) {
+        for (int byte = 0; byte < 256 && allowed; ++byte) {
+          if (!plain.contains(static_cast<uint8_t>(byte))) continue;
+          const AutomatonState to = automaton_->next(from, static_cast<uint8_t>(byte));
+          allowed = to != kDeadState;
+          reached.push_back(to);
+        }
+      }
+      std::sort(reached.begin(), reached.end());
+      reached.erase(std::unique(reached.begin(), reached.end()), reached.end());
+      if (reached.size() > kMaxFrontier) allowed = false;
+      if (reached == frontier) break;
+      frontier.swap(reached);
+    }
+    // next() adds automaton states but never resizes allows_plain_, so indexing again is safe.
+    allows_plain_[state] = allowed ? 1 : 0;
+  }
+  return allows_plain_[state] == 1;
+}
+
 void StructuredOutput::compute_allowed_tokens(std::vector<uint64_t>& mask) {
   ++stats_.masks_computed;
-  mask.assign((static_cast<size_t>(vocabulary_->vocab_size()) + 63) / 64, 0);
-  const std::vector<VocabularyIndex::TrieNode>& nodes = vocabulary_->nodes();
-  const std::span<const int32_t> tokens = vocabulary_->trie_tokens();
-  walk_states_.resize(static_cast<size_t>(vocabulary_->max_depth()) + 1);
+  const bool shortcut = options_.plain_token_shortcut && allows_every_plain_token(state_);
+  const VocabularyIndex::Trie& trie =
+      shortcut ? vocabulary_->non_plain_trie() : vocabulary_->trie();
+  if (shortcut) {
+    ++stats_.plain_shortcuts;
+    mask = vocabulary_->plain_tokens();
+  } else {
+    mask.assign((static_cast<size_t>(vocabulary_->vocab_size()) + 63) / 64, 0);
+  }
+  const std::vector<VocabularyIndex::TrieNode>& nodes = trie.nodes;
+  const std::vector<int32_t>& tokens = trie.tokens;
+  walk_states_.resize(static_cast<size_t>(trie.max_depth) + 1);
   walk_states_[0] = state_;
   GrammarAutomaton& automaton = *automaton_;
   const auto num_nodes = static_cast<int32_t>(nodes.size());
@@ -143,8 +188,12 @@ void StructuredOutput::mask_logits(std::span<float> logits) {
                 logits.begin() + static_cast<ptrdiff_t>(end), kMasked);
       continue;
     }
-    for (size_t t = word * 64; t < end; ++t) {
-      if (((bits >> (t & 63)) & 1u) == 0) logits[t] = kMasked;
+    // Visit only the refused bits: a per-bit test would branch on a pattern no predictor learns.
+    uint64_t refused = ~bits;
+    if (end - word * 64 < 64) refused &= (uint64_t{1} << (end - word * 64)) - 1;
+    while (refused != 0) {
+      logits[word * 64 + static_cast<size_t>(__builtin_ctzll(refused))] = kMasked;
+      refused &= refused - 1;
     }
   }
   // Rows padded past the tokenizer's vocabulary are never valid tokens.
@@ -171,13 +220,14 @@ Status StructuredOutput::accept(int32_t token) {
   }
   const AutomatonState next = automaton_->next(state_, bytes);
   if (next == kDeadState) {
-    return invalid_argument("token {} ({:?}) does not continue the structured output", token,
-                            bytes);
+    return invalid_argument("token {} ({}) does not continue the structured output", token,
+                            quoted_bytes(bytes));
   }
   state_ = next;
   if (automaton_->num_states() > options_.max_automaton_states) {
     state_ = automaton_->reset_keeping(state_);
     memo_.clear();
+    allows_plain_.clear();
     mask_state_ = kDeadState;
   }
   return Status();

@@ -9,9 +9,12 @@
 //
 // Computing a mask walks the vocabulary's trie with the automaton (grammar_matcher.h): a
 // refused prefix skips its subtree, and the automaton caches every transition, so a walk that
-// repeats is table lookups. A mask depends only on the automaton state, and states are
-// hash-consed, so masks are memoized by state (inside a string, after a key, at a value start:
-// the same states come back) — up to `max_memoized_masks` masks, the memo emptied when full.
+// repeats is table lookups. Where every plain token (printable ASCII but '"' and '\\') is
+// allowed, as inside a JSON string far enough from its maxLength, only the other tokens' trie
+// is walked. A mask depends only on the
+// automaton state, and states are hash-consed, so masks are memoized by state (inside a string,
+// after a key, at a value start: the same states come back) — up to `max_memoized_masks` masks, the
+// memo emptied when full.
 //
 // must_end(): the text is complete and no byte may follow (or an end token was accepted).
 //
@@ -41,6 +44,10 @@ namespace folio::server {
 
 struct StructuredOutputOptions {
   bool memoize_masks = true;
+  // In a state from which every string of plain bytes (VocabularyIndex::plain_bytes) as long as
+  // the longest plain token stays alive, such as inside a JSON string, allow every plain token
+  // at once and walk only the others.
+  bool plain_token_shortcut = true;
   int32_t max_memoized_masks = 64;  // 4 KiB each at a 32k vocabulary
   // Past this many cached automaton states (about 1 KiB each) the automaton keeps only the
   // current one and starts over; bounds memory on long generations.
@@ -51,6 +58,7 @@ struct StructuredOutputStats {
   int64_t masks_computed = 0;  // trie walks
   int64_t masks_memoized = 0;  // answered from the memo
   int64_t trie_nodes_visited = 0;
+  int64_t plain_shortcuts = 0;  // walks that took the plain-token shortcut
 };
 
 class StructuredOutput final : public engine::TokenConstraint {
@@ -80,6 +88,8 @@ class StructuredOutput final : public engine::TokenConstraint {
 
  private:
   bool is_end_token(int32_t token) const;
+  // Whether every plain token is allowed from `state` (cached per state).
+  bool allows_every_plain_token(AutomatonState state);
 
   std::shared_ptr<const Grammar> grammar_;
   std::shared_ptr<const VocabularyIndex> vocabulary_;
@@ -94,6 +104,7 @@ class StructuredOutput final : public engine::TokenConstraint {
   AutomatonState mask_state_ = kDeadState;
   std::unordered_map<AutomatonState, std::vector<uint64_t>> memo_;
   std::vector<AutomatonState> walk_states_;  // per trie depth, reused between walks
+  std::vector<int8_t> allows_plain_;         // per automaton state: -1 unknown, 0 no, 1 yes
   StructuredOutputStats stats_;
 };
 
