@@ -149,7 +149,7 @@ TEST_F(ServerTest, BadInputGets400WithAnOpenAiErrorBody) {
       {"/v1/completions", R"({"model": "tiny", "prompt": "x", "max_tokens": 255})"},
       {"/v1/completions", Json{{"model", "tiny"}, {"prompt", long_prompt}}.dump()},
       {"/v1/completions", R"({"model": "tiny", "prompt": [1, 2, 999999]})"},
-      {"/v1/completions", R"({"model": "tiny", "prompt": "x", "n": 3})"},
+      {"/v1/completions", R"({"model": "tiny", "prompt": "x", "n": 17})"},
       {"/v1/completions", R"({"model": "tiny", "prompt": "x", "frobnicate": true})"},
       {"/v1/chat/completions", R"({"model": "tiny", "messages": []})"},
       {"/v1/chat/completions", R"({"model": "tiny", "messages": [{"role": "user"}]})"},

@@ -4,18 +4,35 @@
 
 namespace folio::server {
 
-void RequestStream::attach(const std::shared_ptr<RequestStream>& stream, engine::Request& request) {
-  request.on_token = [stream](const engine::TokenEvent& event) { stream->push_text(event.text); };
-  request.on_finish = [stream](const engine::Completion& completion) {
-    stream->finish(completion);
+void RequestStream::attach(const std::shared_ptr<RequestStream>& stream, engine::Request& request,
+                           int32_t choice_offset, int32_t prompt_index) {
+  request.on_token = [stream, choice_offset](const engine::TokenEvent& event) {
+    stream->push_token(choice_offset + event.choice, event);
   };
+  request.on_finish = [stream, choice_offset](const engine::Completion& completion) {
+    engine::Completion offset = completion;
+    offset.choice += choice_offset;
+    stream->finish(offset);
+  };
+  if (request.prompt_logprobs) {
+    request.on_prompt_logprobs = [stream,
+                                  prompt_index](std::span<const engine::TokenLogprobs> entries) {
+      stream->push_prompt_logprobs(prompt_index, entries);
+    };
+  }
 }
 
 void RequestStream::set_notify(std::function<void()> notify) {
   MutexLock lock(mutex_);
   notify_ = std::move(notify);
   notified_ = false;
-  if (!pieces_.empty() || (completion_.has_value() && !completion_taken_)) notify_locked();
+  if (has_news_locked()) notify_locked();
+}
+
+bool RequestStream::has_news_locked() const {
+  const bool finished = num_completions_ == expected_completions_;
+  return !tokens_.empty() || !prompt_logprobs_.empty() || !completions_.empty() ||
+         (finished && !finished_taken_);
 }
 
 void RequestStream::notify_locked() {
@@ -24,18 +41,32 @@ void RequestStream::notify_locked() {
   notify_();
 }
 
-void RequestStream::push_text(std::string_view text) {
-  if (text.empty()) return;
+void RequestStream::push_token(int32_t choice, const engine::TokenEvent& event) {
   MutexLock lock(mutex_);
-  FOLIO_CHECK(!completion_.has_value(), "text after the request finished");
-  pieces_.emplace_back(text);
+  FOLIO_CHECK(num_completions_ < expected_completions_, "a token after every choice finished");
+  Token token;
+  token.choice = choice;
+  token.id = event.token;
+  token.text = std::string(event.text);
+  if (event.logprobs != nullptr) token.logprobs = *event.logprobs;
+  tokens_.push_back(std::move(token));
+  notify_locked();
+}
+
+void RequestStream::push_prompt_logprobs(int32_t prompt_index,
+                                         std::span<const engine::TokenLogprobs> entries) {
+  MutexLock lock(mutex_);
+  prompt_logprobs_.emplace_back(prompt_index,
+                                std::vector<engine::TokenLogprobs>(entries.begin(), entries.end()));
   notify_locked();
 }
 
 void RequestStream::finish(const engine::Completion& completion) {
   MutexLock lock(mutex_);
-  FOLIO_CHECK(!completion_.has_value(), "request {} finished twice", completion.request);
-  completion_ = completion;
+  FOLIO_CHECK(num_completions_ < expected_completions_, "request {} finished more choices than {}",
+              completion.request, expected_completions_);
+  ++num_completions_;
+  completions_.push_back(completion);
   notify_locked();
 }
 
@@ -43,9 +74,11 @@ RequestStream::Update RequestStream::take() {
   MutexLock lock(mutex_);
   notified_ = false;
   Update update;
-  update.pieces.swap(pieces_);
-  update.completion = completion_;
-  if (completion_.has_value()) completion_taken_ = true;
+  update.tokens.swap(tokens_);
+  update.prompt_logprobs.swap(prompt_logprobs_);
+  update.completions.swap(completions_);
+  update.finished = num_completions_ == expected_completions_;
+  if (update.finished) finished_taken_ = true;
   return update;
 }
 

@@ -13,8 +13,9 @@ namespace {
 
 // Route label of a path, from a fixed set so a client cannot grow the metric's series.
 std::string_view route_label(const std::string& path) {
-  for (std::string_view route : {"/v1/completions", "/v1/chat/completions", "/v1/models", "/health",
-                                 "/metrics", "/v1/load_lora_adapter", "/v1/unload_lora_adapter"}) {
+  for (std::string_view route :
+       {"/v1/completions", "/v1/chat/completions", "/v1/models", "/health", "/metrics",
+        "/v1/load_lora_adapter", "/v1/unload_lora_adapter", "/tokenize", "/detokenize"}) {
     if (path == route) return route;
   }
   return "other";
@@ -74,6 +75,12 @@ class Server::Service final : public HttpService {
     }
     if (post && request.path == "/v1/chat/completions") {
       return server.handlers_->generate(Endpoint::kChatCompletions, request, exchange);
+    }
+    if (post && request.path == "/tokenize") {
+      return server.answer(*exchange, route, server.handlers_->tokenize(request));
+    }
+    if (post && request.path == "/detokenize") {
+      return server.answer(*exchange, route, server.handlers_->detokenize(request));
     }
     if (get && request.path == "/v1/models") {
       HttpResponse response;
