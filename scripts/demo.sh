@@ -52,6 +52,51 @@ f16_model=models/demo/kjv-f16.gguf
 "$folio" perplexity -m "$build/kjv-q4_k_m.gguf" -f models/kjv-heldout.txt -q \
   --json "$build/perplexity-q4_k_m.json"
 
+section "folio serve: structured output, echo + logprobs scoring, n = 3 choices on shared KV"
+serve_log="$build/serve-demo.log"
+"$folio" serve -m "$model" --model-name kjv --port 0 -q 2>"$serve_log" &
+serve_pid=$!
+trap 'kill "$serve_pid" 2>/dev/null || true' EXIT
+python3 - "$serve_log" <<'PY'
+import json, re, sys, time, urllib.request
+log = sys.argv[1]
+for _ in range(300):
+    match = re.search(r"listening on http://127\.0\.0\.1:(\d+)", open(log).read())
+    if match:
+        break
+    time.sleep(0.1)
+base = f"http://127.0.0.1:{match.group(1)}"
+def post(path, body):
+    request = urllib.request.Request(base + path, json.dumps(body).encode(),
+                                     {"Content-Type": "application/json"})
+    return json.load(urllib.request.urlopen(request, timeout=120))
+model = "kjv"
+# The demo model knows no JSON; the grammar's mask makes every answer fit the schema anyway.
+schema = {"type": "object", "properties": {
+    "book": {"enum": ["Genesis", "Exodus", "Psalms", "Proverbs"]}, "chapter": {"type": "integer"}},
+    "required": ["book", "chapter"], "additionalProperties": False}
+answer = post("/v1/chat/completions", {"model": model, "max_tokens": 200, "temperature": 0,
+    "messages": [{"role": "user", "content": "Quote a verse."}],
+    "response_format": {"type": "json_schema", "json_schema": {"name": "verse", "strict": True,
+                                                               "schema": schema}}})
+content = answer["choices"][0]["message"]["content"]
+print(f"json_schema answer (finish_reason {answer['choices'][0]['finish_reason']}), parsed: "
+      f"{json.loads(content)}")
+text = "In the beginning God created the heaven and the earth."
+answer = post("/v1/completions", {"model": model, "prompt": text, "echo": True, "logprobs": 1,
+                                  "max_tokens": 0})
+logprobs = answer["choices"][0]["logprobs"]["token_logprobs"][1:]
+print(f"echo + logprobs: log-likelihood of {text!r} = {sum(logprobs):.3f} over {len(logprobs)} "
+      f"tokens (what lm-evaluation-harness sends)")
+answer = post("/v1/completions", {"model": model, "prompt": "And God said", "n": 3,
+                                  "max_tokens": 12, "temperature": 0.9, "seed": 1})
+for choice in answer["choices"]:
+    print(f"n=3 choice {choice['index']}: {choice['text']!r}")
+PY
+kill "$serve_pid"
+wait "$serve_pid" || true
+trap - EXIT
+
 section "folio bench: 64 requests, concurrency 16, graphs on"
 "$folio" bench -m "$model" --requests 64 --concurrency 16 --prompt-len 16:96 --output-len 16:48 \
   --shared-prefix 32 -q --json "$build/bench-graphs.json"
