@@ -210,14 +210,7 @@ void HttpConnection::read_header() {
 
 void HttpConnection::on_header(const error_code& error) {
   if (closed_) return;
-  if (error) {
-    if (error.category() == http::make_error_code(http::error::bad_target).category() &&
-        error != http::error::end_of_stream && error != http::error::partial_message) {
-      return refuse(error);
-    }
-    // The client closed (or reset) between or inside requests: nothing to answer.
-    return close(CloseReason::kDone);
-  }
+  if (error) return on_read_error(error);
   target_ = std::string(to_std(parser_->get().target()));
   if (parser_->is_done()) return dispatch();
   if (ascii_equal_ignoring_case(to_std(parser_->get()[http::field::expect]), "100-continue")) {
@@ -244,14 +237,18 @@ void HttpConnection::read_body() {
 
 void HttpConnection::on_body(const error_code& error) {
   if (closed_) return;
-  if (error) {
-    if (error.category() == http::make_error_code(http::error::bad_target).category() &&
-        error != http::error::end_of_stream && error != http::error::partial_message) {
-      return refuse(error);
-    }
-    return close(CloseReason::kDone);
-  }
+  if (error) return on_read_error(error);
   dispatch();
+}
+
+void HttpConnection::on_read_error(const error_code& error) {
+  // Beast's parse errors (the http category, but for a stream that ended) get an answer; a
+  // client that closed (or reset) between or inside requests gets nothing.
+  if (error.category() == http::make_error_code(http::error::bad_target).category() &&
+      error != http::error::end_of_stream && error != http::error::partial_message) {
+    return refuse(error);
+  }
+  close(CloseReason::kDone);
 }
 
 void HttpConnection::dispatch() {

@@ -109,6 +109,8 @@ class HttpConnection : public std::enable_shared_from_this<HttpConnection> {
   void on_header(const boost::system::error_code& error);
   void read_body();
   void on_body(const boost::system::error_code& error);
+  // A failed header or body read: a parse error is refused (400/413/431), anything else closes.
+  void on_read_error(const boost::system::error_code& error);
   void dispatch();
   void refuse(const boost::system::error_code& error);
 
