@@ -448,17 +448,16 @@ const engine::Completion* Server::Handlers::failure(const Accepted& accepted) co
 void Server::Handlers::drain(const std::shared_ptr<Accepted>& accepted) {
   if (accepted->finished) return;
   RequestStream::Update update = accepted->stream->take();
-  for (auto& [prompt_index, entries] : update.prompt_logprobs) {
+  for (const auto& [prompt_index, entries] : update.prompt_logprobs) {
     PromptState& prompt = accepted->prompts[prompt_index];
-    // The first prompt token has no context, so no logprob.
-    prompt.echo_logprobs.push_back(TokenLogprob{token_text(prompt.tokens[0]), std::nullopt, {}});
-    for (const engine::TokenLogprobs& entry : entries) {
-      TokenLogprob answer = answer_logprob(entry);
-      if (!accepted->logprobs.has_value()) continue;  // only scored for max_tokens 0
-      answer.top.resize(std::min(answer.top.size(), static_cast<size_t>(*accepted->logprobs)));
-      prompt.echo_logprobs.push_back(std::move(answer));
+    // Without logprobs the prompt was only scored for max_tokens 0: nothing to show.
+    if (accepted->logprobs.has_value()) {
+      // The first prompt token has no context, so no logprob.
+      prompt.echo_logprobs.push_back(TokenLogprob{token_text(prompt.tokens[0]), std::nullopt, {}});
+      for (const engine::TokenLogprobs& entry : entries) {
+        prompt.echo_logprobs.push_back(answer_logprob(entry));
+      }
     }
-    if (!accepted->logprobs.has_value()) prompt.echo_logprobs.clear();
     prompt.echo_logprobs_ready = true;
   }
   std::string out;
