@@ -222,6 +222,51 @@ TEST(GrammarCompositionTest, ToolCallEnvelopeAroundSchemaArguments) {
   EXPECT_TRUE(matches(std::make_shared<const Grammar>(literal("")), ""));
 }
 
+TEST(GrammarCompositionTest, TextWithoutAvoidsItsTextAnywhereAndItsFirstBytes) {
+  auto without = std::make_shared<const Grammar>(text_without("<tool_call>"));
+  for (std::string_view text : {"", "plain", "<tool_cal", "a <tool <tool_call", "<<tool_call",
+                                "\xff\x00<tool_callx>", "tool_call>"}) {
+    EXPECT_TRUE(matches(without, text)) << text;
+  }
+  for (std::string_view text :
+       {"<tool_call>", "x<tool_call>", "<<tool_call>y", "<tool_<tool_call>"}) {
+    EXPECT_FALSE(matches(without, text)) << text;
+  }
+  // Overlapping prefixes: the automaton falls back to the longest one still matched.
+  auto repeats = std::make_shared<const Grammar>(text_without("aab"));
+  EXPECT_TRUE(matches(repeats, "aaaaa ba abab"));
+  EXPECT_FALSE(matches(repeats, "aaaab"));
+  auto opening = std::make_shared<const Grammar>(text_without("", "{ "));
+  EXPECT_TRUE(matches(opening, "text {with} braces"));
+  EXPECT_TRUE(matches(opening, ""));
+  EXPECT_FALSE(matches(opening, "{\"name\": 1}"));
+  EXPECT_FALSE(matches(opening, " lead"));
+}
+
+TEST(GrammarCompositionTest, TextInterleavedWithCallsHoldsEveryTriggeredCall) {
+  Result<Grammar> arguments = compile_json_schema(
+      R"({"type": "object", "properties": {"city": {"enum": ["Oslo"]}}, "required": ["city"],
+          "additionalProperties": false})");
+  ASSERT_TRUE(arguments.ok()) << arguments.status();
+  const Grammar call = sequence({literal("<tool_call>\n"), *arguments, literal("\n</tool_call>")});
+  GrammarBuilder builder;
+  const RuleId text = builder.add_grammar(text_without("<tool_call>"));
+  const RuleId one = builder.add_grammar(call);
+  const RuleId answer = builder.add_rule("answer");
+  builder.add_alternative(answer, {GrammarSymbol::rule(text)});
+  builder.add_alternative(
+      answer, {GrammarSymbol::rule(text), GrammarSymbol::rule(one), GrammarSymbol::rule(answer)});
+  Result<Grammar> built = builder.build(answer);
+  ASSERT_TRUE(built.ok()) << built.status();
+  auto grammar = std::make_shared<const Grammar>(std::move(built).value());
+  EXPECT_TRUE(matches(grammar, "Let me check."));
+  EXPECT_TRUE(matches(grammar,
+                      "Sure <tool_call>\n{\"city\": \"Oslo\"}\n</tool_call> and "
+                      "<tool_call>\n{\"city\": \"Oslo\"}\n</tool_call>done"));
+  EXPECT_FALSE(matches(grammar, "Sure <tool_call>\n{\"city\": \"Rome\"}\n</tool_call>"));
+  EXPECT_FALSE(matches(grammar, "<tool_call>\n{\"city\": \"Oslo\"}"));
+}
+
 TEST(GrammarBuilderTest, RefusesLeftRecursionAndRulesWithoutAlternatives) {
   GrammarBuilder builder;
   const RuleId list = builder.add_rule("list");

@@ -10,6 +10,8 @@
 
 #include <gtest/gtest.h>
 
+#include "folio/server/grammar_matcher.h"
+
 namespace folio::server {
 namespace {
 
@@ -354,6 +356,60 @@ TEST(ToolCallIdTest, OpenAiShapedAndDistinct) {
   }
   EXPECT_EQ(ids.size(), 1000u);
   EXPECT_EQ(make_tool_call_id(7), make_tool_call_id(7));
+}
+
+// The grammars the server constrains answers with: every call they allow is held to the
+// schema, and "auto" leaves text free except that the trigger always opens a call.
+bool grammar_matches(const Grammar& grammar, std::string_view text) {
+  GrammarMatcher matcher(std::make_shared<const Grammar>(grammar));
+  return matcher.matches(text);
+}
+
+TEST(ToolCallGrammarTest, RequiredAndAutoHoldEveryCallToItsSchema) {
+  const std::string weather =
+      "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Oslo\"}}\n</tool_call>";
+  const std::string time = "<tool_call>\n{\"name\": \"get_time\", \"arguments\": {}}\n</tool_call>";
+  const std::string wrong =
+      "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"town\": \"Oslo\"}}\n</tool_call>";
+
+  Result<ToolCallPlan> required =
+      plan_tool_calls(ChatTemplate::kChatMl, kTools, ToolChoice{ToolChoice::Mode::kRequired, ""});
+  ASSERT_TRUE(required.ok()) << required.status();
+  Result<Grammar> parallel = tool_call_grammar(*required, /*parallel_tool_calls=*/true);
+  ASSERT_TRUE(parallel.ok()) << parallel.status();
+  EXPECT_TRUE(grammar_matches(*parallel, weather));
+  EXPECT_TRUE(grammar_matches(*parallel, weather + "\n" + time));
+  EXPECT_FALSE(grammar_matches(*parallel, wrong));
+  EXPECT_FALSE(grammar_matches(*parallel, "text " + weather));
+  Result<Grammar> single = tool_call_grammar(*required, /*parallel_tool_calls=*/false);
+  ASSERT_TRUE(single.ok()) << single.status();
+  EXPECT_TRUE(grammar_matches(*single, time));
+  EXPECT_FALSE(grammar_matches(*single, weather + "\n" + time));
+
+  Result<ToolCallPlan> automatic =
+      plan_tool_calls(ChatTemplate::kChatMl, kTools, ToolChoice{ToolChoice::Mode::kAuto, ""});
+  ASSERT_TRUE(automatic.ok()) << automatic.status();
+  Result<Grammar> chatml = tool_call_grammar(*automatic, true);
+  ASSERT_TRUE(chatml.ok()) << chatml.status();
+  EXPECT_TRUE(grammar_matches(*chatml, "No call needed."));
+  EXPECT_TRUE(grammar_matches(*chatml, "Checking. " + weather + " and " + time + " done"));
+  EXPECT_FALSE(grammar_matches(*chatml, "Checking. " + wrong));
+  EXPECT_FALSE(grammar_matches(*chatml, "Checking. <tool_call>\n{\"name\": \"other\"}"));
+
+  Result<ToolCallPlan> llama =
+      plan_tool_calls(ChatTemplate::kLlama31, kTools, ToolChoice{ToolChoice::Mode::kAuto, ""});
+  ASSERT_TRUE(llama.ok()) << llama.status();
+  Result<Grammar> whole = tool_call_grammar(*llama, true);
+  ASSERT_TRUE(whole.ok()) << whole.status();
+  EXPECT_TRUE(grammar_matches(*whole, "It is sunny {probably}."));
+  EXPECT_TRUE(grammar_matches(*whole, "{\"name\": \"get_time\", \"parameters\": {}}"));
+  EXPECT_FALSE(grammar_matches(*whole, "{\"name\": \"get_time\", \"arguments\": {}}"));
+  EXPECT_FALSE(grammar_matches(*whole, "{\"name\": \"get_time\", \"parameters\": {}} and more"));
+
+  Result<ToolCallPlan> none =
+      plan_tool_calls(ChatTemplate::kChatMl, kTools, ToolChoice{ToolChoice::Mode::kNone, ""});
+  ASSERT_TRUE(none.ok()) << none.status();
+  EXPECT_FALSE(tool_call_grammar(*none, true).ok());
 }
 
 }  // namespace

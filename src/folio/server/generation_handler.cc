@@ -109,24 +109,8 @@ Result<engine::TokenConstraintPtr> Server::Handlers::constraint_for(
       break;
     }
   }
-  if (plan.has_value() && plan->constraint == ToolCallConstraint::kFromStart) {
-    // The answer is the call envelope around the call's object, repeated where the family
-    // allows several calls and the client did not ask for one at a time.
-    Result<Grammar> call = compile_json_schema(plan->call_schema, schema_options);
-    if (!call.ok()) return invalid_argument("'tools': {}", call.status().message());
-    const ToolCallFormat& format = plan->format;
-    Grammar one = sequence({literal(format.call_prefix), *call, literal(format.call_suffix)});
-    if (format.multiple_calls && parsed.parallel_tool_calls) {
-      GrammarBuilder builder;
-      const RuleId single = builder.add_grammar(one);
-      const RuleId separator = builder.add_literal(format.call_separator);
-      const RuleId calls = builder.add_rule("calls");
-      builder.add_alternative(calls, {GrammarSymbol::rule(single)});
-      builder.add_alternative(calls, {GrammarSymbol::rule(single), GrammarSymbol::rule(separator),
-                                      GrammarSymbol::rule(calls)});
-      FOLIO_ASSIGN_OR_RETURN(one, builder.build(calls));
-    }
-    grammar = std::move(one);
+  if (plan.has_value() && plan->constraint != ToolCallConstraint::kNone) {
+    FOLIO_ASSIGN_OR_RETURN(grammar, tool_call_grammar(*plan, parsed.parallel_tool_calls));
   }
   if (!grammar.has_value()) return engine::TokenConstraintPtr();
   if (vocabulary_ == nullptr) {

@@ -1,9 +1,10 @@
 #include "folio/server/grammar.h"
 
-#include <fmt/format.h>
-
+#include <algorithm>
 #include <map>
 #include <utility>
+
+#include <fmt/format.h>
 
 #include "folio/base/check.h"
 
@@ -311,6 +312,76 @@ Grammar alternatives(const std::vector<Grammar>& options) {
   Result<Grammar> grammar = builder.build(root);
   FOLIO_CHECK(grammar.ok(), "alternatives of grammars always build: {}",
               grammar.status().to_string());
+  return std::move(grammar).value();
+}
+
+Grammar text_without(std::string_view forbidden, std::string_view forbidden_first) {
+  // One state per matched prefix length of `forbidden` (one state when it is empty).
+  const auto length = static_cast<int32_t>(forbidden.size());
+  const int32_t num_states = std::max(length, 1);
+  // next[state][byte]: the longest prefix of `forbidden` that is a suffix of the text after
+  // reading `byte` with `state` bytes matched (Knuth-Morris-Pratt, as a full table); `length`
+  // means the text now contains it.
+  std::vector<std::array<int32_t, 256>> next(static_cast<size_t>(num_states));
+  std::vector<int32_t> failure(static_cast<size_t>(num_states), 0);
+  for (int32_t state = 0; state < length; ++state) {
+    for (int32_t byte = 0; byte < 256; ++byte) {
+      if (static_cast<uint8_t>(forbidden[state]) == byte) {
+        next[state][byte] = state + 1;
+      } else {
+        next[state][byte] = state == 0 ? 0 : next[failure[state]][byte];
+      }
+    }
+    if (state + 1 < length) {
+      failure[state + 1] =
+          state == 0 ? 0 : next[failure[state]][static_cast<uint8_t>(forbidden[state])];
+    }
+  }
+  if (length == 0) next[0].fill(0);
+  GrammarBuilder builder;
+  std::vector<RuleId> states;
+  for (int32_t state = 0; state < num_states; ++state) {
+    states.push_back(builder.add_rule(fmt::format("without_{}", state)));
+  }
+  for (int32_t state = 0; state < num_states; ++state) {
+    builder.add_alternative(states[state], {});  // the text may end here
+    std::vector<ByteSet> to(static_cast<size_t>(num_states));
+    for (int32_t byte = 0; byte < 256; ++byte) {
+      const int32_t target = next[state][byte];
+      if (length == 0 || target < length) to[target].add(static_cast<uint8_t>(byte));
+    }
+    for (int32_t target = 0; target < num_states; ++target) {
+      if (to[target].empty()) continue;
+      builder.add_alternative(
+          states[state], {GrammarSymbol::bytes(to[target]), GrammarSymbol::rule(states[target])});
+    }
+  }
+  RuleId root = states[0];
+  if (!forbidden_first.empty()) {
+    // A first byte outside `forbidden_first`, then the same text.
+    ByteSet first;
+    for (int32_t byte = 0; byte < 256; ++byte) {
+      const bool refused = forbidden_first.find(static_cast<char>(byte)) != std::string_view::npos;
+      if (!refused && (length == 0 || next[0][byte] < length))
+        first.add(static_cast<uint8_t>(byte));
+    }
+    root = builder.add_rule("without_start");
+    builder.add_alternative(root, {});
+    for (int32_t target = 0; target < num_states; ++target) {
+      ByteSet set;
+      for (int32_t byte = 0; byte < 256; ++byte) {
+        if (first.contains(static_cast<uint8_t>(byte)) && next[0][byte] == target) {
+          set.add(static_cast<uint8_t>(byte));
+        }
+      }
+      if (!set.empty()) {
+        builder.add_alternative(root,
+                                {GrammarSymbol::bytes(set), GrammarSymbol::rule(states[target])});
+      }
+    }
+  }
+  Result<Grammar> grammar = builder.build(root);
+  FOLIO_CHECK(grammar.ok(), "text_without always builds: {}", grammar.status().to_string());
   return std::move(grammar).value();
 }
 

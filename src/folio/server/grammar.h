@@ -141,5 +141,10 @@ Grammar literal(std::string_view text);
 Grammar sequence(const std::vector<Grammar>& parts);
 // Any one of the operands. Requires: at least one operand.
 Grammar alternatives(const std::vector<Grammar>& options);
+// Any bytes (the empty text included) that do not contain `forbidden` (when not empty) and,
+// with `forbidden_first` non-empty, do not start with one of its bytes: the free text around
+// tool calls. Built as the string-matching automaton of `forbidden` (a rule per matched prefix
+// length; a byte that would complete it has no transition).
+Grammar text_without(std::string_view forbidden, std::string_view forbidden_first = {});
 
 }  // namespace folio::server

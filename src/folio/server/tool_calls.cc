@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include "folio/base/check.h"
+#include "folio/server/json_schema_grammar.h"
 
 namespace folio::server {
 namespace {
@@ -367,6 +368,54 @@ ParsedToolCalls ToolCallStreamSplitter::finish() {
   pending_.clear();
   state_ = State::kFinished;
   return out;
+}
+
+// The answers a tool plan allows. "required" / a named function (kFromStart): the family's
+// call envelope around the call schema, several separated calls where the family allows them
+// and the client did not ask for one at a time. "auto" (kAfterTrigger): free text in which
+// every occurrence of the trigger opens a call held to the schema (chatml: text and calls
+// interleaved; llama3.1, where a call is the whole answer: either text that does not open like
+// a call, or one call).
+Result<Grammar> tool_call_grammar(const ToolCallPlan& plan, bool parallel_tool_calls) {
+  Result<Grammar> object = compile_json_schema(plan.call_schema);
+  if (!object.ok()) return invalid_argument("'tools': {}", object.status().message());
+  const ToolCallFormat& format = plan.format;
+  const Grammar call =
+      sequence({literal(format.call_prefix), *object, literal(format.call_suffix)});
+  const bool several = format.multiple_calls && parallel_tool_calls;
+  GrammarBuilder builder;
+  const RuleId one = builder.add_grammar(call);
+  const RuleId answer = builder.add_rule("answer");
+  switch (plan.constraint) {
+    case ToolCallConstraint::kNone:
+      return invalid_argument("tool_choice 'none' constrains nothing");
+    case ToolCallConstraint::kFromStart: {
+      builder.add_alternative(answer, {GrammarSymbol::rule(one)});
+      if (several) {
+        const RuleId separator = builder.add_literal(format.call_separator);
+        builder.add_alternative(answer, {GrammarSymbol::rule(one), GrammarSymbol::rule(separator),
+                                         GrammarSymbol::rule(answer)});
+      }
+      break;
+    }
+    case ToolCallConstraint::kAfterTrigger: {
+      if (format.call_is_whole_answer) {
+        // Text may not open with the call's first byte or whitespace (a call may: its object
+        // takes leading whitespace).
+        const RuleId text = builder.add_grammar(text_without("", format.trigger + " \t\r\n"));
+        builder.add_alternative(answer, {GrammarSymbol::rule(text)});
+        builder.add_alternative(answer, {GrammarSymbol::rule(one)});
+        break;
+      }
+      const RuleId text = builder.add_grammar(text_without(format.trigger));
+      builder.add_alternative(answer, {GrammarSymbol::rule(text)});
+      builder.add_alternative(answer,
+                              {GrammarSymbol::rule(text), GrammarSymbol::rule(one),
+                               several ? GrammarSymbol::rule(answer) : GrammarSymbol::rule(text)});
+      break;
+    }
+  }
+  return builder.build(answer);
 }
 
 }  // namespace folio::server

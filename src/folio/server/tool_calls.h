@@ -39,6 +39,7 @@
 
 #include "folio/base/result.h"
 #include "folio/server/chat_template.h"
+#include "folio/server/grammar.h"
 #include "folio/server/openai_protocol.h"
 
 namespace folio::server {
@@ -83,6 +84,16 @@ struct ToolCallPlan {
 Result<ToolCallPlan> plan_tool_calls(ChatTemplate chat_template,
                                      std::span<const ToolDefinition> tools,
                                      const ToolChoice& choice);
+
+// The answers a tool plan allows. "required" / a named function (kFromStart): the family's
+// call envelope around the call schema, several separated calls where the family allows them
+// and the client did not ask for one at a time. "auto" (kAfterTrigger): free text in which
+// every occurrence of the trigger opens a call held to the schema (chatml: text and calls
+// interleaved; llama3.1, where a call is the whole answer: either text that does not open like
+// a call, or one call).
+// kInvalidArgument for a plan that constrains nothing (kNone) or a call schema the grammar
+// compiler refuses.
+Result<Grammar> tool_call_grammar(const ToolCallPlan& plan, bool parallel_tool_calls);
 
 // Generated text split into content and calls.
 struct ParsedToolCalls {
