@@ -502,6 +502,16 @@ TEST(LlamaModelFileTest, MixtureOfExpertsIsRefusedNamingTheKey) {
               }).ok());
 }
 
+// A corrupt layer count is refused before anything proportional to it is built (the GGUF fuzz
+// run found a count of millions costing gigabytes).
+TEST(LlamaModelFileTest, LayerCountAboveTheFilesTensorCountIsRefused) {
+  const Status status = read_with_metadata([](gguf::GgufWriter& writer) {
+                          writer.set("llama.block_count", gguf::GgufValue::of<uint32_t>(3'000'000));
+                        }).status();
+  EXPECT_EQ(status.code(), StatusCode::kInvalidArgument);
+  EXPECT_THAT(status.message(), HasSubstr("llama.block_count is 3000000, but the file holds only"));
+}
+
 TEST(LlamaModelFileTest, ValuesAreWellConditioned) {
   LlamaShape shape = small_shape(DType::kF32);
   shape.hidden_size = 256;

@@ -230,6 +230,13 @@ Status validate_matrix_dtypes(const LlamaShape& shape) {
 // Checks the file's tensors against the shape's list (each present, of its shape, norms and
 // biases f32, nothing else) and records the dtype of every matrix that is not the weight dtype.
 Status read_tensor_dtypes(const gguf::GgufFile& file, LlamaShape& shape) {
+  // Every layer has several tensors: a layer count above the file's tensor count is refused
+  // before the list is built (a corrupt count would otherwise cost memory in proportion).
+  if (shape.num_layers > static_cast<int64_t>(file.tensors().size())) {
+    return invalid_argument("{}.block_count is {}, but the file holds only {} tensors",
+                            llama_architecture_name(shape.architecture), shape.num_layers,
+                            file.tensors().size());
+  }
   const std::vector<TensorSpec> specs = tensor_specs(shape);
   for (const TensorSpec& spec : specs) {
     const gguf::GgufTensorInfo* info = file.find_tensor(spec.name);
