@@ -512,6 +512,17 @@ TEST(LlamaModelFileTest, LayerCountAboveTheFilesTensorCountIsRefused) {
   EXPECT_THAT(status.message(), HasSubstr("llama.block_count is 3000000, but the file holds only"));
 }
 
+// Found by the GGUF fuzz run: a zero head count with rope.dimension_count divided by zero.
+TEST(LlamaModelFileTest, ZeroHeadCountIsRefusedNamingTheKey) {
+  const Status status =
+      read_with_metadata([](gguf::GgufWriter& writer) {
+        writer.set("llama.attention.head_count", gguf::GgufValue::of<uint32_t>(0));
+        writer.set("llama.rope.dimension_count", gguf::GgufValue::of<uint32_t>(16));
+      }).status();
+  EXPECT_EQ(status.code(), StatusCode::kInvalidArgument);
+  EXPECT_THAT(status.message(), HasSubstr("llama.attention.head_count = 0 must be positive"));
+}
+
 TEST(LlamaModelFileTest, ValuesAreWellConditioned) {
   LlamaShape shape = small_shape(DType::kF32);
   shape.hidden_size = 256;

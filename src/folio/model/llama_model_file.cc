@@ -297,6 +297,12 @@ Status read_head_dimensions(const gguf::GgufFile& file, const std::string& prefi
     shape.key_length = key_length;
   }
   const std::string rotary_key = prefix + "rope.dimension_count";
+  // head_dim() divides by the head count when no key_length is given; the count is validated
+  // with the other sizes later, so a file with none stops here.
+  if (file.contains(rotary_key) && shape.key_length <= 0 && shape.num_heads <= 0) {
+    return invalid_argument("{}attention.head_count = {} must be positive", prefix,
+                            shape.num_heads);
+  }
   if (file.contains(rotary_key)) {
     FOLIO_ASSIGN_OR_RETURN(int64_t rotary_dim, file.get_integer(rotary_key));
     if (rotary_dim != shape.head_dim()) {
