@@ -10,15 +10,10 @@ namespace {
 using testing::EngineHarness;
 using testing::greedy_request;
 using testing::HarnessOptions;
+using testing::iota_prompt;
 using testing::Recorder;
 using testing::reference_greedy;
 using testing::toy_decode;
-
-std::vector<int32_t> iota_prompt(int32_t length, int32_t start = 1) {
-  std::vector<int32_t> prompt;
-  for (int32_t index = 0; index < length; ++index) prompt.push_back((start + index * 7) % 64);
-  return prompt;
-}
 
 TEST(EngineTest, GreedyRequestMatchesTheReferenceAndStreamsEveryTokenOnce) {
   EngineHarness harness(HarnessOptions{});

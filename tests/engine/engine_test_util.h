@@ -318,6 +318,13 @@ inline Request to_request(const RequestSpec& spec) {
   return request;
 }
 
+// A prompt of `length` toy-vocabulary tokens in a fixed, non-repeating pattern.
+inline std::vector<int32_t> iota_prompt(int32_t length, int32_t start = 1) {
+  std::vector<int32_t> prompt;
+  for (int32_t index = 0; index < length; ++index) prompt.push_back((start + index * 7) % 64);
+  return prompt;
+}
+
 inline Request greedy_request(std::vector<int32_t> prompt, int32_t max_tokens) {
   Request request;
   request.prompt = std::move(prompt);

@@ -14,14 +14,9 @@ namespace {
 using testing::EngineHarness;
 using testing::greedy_request;
 using testing::HarnessOptions;
+using testing::iota_prompt;
 using testing::Recorder;
 using testing::reference_greedy;
-
-std::vector<int32_t> iota_prompt(int32_t length, int32_t start = 1) {
-  std::vector<int32_t> prompt;
-  for (int32_t index = 0; index < length; ++index) prompt.push_back((start + index * 7) % 64);
-  return prompt;
-}
 
 TEST(LogitBiasEngineTest, APositiveBiasForcesItsTokenGreedyAndSampled) {
   EngineHarness harness(HarnessOptions{});

@@ -38,6 +38,16 @@ std::string failure_message(const engine::Completion& completion) {
   return fmt::format("the engine failed the request: {}", completion.error.to_string());
 }
 
+// Ids for a choice's calls [first, first + calls.size()), the same whether the answer is
+// streamed or whole: derived from the response, the choice and the call's index.
+void name_tool_calls(std::vector<ToolCall>& calls, uint64_t response_number, int32_t choice,
+                     size_t first) {
+  for (size_t call = 0; call < calls.size(); ++call) {
+    calls[call].id = make_tool_call_id(response_number * 4096 + static_cast<uint64_t>(choice) * 64 +
+                                       first + call);
+  }
+}
+
 }  // namespace
 
 HttpResponse error_response(int status, std::string_view message, std::string_view type,
@@ -372,11 +382,7 @@ std::string Server::Handlers::stream_token(Accepted& accepted, const RequestStre
   if (state.splitter != nullptr) {
     parsed = state.splitter->push(token.text);
     text = std::move(parsed.content);
-    for (size_t call = 0; call < parsed.calls.size(); ++call) {
-      parsed.calls[call].id =
-          make_tool_call_id(accepted.response_number * 4096 +
-                            static_cast<uint64_t>(token.choice) * 64 + state.calls.size() + call);
-    }
+    name_tool_calls(parsed.calls, accepted.response_number, token.choice, state.calls.size());
     delta.tool_calls = parsed.calls;
     delta.first_tool_call = static_cast<int32_t>(state.calls.size());
   }
@@ -393,11 +399,7 @@ std::string Server::Handlers::stream_choice_end(Accepted& accepted, int32_t choi
   std::string out = stream_choice_start(accepted, choice);
   if (state.splitter != nullptr) {
     ParsedToolCalls rest = state.splitter->finish();
-    for (size_t call = 0; call < rest.calls.size(); ++call) {
-      rest.calls[call].id =
-          make_tool_call_id(accepted.response_number * 4096 + static_cast<uint64_t>(choice) * 64 +
-                            state.calls.size() + call);
-    }
+    name_tool_calls(rest.calls, accepted.response_number, choice, state.calls.size());
     if (!rest.content.empty() || !rest.calls.empty()) {
       ChoiceDelta delta;
       delta.index = choice;
@@ -518,10 +520,7 @@ HttpResponse Server::Handlers::whole_answer(Accepted& accepted) const {
       if (accepted.parse_tool_calls) {
         ParsedToolCalls parsed = parse_tool_calls(server_.chat_template_, text);
         text = std::move(parsed.content);
-        for (size_t call = 0; call < parsed.calls.size(); ++call) {
-          parsed.calls[call].id = make_tool_call_id(
-              accepted.response_number * 4096 + static_cast<uint64_t>(choice_index) * 64 + call);
-        }
+        name_tool_calls(parsed.calls, accepted.response_number, choice_index, 0);
         result.tool_calls = std::move(parsed.calls);
       }
       result.text += text;
