@@ -4,7 +4,8 @@
 # is in it, generates text from a prompt through the engine, shows the shipped LoRA adapters
 # (models/lora/) on one prompt and on held-out text, quantizes the f16 model to Q4_K_M (a
 # different block type per tensor, as downloaded files have) and scores it on the same held-out
-# text, and runs an offline load benchmark with graphs on and off. FOLIO_DEMO_MODEL picks another GGUF file (the prompt stays).
+# text, and runs an offline load benchmark with graphs on and off, and one larger than its KV
+# cache with memory pressure handling on and off. FOLIO_DEMO_MODEL picks another GGUF file (the prompt stays).
 #   scripts/demo.sh [build dir]
 set -euo pipefail
 build=${1:-build/release}
@@ -105,6 +106,14 @@ section "folio bench: the same load, graphs off (every step eager)"
 "$folio" bench -m "$model" --requests 64 --concurrency 16 --prompt-len 16:96 --output-len 16:48 \
   --shared-prefix 32 -q --no-graphs --json "$build/bench-eager.json"
 
+section "memory pressure: 128 requests at once into a 2 MiB KV cache, with swap, handling on then off"
+for handling in on off; do
+  flag=(); [ "$handling" = off ] && flag=(--no-pressure-handling)
+  "$folio" bench -m "$model" --requests 128 --concurrency 64 --kv-cache-mib 2 --output-len 64:128 \
+    --swap-mib 64 --preemption cheaper -q "${flag[@]}" --json "$build/bench-pressure-$handling.json" |
+    grep -E "throughput|first error|TTFT|TPOT|preemptions|by cost|pressure"
+done
+
 section "summary"
 python3 - "$build/bench-graphs.json" "$build/bench-eager.json" "$build/perplexity.json" \
   models/kjv.json <<'PY' 2>/dev/null || true
@@ -124,6 +133,12 @@ adapted, base = (json.load(open(f"{sys.argv[1].rsplit('/', 1)[0]}/{name}.json"))
                  for name in ("perplexity-proverbs", "perplexity-proverbs-base"))
 print(f"Proverbs held-out perplexity: adapter {adapted['perplexity']:.3f}, base "
       f"{base['perplexity']:.3f}")
+on, off = (json.load(open(f"{sys.argv[1].rsplit('/', 1)[0]}/bench-pressure-{name}.json"))
+           for name in ("on", "off"))
+print(f"under memory pressure: output tokens/s with handling / without "
+      f"{on['output_tokens_per_second'] / off['output_tokens_per_second']:.2f}, p99 TPOT "
+      f"{on['tpot_ms']['p99']:.2f} / {off['tpot_ms']['p99']:.2f} ms, errors {on['errors']} / "
+      f"{off['errors']}")
 print(f"prefix hit rate {100 * graphs['prefix_hit_rate']:.1f}%, graph hit rate "
       f"{100 * graphs['graph_hit_rate']:.1f}%, padding {100 * graphs['padding_ratio']:.1f}%")
 PY

@@ -23,6 +23,8 @@
 #include <unordered_map>
 #include <vector>
 
+#include <sys/resource.h>
+
 #include <nlohmann/json.hpp>
 
 #include "apps/folio/bench_adapters.h"
@@ -104,9 +106,14 @@ struct BenchRun {
   std::array<int64_t, memory::kNumContentTypes> peak_pages{};
   exec::GraphCacheStats graphs_before, graphs_after;
   engine::EngineStats engine_stats;  // at the end of the run
+  // Memory pressure handling's totals at the end of the run; absent when it is off.
+  std::optional<engine::PressureCounts> pressure;
+  // The recompute-or-swap cost model's rates at the end of the run (--preemption cheaper).
+  std::optional<engine::PreemptionRates> preemption_rates;
   int num_threads = 0;
   size_t page_size = 0;
   int64_t pool_pages = 0;
+  int64_t weight_bytes = 0;
   // Driven by drive_stepped: the tier each completion's adapter was in when its request was
   // submitted (nullopt: no adapter), in the order of `completions`.
   std::vector<std::optional<lora::AdapterTier>> submit_tiers;
@@ -129,6 +136,7 @@ BenchRun drive_requests(const BenchOptions& options, engine::ModelEngine& model_
   run.num_threads = model_engine.thread_pool().num_threads();
   run.page_size = model_engine.pool().page_size();
   run.pool_pages = model_engine.pool().num_pages();
+  run.weight_bytes = model_engine.model().weight_bytes();
   auto sample_memory = [&] {
     const memory::PoolStats stats = model_engine.pool().stats();
     for (int i = 0; i < memory::kNumContentTypes; ++i) {
@@ -165,6 +173,10 @@ BenchRun drive_requests(const BenchOptions& options, engine::ModelEngine& model_
   engine.stop();
   run.engine_stats = engine.stats();
   run.graphs_after = model_engine.executor().stats();
+  if (model_engine.pressure() != nullptr) run.pressure = model_engine.pressure()->counts();
+  if (const engine::PreemptionCostModel* cost = model_engine.preemption_cost()) {
+    run.preemption_rates = cost->rates();  // the engine has stopped: no step calibrates now
+  }
   std::lock_guard lock(collected.mutex);  // the engine has stopped; no callback is left to race
   run.completions = std::move(collected.completions);
   return run;
@@ -187,6 +199,7 @@ BenchRun drive_stepped(const BenchOptions& options, engine::ModelEngine& model_e
   run.num_threads = model_engine.thread_pool().num_threads();
   run.page_size = model_engine.pool().page_size();
   run.pool_pages = model_engine.pool().num_pages();
+  run.weight_bytes = model_engine.model().weight_bytes();
   engine::Engine& engine = model_engine.engine();
   lora::AdapterManager* adapters = model_engine.adapters();
   std::unordered_map<engine::RequestId, std::optional<lora::AdapterTier>> tiers;
@@ -218,6 +231,7 @@ BenchRun drive_stepped(const BenchOptions& options, engine::ModelEngine& model_e
   run.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   run.engine_stats = engine.stats();
   run.graphs_after = model_engine.executor().stats();
+  if (model_engine.pressure() != nullptr) run.pressure = model_engine.pressure()->counts();
   for (const engine::Completion& completion : completions) {
     run.submit_tiers.push_back(tiers.at(completion.request));
   }
@@ -242,6 +256,7 @@ void merge_run(BenchRun& total, BenchRun pass) {
   }
   total.graphs_after = pass.graphs_after;
   total.engine_stats = pass.engine_stats;
+  total.pressure = pass.pressure;
 }
 
 struct LatencyPercentiles {
@@ -253,17 +268,26 @@ struct BenchSummary {
   int64_t num_requests = 0;
   int num_threads = 0;
   int64_t num_errors = 0;
+  std::string first_error;  // the first failed request's message
   int64_t prompt_tokens = 0, generated_tokens = 0;
   double seconds = 0;
   double output_tokens_per_second = 0, total_tokens_per_second = 0;
   LatencyPercentiles ttft_ms, tpot_ms, latency_ms;
   int64_t preemptions = 0;
-  double prefix_hit_rate = 0;      // of the blocks looked up in the prefix cache
-  double graph_hit_rate = 0;       // of the steps this run took
-  int64_t graph_captures = 0;      // the executor's total, not the change over the run
-  double padding_ratio = 0;        // likewise
-  double peak_kv_utilization = 0;  // of the pool's pages
+  int64_t preemptions_by_swap = 0;
+  int64_t cost_chose_recompute = 0, cost_chose_swap = 0;
+  double host_copy_gib_per_second = 0;  // 0: no cost model
+  double prefill_gflops = 0;            // calibrated IR GFLOP/s; 0: unknown
+  double prefix_hit_rate = 0;           // of the blocks looked up in the prefix cache
+  double graph_hit_rate = 0;            // of the steps this run took
+  int64_t graph_captures = 0;           // the executor's total, not the change over the run
+  double padding_ratio = 0;             // likewise
+  double peak_kv_utilization = 0;       // of the pool's pages
   std::array<int64_t, memory::kNumContentTypes> peak_pool_bytes{};
+  // The process's peak resident set (getrusage ru_maxrss, so since start-up, model load
+  // included) against the pool's budget and the weights (mmapped, resident once touched).
+  int64_t peak_rss_bytes = 0, pool_budget_bytes = 0, weight_bytes = 0;
+  std::optional<engine::PressureCounts> pressure;
 };
 
 template <typename Rep, typename Period>
@@ -287,7 +311,9 @@ BenchSummary summarize_run(const BenchRun& run) {
   summary.num_threads = run.num_threads;
   std::vector<double> ttft_ms, tpot_ms, latency_ms;
   for (const engine::Completion& completion : run.completions) {
-    if (completion.reason == engine::FinishReason::kError) ++summary.num_errors;
+    if (completion.reason == engine::FinishReason::kError) {
+      if (summary.num_errors++ == 0) summary.first_error = completion.error.to_string();
+    }
     summary.prompt_tokens += completion.num_prompt_tokens;
     summary.generated_tokens += completion.num_generated_tokens;
     ttft_ms.push_back(to_milliseconds(completion.timing.time_to_first_token));
@@ -307,6 +333,13 @@ BenchSummary summarize_run(const BenchRun& run) {
 
   const engine::EngineStats& stats = run.engine_stats;
   summary.preemptions = stats.preemptions_by_recompute + stats.preemptions_by_swap;
+  summary.preemptions_by_swap = stats.preemptions_by_swap;
+  summary.cost_chose_recompute = stats.cost_chose_recompute;
+  summary.cost_chose_swap = stats.cost_chose_swap;
+  if (run.preemption_rates.has_value()) {
+    summary.host_copy_gib_per_second = run.preemption_rates->host_copy_bytes_per_second / (1 << 30);
+    summary.prefill_gflops = run.preemption_rates->flops_per_second / 1e9;
+  }
   summary.prefix_hit_rate =
       ratio_or_zero(stats.prefix_cache_hit_blocks, stats.prefix_cache_queried_blocks);
   const exec::GraphCacheStats& before = run.graphs_before;
@@ -322,11 +355,32 @@ BenchSummary summarize_run(const BenchRun& run) {
   summary.peak_kv_utilization =
       static_cast<double>(run.peak_pages[static_cast<int>(memory::ContentType::kKvCache)]) /
       static_cast<double>(run.pool_pages);
+  rusage usage{};
+  if (getrusage(RUSAGE_SELF, &usage) == 0) summary.peak_rss_bytes = int64_t{usage.ru_maxrss} << 10;
+  summary.pressure = run.pressure;
+  summary.pool_budget_bytes = run.pool_pages * static_cast<int64_t>(run.page_size);
+  summary.weight_bytes = run.weight_bytes;
   return summary;
 }
 
 nlohmann::json percentiles_json(const LatencyPercentiles& percentiles) {
   return {{"p50", percentiles.p50}, {"p99", percentiles.p99}};
+}
+
+// Null when pressure handling was off.
+nlohmann::json pressure_json(const std::optional<engine::PressureCounts>& pressure) {
+  if (!pressure.has_value()) return nullptr;
+  nlohmann::json steps = nlohmann::json::object();
+  for (memory::PressureLevel level : memory::kAllPressureLevels) {
+    steps[std::string(memory::pressure_level_name(level))] =
+        pressure->steps_at_level[static_cast<size_t>(level)];
+  }
+  return {{"steps_at_level", steps},
+          {"pages_evicted", pressure->pages_evicted},
+          {"adapter_pages_evicted", pressure->adapter_pages_evicted},
+          {"kv_pages_evicted", pressure->kv_pages_evicted},
+          {"graph_bytes_released", pressure->graph_bytes_released},
+          {"preemptions", pressure->preemptions}};
 }
 
 nlohmann::json bench_json(const BenchOptions& options, const BenchSummary& summary) {
@@ -350,12 +404,21 @@ nlohmann::json bench_json(const BenchOptions& options, const BenchSummary& summa
       {"tpot_ms", percentiles_json(summary.tpot_ms)},
       {"latency_ms", percentiles_json(summary.latency_ms)},
       {"preemptions", summary.preemptions},
+      {"preemptions_by_swap", summary.preemptions_by_swap},
+      {"preemption_cost_chose",
+       {{"recompute", summary.cost_chose_recompute}, {"swap", summary.cost_chose_swap}}},
+      {"host_copy_gib_per_second", summary.host_copy_gib_per_second},
+      {"calibrated_prefill_gflops", summary.prefill_gflops},
       {"prefix_hit_rate", summary.prefix_hit_rate},
       {"graph_hit_rate", summary.graph_hit_rate},
       {"graph_captures", summary.graph_captures},
       {"padding_ratio", summary.padding_ratio},
       {"peak_kv_utilization", summary.peak_kv_utilization},
       {"peak_pool_bytes", peak},
+      {"peak_rss_bytes", summary.peak_rss_bytes},
+      {"pool_budget_bytes", summary.pool_budget_bytes},
+      {"weight_bytes", summary.weight_bytes},
+      {"pressure", pressure_json(summary.pressure)},
   };
 }
 
@@ -371,12 +434,24 @@ void print_bench(const BenchOptions& options, const BenchSummary& summary) {
   std::printf("  throughput      %.1f output tokens/s, %.1f total tokens/s (%.2f s, %lld errors)\n",
               summary.output_tokens_per_second, summary.total_tokens_per_second, summary.seconds,
               static_cast<long long>(summary.num_errors));
+  if (summary.num_errors > 0) {
+    std::printf("  first error     %s\n", summary.first_error.c_str());
+  }
   std::printf("  TTFT            p50 %.1f ms, p99 %.1f ms\n", summary.ttft_ms.p50,
               summary.ttft_ms.p99);
   std::printf("  TPOT            p50 %.2f ms, p99 %.2f ms\n", summary.tpot_ms.p50,
               summary.tpot_ms.p99);
-  std::printf("  preemptions     %lld; prefix hit rate %.1f%%\n",
-              static_cast<long long>(summary.preemptions), 100 * summary.prefix_hit_rate);
+  std::printf("  preemptions     %lld (%lld by swap); prefix hit rate %.1f%%\n",
+              static_cast<long long>(summary.preemptions),
+              static_cast<long long>(summary.preemptions_by_swap), 100 * summary.prefix_hit_rate);
+  if (summary.host_copy_gib_per_second > 0) {
+    std::printf(
+        "  by cost         chose recompute %lld, swap %lld; host copy %.2f GiB/s, prefill %.3f "
+        "GFLOP/s (calibrated)\n",
+        static_cast<long long>(summary.cost_chose_recompute),
+        static_cast<long long>(summary.cost_chose_swap), summary.host_copy_gib_per_second,
+        summary.prefill_gflops);
+  }
   std::printf("  graphs          hit rate %.1f%%, %lld captures, padding %.1f%% of tokens\n",
               100 * summary.graph_hit_rate, static_cast<long long>(summary.graph_captures),
               100 * summary.padding_ratio);
@@ -387,6 +462,29 @@ void print_bench(const BenchOptions& options, const BenchSummary& summary) {
     std::printf("                  hot adapter pages %.1f MiB\n",
                 peak_mib(summary, memory::ContentType::kAdapterWeights));
   }
+  if (summary.pressure.has_value()) {
+    const engine::PressureCounts& pressure = *summary.pressure;
+    std::printf(
+        "  pressure        steps normal/warning/critical/oom %lld/%lld/%lld/%lld; evicted %lld "
+        "pages (adapters %lld, KV %lld), gave back %.1f MiB of idle graph memory, %lld "
+        "preemptions\n",
+        static_cast<long long>(pressure.steps_at_level[0]),
+        static_cast<long long>(pressure.steps_at_level[1]),
+        static_cast<long long>(pressure.steps_at_level[2]),
+        static_cast<long long>(pressure.steps_at_level[3]),
+        static_cast<long long>(pressure.pages_evicted),
+        static_cast<long long>(pressure.adapter_pages_evicted),
+        static_cast<long long>(pressure.kv_pages_evicted),
+        static_cast<double>(pressure.graph_bytes_released) / (1 << 20),
+        static_cast<long long>(pressure.preemptions));
+  } else {
+    std::printf("  pressure        handling off\n");
+  }
+  constexpr double kMiB = 1 << 20;
+  std::printf("  memory          peak RSS %.1f MiB, pool budget %.1f MiB, weights %.1f MiB\n",
+              static_cast<double>(summary.peak_rss_bytes) / kMiB,
+              static_cast<double>(summary.pool_budget_bytes) / kMiB,
+              static_cast<double>(summary.weight_bytes) / kMiB);
 }
 
 void write_json(const std::string& path, const nlohmann::json& json) {

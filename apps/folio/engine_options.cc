@@ -33,6 +33,71 @@ void add_engine_options(CLI::App& command, EngineCommandOptions& options) {
   command.add_flag("--no-graphs", options.no_graphs, "Run every step eagerly (no capture/replay)");
   command.add_option("--swap-mib", options.swap_mib,
                      "Host swap space for preemption by swap, MiB (0: recompute)");
+  command
+      .add_option("--kv-watermark", options.kv_watermark,
+                  "Fraction of the KV cache that admitting a request must leave free, so running "
+                  "sequences can grow without preempting at once")
+      ->capture_default_str();
+  command.add_flag("--no-pressure-handling", options.no_pressure_handling,
+                   "Do not react to memory pressure (no eviction ahead of need, no admission "
+                   "stop, no pressure preemption)");
+  command.add_flag("--pressure-preempt-ahead", options.pressure_preempt_ahead,
+                   "At the out-of-memory level, preempt one request per step before appends "
+                   "fail (off: failed appends preempt, as always)");
+  command
+      .add_option("--pressure-warning", options.pressure_warning,
+                  "Utilization ENTER:EXIT of the warning level: unused adapters, idle graph "
+                  "captures and old cached prefixes are evicted down to EXIT; no prefetching")
+      ->capture_default_str();
+  command
+      .add_option("--pressure-critical", options.pressure_critical,
+                  "ENTER:EXIT of the critical level: no new request is admitted, prefill chunks "
+                  "shrink, preemption takes the cheaper of recompute and swap")
+      ->capture_default_str();
+  command
+      .add_option("--pressure-oom", options.pressure_out_of_memory,
+                  "ENTER:EXIT of the out-of-memory level (a failed KV append also enters it): "
+                  "failed appends preempt, and no new request is admitted")
+      ->capture_default_str();
+  command
+      .add_option("--prefill-token-share", options.prefill_token_share,
+                  "Share of a step's tokens prefill may take next to decodes, (0, 1]; lower "
+                  "keeps decodes' time per token down at the cost of time to first token (1: "
+                  "no cap; the phase tuner's starting point)")
+      ->capture_default_str();
+  command
+      .add_option("--decode-kv-share", options.decode_kv_share,
+                  "Share of the KV cache admission keeps free for running sequences to grow, "
+                  "[0, 1) (0: none; the phase tuner's starting point)")
+      ->capture_default_str();
+  command.add_flag("--phase-tuner", options.phase_tuner,
+                   "Let the phase tuner move both shares toward the TTFT and TPOT targets "
+                   "(off by default: the shares stay as given)");
+  command
+      .add_option("--phase-tuner-rate", options.phase_tuner_rate,
+                  "Largest move of a share per 8-step window")
+      ->capture_default_str();
+  command
+      .add_option("--phase-tuner-min-prefill-share", options.phase_tuner_min_prefill_share,
+                  "Lowest prefill token share the tuner may set")
+      ->capture_default_str();
+  command
+      .add_option("--phase-tuner-max-decode-kv-share", options.phase_tuner_max_decode_kv_share,
+                  "Highest decode KV share the tuner may set")
+      ->capture_default_str();
+  command
+      .add_option("--phase-tuner-ttft-ms", options.phase_tuner_ttft_ms,
+                  "Queue wait the tuner steers below (a TTFT target), ms")
+      ->capture_default_str();
+  command
+      .add_option("--phase-tuner-tpot-ms", options.phase_tuner_tpot_ms,
+                  "Decode step time the tuner steers below (a TPOT target), ms")
+      ->capture_default_str();
+  command
+      .add_option("--preemption", options.preemption,
+                  "How a preempted sequence gives up its KV: recompute, swap, cheaper (per "
+                  "victim, by measured cost), or auto (swap with --swap-mib, else recompute)")
+      ->capture_default_str();
   command.add_flag("-q,--quiet", options.quiet, "No progress messages");
   command.add_option("--lora", options.loras,
                      "LoRA adapter NAME=PATH[:SCALE] (llama.cpp adapter GGUF); repeatable");
@@ -65,6 +130,23 @@ Result<AdapterSpec> parse_adapter_spec(const std::string& text) {
     }
   }
   return spec;
+}
+
+Result<memory::PressureBand> parse_pressure_band(const std::string& text, std::string_view flag) {
+  const size_t colon = text.find(':');
+  char* end = nullptr;
+  memory::PressureBand band;
+  if (colon != std::string::npos) {
+    const std::string enter = text.substr(0, colon);
+    const std::string exit = text.substr(colon + 1);
+    band.enter = std::strtod(enter.c_str(), &end);
+    const bool enter_ok = !enter.empty() && end == enter.c_str() + enter.size();
+    band.exit = std::strtod(exit.c_str(), &end);
+    const bool exit_ok = !exit.empty() && end == exit.c_str() + exit.size();
+    if (enter_ok && exit_ok) return band;
+  }
+  return invalid_argument("{} '{}': expected ENTER:EXIT, two fractions such as 0.80:0.75", flag,
+                          text);
 }
 
 namespace {
@@ -134,11 +216,47 @@ Result<std::unique_ptr<engine::ModelEngine>> start_model_engine(
   engine_options.max_context_tokens = options.max_context;
   engine_options.use_graphs = !options.no_graphs;
   engine_options.swap_bytes = options.swap_mib << 20;
+  engine_options.kv_watermark = options.kv_watermark;
+  engine_options.pressure.enabled = !options.no_pressure_handling;
+  engine_options.pressure.preempt_ahead = options.pressure_preempt_ahead;
+  FOLIO_ASSIGN_OR_RETURN(engine_options.pressure.thresholds.warning,
+                         parse_pressure_band(options.pressure_warning, "--pressure-warning"));
+  FOLIO_ASSIGN_OR_RETURN(engine_options.pressure.thresholds.critical,
+                         parse_pressure_band(options.pressure_critical, "--pressure-critical"));
+  FOLIO_ASSIGN_OR_RETURN(engine_options.pressure.thresholds.out_of_memory,
+                         parse_pressure_band(options.pressure_out_of_memory, "--pressure-oom"));
+  FOLIO_RETURN_IF_ERROR(engine_options.pressure.thresholds.validate());
   engine_options.scheduler.max_num_sequences = options.max_sequences;
   engine_options.scheduler.max_num_batched_tokens = options.max_batched_tokens;
   engine_options.scheduler.prefill_chunk_size = options.chunk_size;
-  if (options.swap_mib > 0)
-    engine_options.scheduler.preemption_mode = engine::PreemptionMode::kSwap;
+  engine_options.scheduler.phase_split = {options.prefill_token_share, options.decode_kv_share};
+  engine::PhaseBudgetTunerOptions& tuner = engine_options.phase_tuner;
+  tuner.enabled = options.phase_tuner;
+  tuner.learning_rate = options.phase_tuner_rate;
+  tuner.min_prefill_token_share = options.phase_tuner_min_prefill_share;
+  tuner.max_decode_kv_share = options.phase_tuner_max_decode_kv_share;
+  tuner.ttft_target = std::chrono::duration_cast<engine::Duration>(
+      std::chrono::duration<double, std::milli>(options.phase_tuner_ttft_ms));
+  tuner.tpot_target = std::chrono::duration_cast<engine::Duration>(
+      std::chrono::duration<double, std::milli>(options.phase_tuner_tpot_ms));
+  if (options.preemption == "auto") {
+    if (options.swap_mib > 0) {
+      engine_options.scheduler.preemption_mode = engine::PreemptionMode::kSwap;
+    }
+  } else if (options.preemption == "recompute") {
+    engine_options.scheduler.preemption_mode = engine::PreemptionMode::kRecompute;
+  } else if (options.preemption == "swap" || options.preemption == "cheaper") {
+    if (options.swap_mib <= 0) {
+      return invalid_argument("--preemption {} needs host swap space: give --swap-mib",
+                              options.preemption);
+    }
+    engine_options.scheduler.preemption_mode = options.preemption == "swap"
+                                                   ? engine::PreemptionMode::kSwap
+                                                   : engine::PreemptionMode::kCheaper;
+  } else {
+    return invalid_argument("--preemption must be auto, recompute, swap or cheaper, got '{}'",
+                            options.preemption);
+  }
   engine_options.adapters = options.adapters || !options.loras.empty() || !options.lora_dir.empty();
   if (options.lora_hot_mib < 0 || options.lora_warm_mib < 0) {
     return invalid_argument("--lora-hot-mib and --lora-warm-mib must not be negative");

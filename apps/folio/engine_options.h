@@ -26,6 +26,23 @@ struct EngineCommandOptions {
   int32_t max_context = 0;
   bool no_graphs = false;
   int64_t swap_mib = 0;
+  double kv_watermark = 0.01;
+  // Memory pressure (engine/memory_pressure_handler.h): ENTER:EXIT utilization fractions.
+  bool no_pressure_handling = false;
+  bool pressure_preempt_ahead = false;
+  std::string pressure_warning = "0.80:0.75";
+  std::string pressure_critical = "0.95:0.90";
+  std::string pressure_out_of_memory = "0.99:0.97";
+  // Phase split and its tuner (scheduler.h PhaseSplit, phase_budget_tuner.h).
+  double prefill_token_share = 1.0;
+  double decode_kv_share = 0.0;
+  bool phase_tuner = false;
+  double phase_tuner_rate = 0.1;
+  double phase_tuner_min_prefill_share = 0.125;
+  double phase_tuner_max_decode_kv_share = 0.25;
+  double phase_tuner_ttft_ms = 1000;
+  double phase_tuner_tpot_ms = 50;
+  std::string preemption = "auto";  // auto (swap with --swap-mib, else recompute), or a mode
   bool quiet = false;
   // LoRA adapters: NAME=PATH[:SCALE] each, and every *.gguf of a directory (named by its file
   // stem). Any of them, or `adapters` set by a command, starts the engine with adapters.
@@ -43,6 +60,9 @@ struct AdapterSpec {
 };
 // Parses NAME=PATH[:SCALE]. kInvalidArgument naming the flag's text when malformed.
 Result<AdapterSpec> parse_adapter_spec(const std::string& text);
+
+// Parses a pressure level's ENTER:EXIT flag. kInvalidArgument naming the flag when malformed.
+Result<memory::PressureBand> parse_pressure_band(const std::string& text, std::string_view flag);
 
 // Registers the options on `command`; -m/--model is required.
 void add_engine_options(CLI::App& command, EngineCommandOptions& options);

@@ -27,6 +27,7 @@ struct ServeOptions {
   int32_t max_prompt_tokens = 0;
   int32_t max_tokens = 4096;
   int32_t max_queued = 256;
+  int32_t default_priority = 0;
   int32_t idle_timeout_seconds = 60;
   int32_t header_timeout_seconds = 10;
   int32_t body_timeout_seconds = 30;
@@ -48,6 +49,7 @@ Result<server::ServerOptions> server_options(const ServeOptions& options) {
   result.max_prompt_tokens = options.max_prompt_tokens;
   result.protocol.max_tokens = options.max_tokens;
   result.max_pending_requests = options.max_queued;
+  result.default_priority = options.default_priority;
   result.idle_timeout = std::chrono::seconds(options.idle_timeout_seconds);
   result.header_timeout = std::chrono::seconds(options.header_timeout_seconds);
   result.body_timeout = std::chrono::seconds(options.body_timeout_seconds);
@@ -147,6 +149,11 @@ void add_serve_command(CLI::App& app) {
   command->add_option("--max-prompt-tokens", options->max_prompt_tokens,
                       "Longest prompt (0: the context length minus one)");
   command->add_option("--max-tokens-limit", options->max_tokens, "Largest max_tokens accepted")
+      ->capture_default_str();
+  command
+      ->add_option("--default-priority", options->default_priority,
+                   "Priority of requests that send none; as the API's `priority`, lower runs "
+                   "first (admitted before, preempted after higher values)")
       ->capture_default_str();
   command
       ->add_option("--max-queued", options->max_queued,

@@ -48,7 +48,8 @@ struct Configuration {
   bool staggered = false;     // submit one request per step instead of all before the first
   bool tight_memory = false;  // a KV budget small enough to force preemption
   PreemptionMode preemption = PreemptionMode::kRecompute;
-  bool scarce_swap = false;  // swap space too small for every victim: falls back to recompute
+  bool scarce_swap = false;        // swap space too small for every victim: falls back to recompute
+  bool pressure_handling = false;  // the model engine reacts to memory pressure
 };
 
 std::string describe(const Configuration& configuration) {
@@ -58,6 +59,7 @@ std::string describe(const Configuration& configuration) {
   if (configuration.tight_memory) {
     text += configuration.preemption == PreemptionMode::kSwap ? ", swap" : ", recompute";
     if (configuration.scarce_swap) text += " (scarce)";
+    if (configuration.pressure_handling) text += ", pressure handling";
   }
   return text;
 }
@@ -65,6 +67,7 @@ std::string describe(const Configuration& configuration) {
 struct RunResult {
   std::vector<std::vector<int32_t>> outputs;
   EngineStats stats;
+  PressureCounts pressure;  // model runners with pressure handling
 };
 
 // Submits `specs` (all before the first step, or one more per step), steps to the end checking
@@ -275,6 +278,7 @@ struct ModelRunnerOf {
     options.scheduler.preemption_mode = configuration.preemption;
     options.scheduler.max_preemptions = 100000;
     options.adapters = kAdapters;
+    options.pressure.enabled = configuration.pressure_handling;
     return options;
   }
 
@@ -335,23 +339,25 @@ struct ModelRunnerOf {
     EXPECT_TRUE(bundle.ok()) << bundle.status();
     if (!bundle.ok()) return {};
     register_adapters(**bundle);
+    const auto temporary =
+        static_cast<size_t>(memory::content_index(memory::ContentType::kTemporary));
+    const int64_t persistent_pages = (*bundle)->pool().stats().per_content[temporary].pages_in_use;
     RunResult result = drive((*bundle)->engine(), recorder, specs, configuration.staggered);
+    if ((*bundle)->pressure() != nullptr) result.pressure = (*bundle)->pressure()->counts();
     kv::BlockManager& blocks = (*bundle)->block_manager();
     blocks.check_invariants();
     EXPECT_EQ(blocks.num_sequences(), 0);
     EXPECT_EQ(blocks.counts().owned, blocks.num_dummy_blocks())
         << "only the dummy blocks may stay owned";
-    // Pool pages: KV pages stay allocated (their blocks are free or cached) and graph arena
-    // pages stay with the arena; nothing else may be left in use.
+    // Pool pages: KV pages stay allocated (their blocks are free or cached), graph arena pages
+    // stay with the arena and hot adapters in their tier. Once the executor gives back its idle
+    // eager memory, only the persistent input and output buffers it started with remain.
+    Result<int64_t> released = (*bundle)->executor().release_idle_memory(0);
+    EXPECT_TRUE(released.ok()) << released.status();
     const memory::PoolStats pool = (*bundle)->pool().stats();
-    for (memory::ContentType content : memory::kAllContentTypes) {
-      // Hot adapters stay in their tier after their requests end.
-      if (content == memory::ContentType::kKvCache || content == memory::ContentType::kGraphArena ||
-          content == memory::ContentType::kAdapterWeights)
-        continue;
-      EXPECT_EQ(pool.per_content[memory::content_index(content)].pages_in_use, 0)
-          << memory::content_type_name(content);
-    }
+    EXPECT_EQ(pool.per_content[temporary].pages_in_use, persistent_pages);
+    EXPECT_EQ(
+        pool.per_content[memory::content_index(memory::ContentType::kActivation)].pages_in_use, 0);
     if (kAdapters) {
       (*bundle)->adapters()->check_invariants();
       EXPECT_EQ((*bundle)->adapters()->stats().held, 0);
@@ -453,6 +459,31 @@ TYPED_TEST(EngineInvarianceTest, UnderPreemptionBySwap) {
         if (scarce_swap) {
           EXPECT_GT(result.stats.preemptions_by_recompute, 0);
         }
+        this->expect_same_outputs(result, configuration);
+      }
+    }
+  }
+}
+
+// The model engine reacting to memory pressure (evicting cached prefixes and cold adapters,
+// stopping admissions, preempting ahead of failed appends) changes no token and loses no
+// request.
+TYPED_TEST(EngineInvarianceTest, UnderMemoryPressureHandling) {
+  if constexpr (std::is_same_v<TypeParam, ToyRunner>) {
+    GTEST_SKIP() << "the toy runner has no page pool to be under pressure";
+  } else {
+    for (bool use_graphs : TypeParam::graph_modes()) {
+      for (PreemptionMode mode : {PreemptionMode::kRecompute, PreemptionMode::kSwap}) {
+        Configuration configuration;
+        configuration.use_graphs = use_graphs;
+        configuration.tight_memory = true;
+        configuration.preemption = mode;
+        configuration.pressure_handling = true;
+        const RunResult result = TypeParam::run(configuration, *this->specs_);
+        const PressureCounts& pressure = result.pressure;
+        const int64_t steps_under_pressure =
+            pressure.steps_at_level[1] + pressure.steps_at_level[2] + pressure.steps_at_level[3];
+        EXPECT_GT(steps_under_pressure, 0) << describe(configuration);
         this->expect_same_outputs(result, configuration);
       }
     }

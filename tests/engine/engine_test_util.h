@@ -52,7 +52,10 @@ struct HarnessOptions {
   bool with_text = true;
   std::optional<int32_t> eos_token;
   SchedulerOptions scheduler;
+  PhaseBudgetTunerOptions phase_tuner;
   uint64_t engine_seed = 0;
+  // Prices victims for PreemptionMode::kCheaper; must outlive the harness.
+  const PreemptionCostModel* preemption_cost = nullptr;
 };
 
 // Owns the KV cache, the toy runner, a manual clock and the engine, in dependency order.
@@ -83,10 +86,12 @@ class EngineHarness {
     engine_options.scheduler = options.scheduler;
     engine_options.eos_token = options.eos_token;
     engine_options.seed = options.engine_seed;
+    engine_options.phase_tuner = options.phase_tuner;
     EngineParts parts;
     parts.block_manager = block_manager_.get();
     parts.runner = runner_.get();
     parts.has_swap_space = swap_space_ != nullptr;
+    parts.preemption_cost = options.preemption_cost;
     parts.clock = &clock_;
     parts.registry = &registry_;
     if (options.with_text) parts.text_decoder_factory = make_span_text_decoder_factory(toy_decode);

@@ -10,6 +10,7 @@
 #include "folio/kv/block_copier.h"
 #include "folio/kv/fixed_page_source.h"
 #include "folio/kv/host_swap_space.h"
+#include "scheduler_test_util.h"
 
 namespace folio::engine {
 namespace {
@@ -35,34 +36,15 @@ class SchedulerTest : public ::testing::Test {
 
   // Distinct sequences get distinct tokens (no prefix sharing) unless first_token says otherwise.
   Sequence* add(int32_t prompt_length, int32_t priority = 0, int32_t first_token = -1) {
-    auto sequence = std::make_unique<Sequence>();
     const int64_t id = static_cast<int64_t>(sequences_.size()) + 1;
-    sequence->request = RequestId(id);
-    sequence->seq = kv::SeqId(id);
-    sequence->priority = priority;
-    sequence->arrival = clock_.now();
-    sequence->arrival_order = id;
-    if (first_token < 0) first_token = static_cast<int32_t>(id) * 1000;
-    for (int32_t index = 0; index < prompt_length; ++index) {
-      sequence->tokens.push_back(first_token + index);
-    }
-    sequence->num_prompt_tokens = prompt_length;
-    sequences_.push_back(std::move(sequence));
+    sequences_.push_back(testing::make_sequence(id, prompt_length, clock_.now(), first_token));
+    sequences_.back()->priority = priority;
     scheduler_->add(sequences_.back().get());
     return sequences_.back().get();
   }
 
   // One step: schedule, "run" (complete), give every logits row the token 7.
-  StepPlan step() {
-    StepPlan plan = scheduler_->schedule(clock_.now());
-    scheduler_->complete(plan);
-    for (const ScheduledSegment& segment : plan.segments) {
-      if (segment.wants_logits) segment.sequence->tokens.push_back(7);
-    }
-    scheduler_->check_invariants();
-    manager_->check_invariants();
-    return plan;
-  }
+  StepPlan step() { return testing::run_step(*scheduler_, *manager_, clock_.now()); }
 
   static std::vector<int64_t> ids(const StepPlan& plan) {
     std::vector<int64_t> result;
@@ -249,7 +231,7 @@ TEST_F(SchedulerTest, PreemptionBySwapKeepsDecodesOnTheHost) {
   EXPECT_EQ(resumed.segments[0].first_position, 16);
 }
 
-TEST_F(SchedulerTest, ASwappedSequenceThatCanNeverComeBackFails) {
+TEST_F(SchedulerTest, ASwappedSequenceThatOutgrewTheCacheFails) {
   SchedulerOptions options;
   options.preemption_mode = PreemptionMode::kSwap;
   // 5 usable blocks, watermark 1 block: admission and swap-in take at most 4, appends all 5.
@@ -260,20 +242,176 @@ TEST_F(SchedulerTest, ASwappedSequenceThatCanNeverComeBackFails) {
   ASSERT_EQ(plan.failed.size(), 1u);
   EXPECT_EQ(plan.failed[0].first, grower);
   EXPECT_EQ(plan.failed[0].second.code(), StatusCode::kResourceExhausted);
-  EXPECT_GE(grower->num_preemptions, 1);
+  EXPECT_EQ(grower->num_preemptions, 1);
   EXPECT_FALSE(scheduler_->has_unfinished());
 }
 
-TEST_F(SchedulerTest, SwapModeWithoutSwapSpaceIsRejected) {
+TEST_F(SchedulerTest, ASwappedSequenceComesBackOnlyWithRoomForItsNextToken) {
+  SchedulerOptions options;
+  options.preemption_mode = PreemptionMode::kSwap;
+  build(5, options, /*swap_blocks=*/16);
+  Sequence* first = add(16);   // 2 blocks
+  Sequence* second = add(16);  // 2 blocks
+  step();
+  step();  // the first takes the last free block; the second's next token preempts it
+  ASSERT_EQ(second->status, SequenceStatus::kSwapped);
+  // Its 2 blocks are free again, but its pending token (position 16) needs a third: swapped in
+  // now, it would be the next victim before it ran.
+  for (int count = 0; count < 5; ++count) {
+    step();
+    EXPECT_EQ(second->status, SequenceStatus::kSwapped);
+  }
+  EXPECT_EQ(second->num_preemptions, 1);
+  scheduler_->finish(first);
+  step();
+  ASSERT_EQ(second->status, SequenceStatus::kRunning);
+  const StepPlan resumed = step();
+  ASSERT_EQ(ids(resumed), (std::vector<int64_t>{2}));
+  EXPECT_EQ(resumed.segments[0].first_position, 16);
+  EXPECT_EQ(second->num_preemptions, 1);
+}
+
+// A sequence that grew past max_sequence_blocks - watermark while running (appends ignore the
+// watermark) and was then preempted comes back, by swap and by recompute, once the more
+// important one has finished; until then admission waits for it.
+class PastWatermarkTest : public SchedulerTest,
+                          public ::testing::WithParamInterface<PreemptionMode> {};
+
+TEST_P(PastWatermarkTest, APreemptedSequencePastTheWatermarkComesBack) {
+  SchedulerOptions options;
+  options.preemption_mode = GetParam();
+  // 10 usable blocks, watermark 3: admission leaves 3 obtainable, a new sequence takes <= 7.
+  build(10, options, /*swap_blocks=*/GetParam() == PreemptionMode::kSwap ? 16 : 0,
+        /*watermark=*/0.3);
+  ASSERT_EQ(manager_->max_sequence_blocks() - manager_->watermark_blocks(), 7);
+  Sequence* grower = add(48);                    // 6 blocks
+  Sequence* important = add(4, /*priority=*/1);  // 1 block
+  // Both grow; the grower takes the last free blocks, then the important one's next block
+  // preempts it, holding 8 blocks.
+  step();
+  ASSERT_EQ(grower->status, SequenceStatus::kRunning);
+  ASSERT_EQ(important->status, SequenceStatus::kRunning);
+  int step_count = 0;
+  while (grower->status == SequenceStatus::kRunning && step_count++ < 40) {
+    const StepPlan plan = step();
+    ASSERT_TRUE(plan.failed.empty()) << plan.failed[0].second.to_string();
+  }
+  ASSERT_NE(grower->status, SequenceStatus::kRunning);
+  ASSERT_EQ(grower->num_preemptions, 1);
+  ASSERT_GT((static_cast<int32_t>(grower->tokens.size()) - 1) / kBlockSize + 1, 7)
+      << "the test wants a victim past the watermark";
+  // While the important one runs, the grower cannot come back, and nothing is admitted behind
+  // it.
+  Sequence* later = add(4);
+  for (int count = 0; count < 3; ++count) {
+    const StepPlan plan = step();
+    ASSERT_TRUE(plan.failed.empty()) << plan.failed[0].second.to_string();
+    EXPECT_NE(grower->status, SequenceStatus::kRunning);
+    EXPECT_EQ(later->status, SequenceStatus::kWaiting);
+  }
+  scheduler_->finish(important);
+  const StepPlan back = step();
+  ASSERT_TRUE(back.failed.empty()) << back.failed[0].second.to_string();
+  EXPECT_EQ(grower->status, SequenceStatus::kRunning);
+  EXPECT_EQ(scheduler_->past_watermark(), grower);
+  // It goes on to its end; the later one runs beside it when there is room.
+  for (int count = 0; count < 12; ++count) {
+    const StepPlan plan = step();
+    ASSERT_TRUE(plan.failed.empty()) << plan.failed[0].second.to_string();
+    EXPECT_EQ(grower->status, SequenceStatus::kRunning) << "never the victim while another runs";
+  }
+  EXPECT_EQ(grower->num_preemptions, 1);
+  scheduler_->finish(grower);
+  EXPECT_EQ(scheduler_->past_watermark(), nullptr);
+}
+
+INSTANTIATE_TEST_SUITE_P(Modes, PastWatermarkTest,
+                         ::testing::Values(PreemptionMode::kRecompute, PreemptionMode::kSwap),
+                         [](const ::testing::TestParamInfo<PreemptionMode>& info) {
+                           return std::string(preemption_mode_name(info.param));
+                         });
+
+// Rates that make either choice the cheaper: swapping a block of 32 bytes out and back costs
+// 64 / copy rate; recomputing T tokens costs T * 1000 FLOPs / FLOP rate.
+std::unique_ptr<PreemptionCostModel> cost_model(double copy_bytes_per_second,
+                                                double flops_per_second) {
+  RecomputeCostCurve curve =
+      std::move(RecomputeCostCurve::create({RecomputeCostPoint{1, 1000.0, 1.0}}).value());
+  PreemptionRates rates;
+  rates.host_copy_bytes_per_second = copy_bytes_per_second;
+  rates.memory_bytes_per_second = 1e12;
+  rates.flops_per_second = flops_per_second;
+  return std::move(PreemptionCostModel::create(std::move(curve), 32, rates).value());
+}
+
+struct CheaperCase {
+  double copy_bytes_per_second;
+  int32_t swap_blocks;
+  bool expect_swapped;
+};
+
+TEST_F(SchedulerTest, TheCheaperModeSwapsOrRecomputesEachVictimByCost) {
+  // Two sequences of 16 tokens (2 blocks) fill 4 blocks; the later one is the victim. Swap:
+  // 2 blocks * 32 B * 2 / copy rate; recompute: 16 or 17 tokens * 1000 FLOPs / 1e6 FLOP/s, ~17
+  // ms.
+  const CheaperCase cases[] = {
+      {1e9, 16, true},   // fast copy: ~0.1 us
+      {1e3, 16, false},  // slow copy: 128 ms
+      {1e9, 1, false},   // swap is cheaper but the swap space is full: recompute
+  };
+  for (const CheaperCase& test_case : cases) {
+    SCOPED_TRACE(test_case.copy_bytes_per_second);
+    SCOPED_TRACE(test_case.swap_blocks);
+    sequences_.clear();
+    SchedulerOptions options;
+    options.preemption_mode = PreemptionMode::kCheaper;
+    build(4, options, test_case.swap_blocks);
+    const auto cost = cost_model(test_case.copy_bytes_per_second, 1e6);
+    scheduler_->set_preemption_cost(cost.get());
+    add(16);
+    Sequence* second = add(16);
+    step();
+    const StepPlan plan = step();
+    EXPECT_EQ(plan.num_cost_chose_swap + plan.num_cost_chose_recompute, 1);
+    EXPECT_EQ(plan.num_cost_chose_swap, test_case.copy_bytes_per_second > 1e6 ? 1 : 0);
+    EXPECT_EQ(plan.num_preempted_by_swap, test_case.expect_swapped ? 1 : 0);
+    EXPECT_EQ(plan.num_preempted_by_recompute, test_case.expect_swapped ? 0 : 1);
+    EXPECT_EQ(second->status,
+              test_case.expect_swapped ? SequenceStatus::kSwapped : SequenceStatus::kWaiting);
+    scheduler_.reset();
+    manager_.reset();
+  }
+}
+
+TEST_F(SchedulerTest, PreferringTheCheaperMakesTheRecomputeModeDecideByCost) {
+  SchedulerOptions options;
+  options.preemption_mode = PreemptionMode::kRecompute;
+  build(4, options, /*swap_blocks=*/16);
+  const auto cost = cost_model(1e9, 1e6);  // swap is far cheaper
+  scheduler_->set_preemption_cost(cost.get());
+  EXPECT_FALSE(scheduler_->prefers_cheaper_preemption());
+  scheduler_->set_prefer_cheaper_preemption(true);
+  add(16);
+  Sequence* second = add(16);
+  step();
+  const StepPlan plan = step();
+  EXPECT_EQ(plan.num_cost_chose_swap, 1);
+  EXPECT_EQ(plan.num_preempted_by_swap, 1);
+  EXPECT_EQ(second->status, SequenceStatus::kSwapped);
+}
+
+TEST_F(SchedulerTest, SwapModesWithoutSwapSpaceAreRejected) {
   kv::BlockManagerOptions kv_options;
   kv_options.geometry = {kBlockSize, 1, 1, 4, DType::kF32};
   kv_options.max_context_tokens = 64;
   kv::FixedPageSource source(kv_options.geometry.block_bytes(), 4);
   auto manager = std::move(kv::BlockManager::create(kv_options, source, copier_).value());
   SchedulerOptions options;
-  options.preemption_mode = PreemptionMode::kSwap;
-  EXPECT_EQ(Scheduler::create(options, *manager, false).status().code(),
-            StatusCode::kInvalidArgument);
+  for (PreemptionMode mode : {PreemptionMode::kSwap, PreemptionMode::kCheaper}) {
+    options.preemption_mode = mode;
+    EXPECT_EQ(Scheduler::create(options, *manager, false).status().code(),
+              StatusCode::kInvalidArgument);
+  }
 }
 
 TEST_F(SchedulerTest, ARequestPreemptedTooOftenFails) {

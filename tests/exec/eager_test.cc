@@ -118,7 +118,7 @@ class PrepareErrorTest : public ::testing::Test {
     limits.block_size = config_.block_size;
     limits.vocab_size = config_.model.vocab_size;
     limits.num_dummy_blocks = 1;
-    inputs_ = std::move(PersistentInputs::create(limits)).value();
+    inputs_ = std::move(PersistentInputs::create(limits, testing::shared_step_pool())).value();
   }
   Status prepare(ir::Graph graph, const KvCacheBinding& kv) {
     const PrepareContext context{*model_.weights, kv, *inputs_, {}, 2};

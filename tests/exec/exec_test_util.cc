@@ -197,10 +197,35 @@ ExecutorOptions test_options(int32_t max_sequences, ExecutionMode mode) {
   return options;
 }
 
+memory::PagePool& shared_step_pool() {
+  static memory::PagePool* const pool = [] {
+    Result<std::unique_ptr<device::VirtualMemory>> vm = device::make_host_virtual_memory();
+    FOLIO_CHECK(vm.ok(), "host virtual memory: {}", vm.status().to_string());
+    memory::PagePoolOptions options;
+    options.name = "test_step_memory";
+    options.page_size = 4096;
+    options.num_pages = 16384;
+    Result<std::unique_ptr<memory::PagePool>> created = memory::PagePool::create(**vm, options);
+    FOLIO_CHECK(created.ok(), "page pool: {}", created.status().to_string());
+    // Leaked on purpose, with its VirtualMemory: executors in static or leaked state of a test
+    // binary may still hold pages at exit.
+    vm->release();
+    return created->release();
+  }();
+  return *pool;
+}
+
 Result<std::unique_ptr<Executor>> make_executor(const TestModelState& model, TestKvCache& kv,
                                                 ThreadPool& pool, MultiShapeArena& arena,
                                                 ExecutorOptions options) {
-  const ExecutorResources resources{pool, arena, *model.weights, kv.binding};
+  return make_executor(model, kv, pool, arena, shared_step_pool(), std::move(options));
+}
+
+Result<std::unique_ptr<Executor>> make_executor(const TestModelState& model, TestKvCache& kv,
+                                                ThreadPool& pool, MultiShapeArena& arena,
+                                                memory::PagePool& step_pool,
+                                                ExecutorOptions options) {
+  const ExecutorResources resources{pool, arena, step_pool, *model.weights, kv.binding};
   return Executor::create(test_model_factory(model.config), resources, std::move(options));
 }
 

@@ -137,8 +137,18 @@ struct TestModelState {
 // Options most tests use: the default ladder, `max_sequences` sequences, padding block 0.
 ExecutorOptions test_options(int32_t max_sequences, ExecutionMode mode);
 
+// A page pool for the executors' own memory (persistent buffers, eager steps) of tests that do
+// not look at it: 4 KiB pages, 64 MiB, alive for the whole process (never destroyed, so no
+// executor can outlive it).
+memory::PagePool& shared_step_pool();
+
+// An executor on `step_pool` (default: shared_step_pool()).
 Result<std::unique_ptr<Executor>> make_executor(const TestModelState& model, TestKvCache& kv,
                                                 ThreadPool& pool, MultiShapeArena& arena,
+                                                ExecutorOptions options);
+Result<std::unique_ptr<Executor>> make_executor(const TestModelState& model, TestKvCache& kv,
+                                                ThreadPool& pool, MultiShapeArena& arena,
+                                                memory::PagePool& step_pool,
                                                 ExecutorOptions options);
 
 // A host VirtualMemory and an arena on dedicated memory or on the pages of a page pool (members

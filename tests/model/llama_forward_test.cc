@@ -24,6 +24,7 @@
 #include "folio/gguf/gguf_writer.h"
 #include "folio/lora/adapter_file.h"
 #include "folio/lora/adapter_writer.h"
+#include "folio/memory/page_pool.h"
 #include "folio/model/llama_model.h"
 
 namespace folio::model {
@@ -229,6 +230,11 @@ class ForwardHarness {
 
     FOLIO_ASSIGN_OR_RETURN(vm_, device::make_host_virtual_memory());
     arena_ = exec::MultiShapeArena::create(std::make_unique<exec::DedicatedArenaMemory>(*vm_));
+    memory::PagePoolOptions pool_options;
+    pool_options.name = "forward_test";
+    pool_options.page_size = size_t{64} << 10;
+    pool_options.num_pages = 1024;  // 64 MiB: the executor's buffers and eager steps
+    FOLIO_ASSIGN_OR_RETURN(page_pool_, memory::PagePool::create(*vm_, pool_options));
     const ir::KvCacheShape kv_cache{model_->kv_cache_geometry(kBlockSize, DType::kF32), kNumBlocks,
                                     kMaxBlocksPerSequence};
     exec::ExecutorOptions options;
@@ -238,7 +244,7 @@ class ForwardHarness {
     options.first_dummy_block = kMaxBlocksPerSequence;
     options.num_dummy_blocks = 2;
     options.bucket_ladder = {1, 2, 4, 8, 16, 32};
-    exec::ExecutorResources resources{pool_, *arena_, model_->weights(),
+    exec::ExecutorResources resources{pool_, *arena_, *page_pool_, model_->weights(),
                                       exec::KvCacheBinding{layout, kNumBlocks}};
     LlamaGraphOptions graph_options;
     if (adapter != nullptr) {
@@ -336,6 +342,7 @@ class ForwardHarness {
   exec::HostBuffer kv_memory_;
   std::unique_ptr<device::VirtualMemory> vm_;
   std::unique_ptr<exec::MultiShapeArena> arena_;
+  std::unique_ptr<memory::PagePool> page_pool_;
   std::unique_ptr<exec::Executor> executor_;
   std::string model_hash_;
 };

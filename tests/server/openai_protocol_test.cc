@@ -33,9 +33,10 @@ TEST(OpenAiProtocolTest, ParsesACompletionWithEverySupportedField) {
       "n": 1, "stream": true, "stream_options": {"include_usage": true}, "stop": ["x", "yz"],
       "seed": 42, "presence_penalty": 0.5, "frequency_penalty": -0.5, "logit_bias": {},
       "logprobs": null, "echo": false, "best_of": 1, "user": "u", "top_k": 5, "min_p": 0.1,
-      "repetition_penalty": 1.1, "ignore_eos": true})");
+      "repetition_penalty": 1.1, "ignore_eos": true, "priority": -3})");
   ASSERT_TRUE(parsed.ok()) << parsed.status();
   EXPECT_EQ(parsed->model, "m");
+  EXPECT_EQ(parsed->priority, -3);
   ASSERT_EQ(parsed->prompts.size(), 1u);
   EXPECT_EQ(parsed->prompts[0].text, "Hello");
   EXPECT_EQ(parsed->max_tokens, 7);
@@ -62,6 +63,7 @@ TEST(OpenAiProtocolTest, DefaultsAndNullsLeaveOpenAiDefaults) {
   EXPECT_FALSE(parsed->max_tokens.has_value());
   EXPECT_EQ(parsed->sampling.temperature, 1.0f);
   EXPECT_FALSE(parsed->stream);
+  EXPECT_FALSE(parsed->priority.has_value());  // the server's --default-priority
 }
 
 TEST(OpenAiProtocolTest, TokenPromptsAreAccepted) {
@@ -87,6 +89,10 @@ TEST(OpenAiProtocolTest, ListsOfPromptsAreAccepted) {
   EXPECT_EQ(parsed->best_of, 2);
   expect_rejected(Endpoint::kCompletions, R"({"model": "m", "prompt": ["a", []]})", "prompt[]");
   expect_rejected(Endpoint::kCompletions, R"({"model": "m", "prompt": ["a", 3]})", "prompt[]");
+  expect_rejected(Endpoint::kCompletions, R"({"model": "m", "prompt": "a", "priority": 1.5})",
+                  "priority");
+  expect_rejected(Endpoint::kCompletions, R"({"model": "m", "prompt": "a", "priority": 2000000})",
+                  "priority");
   // 3 prompts x 8 choices is above the default limit of 16.
   expect_rejected(Endpoint::kCompletions, R"({"model": "m", "prompt": ["a", "b", "c"], "n": 8})",
                   "limit");

@@ -51,28 +51,39 @@ Result<std::unique_ptr<Engine>> Engine::create(const EngineOptions& options,
             ? runner_rows
             : std::min(scheduler_options.max_logit_rows, runner_rows);
   }
+  if (scheduler_options.preemption_mode == PreemptionMode::kCheaper && parts.has_swap_space &&
+      parts.preemption_cost == nullptr) {
+    return invalid_argument(
+        "preemption by the cheaper of recompute and swap needs a preemption cost model");
+  }
   FOLIO_ASSIGN_OR_RETURN(std::unique_ptr<Scheduler> scheduler,
                          Scheduler::create(scheduler_options, *parts.block_manager,
                                            parts.has_swap_space, parts.adapters));
+  scheduler->set_preemption_cost(parts.preemption_cost);
   std::unique_ptr<Clock> owned_clock;
   if (parts.clock == nullptr) owned_clock = std::make_unique<SteadyClock>();
   std::unique_ptr<metrics::Registry> owned_registry;
   if (parts.registry == nullptr) owned_registry = std::make_unique<metrics::Registry>();
   metrics::Registry& registry = parts.registry != nullptr ? *parts.registry : *owned_registry;
+  FOLIO_ASSIGN_OR_RETURN(
+      PhaseBudgetTuner phase_tuner,
+      PhaseBudgetTuner::create(options.phase_tuner, options.scheduler.phase_split));
   FOLIO_ASSIGN_OR_RETURN(EngineMetrics metrics, EngineMetrics::create(registry));
+  metrics.on_phase_split(phase_tuner.split(), 0, 0);
   return std::unique_ptr<Engine>(new Engine(options, parts, std::move(metrics),
                                             std::move(owned_clock), std::move(owned_registry),
-                                            std::move(scheduler)));
+                                            std::move(scheduler), std::move(phase_tuner)));
 }
 
 Engine::Engine(const EngineOptions& options, const EngineParts& parts, EngineMetrics metrics,
                std::unique_ptr<Clock> owned_clock,
                std::unique_ptr<metrics::Registry> owned_registry,
-               std::unique_ptr<Scheduler> scheduler)
+               std::unique_ptr<Scheduler> scheduler, PhaseBudgetTuner phase_tuner)
     : options_(options),
       block_manager_(*parts.block_manager),
       runner_(*parts.runner),
       adapters_(parts.adapters),
+      pressure_(parts.pressure),
       owned_clock_(std::move(owned_clock)),
       clock_(parts.clock != nullptr ? *parts.clock : *owned_clock_),
       owned_registry_(std::move(owned_registry)),
@@ -85,6 +96,7 @@ Engine::Engine(const EngineOptions& options, const EngineParts& parts, EngineMet
           parts.block_manager->options().geometry.block_size),
       metrics_(std::move(metrics)),
       scheduler_(std::move(scheduler)),
+      phase_tuner_(std::move(phase_tuner)),
       step_batch_builder_(max_blocks_per_sequence_) {}
 
 Engine::~Engine() {

@@ -38,6 +38,8 @@
 #include "folio/base/result.h"
 #include "folio/engine/clock.h"
 #include "folio/engine/engine_metrics.h"
+#include "folio/engine/memory_pressure_handler.h"
+#include "folio/engine/phase_budget_tuner.h"
 #include "folio/engine/request.h"
 #include "folio/engine/sampler.h"
 #include "folio/engine/scheduler.h"
@@ -54,7 +56,9 @@ namespace folio::engine {
 uint64_t choice_seed(uint64_t request_seed, int32_t choice);
 
 struct EngineOptions {
-  SchedulerOptions scheduler;
+  SchedulerOptions scheduler;  // its phase_split is the tuner's initial split
+  // Fed every step that ran; when it moves, the scheduler takes its split from the next step.
+  PhaseBudgetTunerOptions phase_tuner;
   std::optional<int32_t> eos_token;  // the model's end of sequence: a stop token by default
   uint64_t seed = 0;                 // seeds requests that bring none (with their id)
 };
@@ -69,6 +73,10 @@ struct EngineParts {
   TextDecoderFactory text_decoder_factory;    // empty: no text, no stop strings
   // Adapters requests may name (their ids); null: the runner's supports_adapter() decides.
   lora::AdapterManager* adapters = nullptr;
+  // Reacts to memory pressure before each schedule; null: no pressure handling.
+  MemoryPressureHandler* pressure = nullptr;
+  // How PreemptionMode::kCheaper prices victims (preemption_cost.h); required for that mode.
+  const PreemptionCostModel* preemption_cost = nullptr;
 };
 
 class Engine {
@@ -121,7 +129,7 @@ class Engine {
 
   Engine(const EngineOptions& options, const EngineParts& parts, EngineMetrics metrics,
          std::unique_ptr<Clock> owned_clock, std::unique_ptr<metrics::Registry> owned_registry,
-         std::unique_ptr<Scheduler> scheduler);
+         std::unique_ptr<Scheduler> scheduler, PhaseBudgetTuner phase_tuner);
 
   Status validate(const Request& request) const;
   void loop();
@@ -149,11 +157,16 @@ class Engine {
   void finish_request(RequestId id, FinishReason reason, const Status& error);
   void fail_segments(const StepPlan& plan, const Status& error);
   void report_state();
+  // Feeds the step to the phase tuner and applies the split it moves to.
+  void tune_phases(const StepPlan& plan, Duration step_time);
 
   const EngineOptions options_;
   kv::BlockManager& block_manager_;
   StepRunner& runner_;
   lora::AdapterManager* const adapters_;
+  MemoryPressureHandler* const pressure_;
+  // The last step's appends had to preempt (a failed allocation, for the pressure handler).
+  bool appends_preempted_ = false;
   std::unique_ptr<Clock> owned_clock_;
   const Clock& clock_;
   std::unique_ptr<metrics::Registry> owned_registry_;
@@ -166,6 +179,7 @@ class Engine {
 
   // --- Driving thread only.
   std::unique_ptr<Scheduler> scheduler_;
+  PhaseBudgetTuner phase_tuner_;
   StepBatchBuilder step_batch_builder_;
   Sampler sampler_;
   std::vector<float> logits_scratch_;  // f32 [vocab]: the sampler rewrites its row

@@ -50,6 +50,31 @@ Result<EngineMetrics> EngineMetrics::create(metrics::Registry& registry) {
                          registry.counter(preemptions, preemptions_help, {{"mode", "recompute"}}));
   FOLIO_ASSIGN_OR_RETURN(result.preempted_swap_,
                          registry.counter(preemptions, preemptions_help, {{"mode", "swap"}}));
+  FOLIO_ASSIGN_OR_RETURN(
+      result.held_by_kv_share_,
+      registry.counter("folio_engine_admissions_held_by_kv_share_total",
+                       "Admissions held back to keep the phase split's decode KV share free."));
+  const std::string split = "folio_engine_phase_split_share";
+  const std::string split_help =
+      "The scheduler's phase split: prefill's share of a decode step's tokens, decodes' share of "
+      "the KV cache.";
+  FOLIO_ASSIGN_OR_RETURN(result.prefill_token_share_,
+                         registry.gauge(split, split_help, {{"budget", "prefill_tokens"}}));
+  FOLIO_ASSIGN_OR_RETURN(result.decode_kv_share_,
+                         registry.gauge(split, split_help, {{"budget", "decode_kv"}}));
+  const std::string moves = "folio_engine_phase_split_moves_total";
+  const std::string moves_help = "Moves of the phase split by the phase tuner, by share.";
+  FOLIO_ASSIGN_OR_RETURN(result.token_share_moves_,
+                         registry.counter(moves, moves_help, {{"budget", "prefill_tokens"}}));
+  FOLIO_ASSIGN_OR_RETURN(result.kv_share_moves_,
+                         registry.counter(moves, moves_help, {{"budget", "decode_kv"}}));
+  const std::string decisions = "folio_engine_preemption_decisions_total";
+  const std::string decisions_help =
+      "Preemption victims recomputed or swapped by the cost model's choice (kCheaper).";
+  FOLIO_ASSIGN_OR_RETURN(result.cost_chose_recompute_,
+                         registry.counter(decisions, decisions_help, {{"choice", "recompute"}}));
+  FOLIO_ASSIGN_OR_RETURN(result.cost_chose_swap_,
+                         registry.counter(decisions, decisions_help, {{"choice", "swap"}}));
   FOLIO_ASSIGN_OR_RETURN(result.prefix_queried_,
                          registry.counter("folio_engine_prefix_cache_queried_blocks_total",
                                           "Full prompt blocks looked up in the prefix cache."));
@@ -101,6 +126,16 @@ void EngineMetrics::on_step(const StepPlan& plan, int64_t num_prefill_tokens, Du
   step_time_->observe(to_seconds(step_time));
 }
 
+void EngineMetrics::on_phase_split(const PhaseSplit& split, int64_t token_share_moves,
+                                   int64_t kv_share_moves) {
+  prefill_token_share_->set(split.prefill_token_share);
+  decode_kv_share_->set(split.decode_kv_share);
+  token_share_moves_->increment(static_cast<double>(token_share_moves - reported_token_moves_));
+  kv_share_moves_->increment(static_cast<double>(kv_share_moves - reported_kv_moves_));
+  reported_token_moves_ = token_share_moves;
+  reported_kv_moves_ = kv_share_moves;
+}
+
 void EngineMetrics::on_finished(FinishReason reason, const RequestTiming& timing,
                                 int32_t num_generated) {
   finished_[static_cast<int>(reason)]->increment();
@@ -145,9 +180,16 @@ EngineStats EngineMetrics::snapshot() const {
   stats.generated_tokens = as_count(generated_tokens_->value());
   stats.preemptions_by_recompute = as_count(preempted_recompute_->value());
   stats.preemptions_by_swap = as_count(preempted_swap_->value());
+  stats.cost_chose_recompute = as_count(cost_chose_recompute_->value());
+  stats.cost_chose_swap = as_count(cost_chose_swap_->value());
   stats.prefix_cache_queried_blocks = as_count(prefix_queried_->value());
   stats.prefix_cache_hit_blocks = as_count(prefix_hits_->value());
   stats.kv_shared_blocks = as_count(blocks_shared_->value());
+  stats.prefill_token_share = prefill_token_share_->value();
+  stats.decode_kv_share = decode_kv_share_->value();
+  stats.phase_split_moves =
+      as_count(token_share_moves_->value()) + as_count(kv_share_moves_->value());
+  stats.admissions_held_by_kv_share = as_count(held_by_kv_share_->value());
   return stats;
 }
 

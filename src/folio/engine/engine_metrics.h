@@ -11,11 +11,18 @@
 //   folio_engine_scheduled_tokens_total{phase="prefill|decode"}      counter (query tokens)
 //   folio_engine_prompt_tokens_total, folio_engine_generated_tokens_total  counters
 //   folio_engine_preemptions_total{mode="recompute|swap"}            counter
+//   folio_engine_preemption_decisions_total{choice="recompute|swap"}  counter: victims the
+//     cost model decided (PreemptionMode::kCheaper or prefer_cheaper_preemption), by its choice
 //   folio_engine_prefix_cache_queried_blocks_total, _hit_blocks_total  counters
 //   folio_engine_prefix_cache_hit_rate                               gauge (hit / queried blocks)
 //   folio_engine_kv_blocks{state="free|owned|cached"}                gauge
 //   folio_engine_kv_shared_blocks                                    gauge: owned blocks held
 //     by more than one sequence (choices sharing their prompt, prefix-cache hits)
+//   folio_engine_phase_split_share{budget="prefill_tokens|decode_kv"}  gauge: the scheduler's
+//     phase split (scheduler.h PhaseSplit), as the phase tuner moves it
+//   folio_engine_phase_split_moves_total{budget="prefill_tokens|decode_kv"}  counter: its moves
+//   folio_engine_admissions_held_by_kv_share_total                   counter: admissions the
+//     split's decode KV share held back (one per candidate per step)
 //   folio_engine_time_to_first_token_seconds, folio_engine_time_per_output_token_seconds,
 //   folio_engine_step_seconds                                        histograms
 //
@@ -46,9 +53,15 @@ struct EngineStats {
   int64_t generated_tokens = 0;
   int64_t preemptions_by_recompute = 0;
   int64_t preemptions_by_swap = 0;
+  int64_t cost_chose_recompute = 0;
+  int64_t cost_chose_swap = 0;
   int64_t prefix_cache_queried_blocks = 0;
   int64_t prefix_cache_hit_blocks = 0;
   int64_t kv_shared_blocks = 0;
+  double prefill_token_share = 1.0;  // the phase split now
+  double decode_kv_share = 0.0;
+  int64_t phase_split_moves = 0;  // both shares' moves
+  int64_t admissions_held_by_kv_share = 0;
 };
 
 class EngineMetrics {
@@ -62,7 +75,12 @@ class EngineMetrics {
   void on_preemptions(const StepPlan& plan) {
     preempted_recompute_->increment(plan.num_preempted_by_recompute);
     preempted_swap_->increment(plan.num_preempted_by_swap);
+    held_by_kv_share_->increment(plan.num_held_by_kv_share);
+    cost_chose_recompute_->increment(plan.num_cost_chose_recompute);
+    cost_chose_swap_->increment(plan.num_cost_chose_swap);
   }
+  // The split now and the tuner's cumulative moves of each share.
+  void on_phase_split(const PhaseSplit& split, int64_t token_share_moves, int64_t kv_share_moves);
   void on_finished(FinishReason reason, const RequestTiming& timing, int32_t num_generated);
   // Gauges of queue lengths and KV blocks; the prefix cache counters advance to `prefix`.
   void on_state(int32_t num_waiting, int32_t num_running, int32_t num_swapped,
@@ -85,6 +103,13 @@ class EngineMetrics {
   metrics::Counter* generated_tokens_ = nullptr;
   metrics::Counter* preempted_recompute_ = nullptr;
   metrics::Counter* preempted_swap_ = nullptr;
+  metrics::Counter* held_by_kv_share_ = nullptr;
+  metrics::Gauge* prefill_token_share_ = nullptr;
+  metrics::Gauge* decode_kv_share_ = nullptr;
+  metrics::Counter* token_share_moves_ = nullptr;
+  metrics::Counter* kv_share_moves_ = nullptr;
+  metrics::Counter* cost_chose_recompute_ = nullptr;
+  metrics::Counter* cost_chose_swap_ = nullptr;
   metrics::Counter* prefix_queried_ = nullptr;
   metrics::Counter* prefix_hits_ = nullptr;
   metrics::Gauge* prefix_hit_rate_ = nullptr;
@@ -97,6 +122,9 @@ class EngineMetrics {
   metrics::Histogram* step_time_ = nullptr;
   // The block manager's cumulative prefix statistics at the last on_state (engine thread only).
   kv::PrefixCacheStats reported_prefix_;
+  // The tuner's cumulative moves at the last on_phase_split (engine thread only).
+  int64_t reported_token_moves_ = 0;
+  int64_t reported_kv_moves_ = 0;
 };
 
 }  // namespace folio::engine

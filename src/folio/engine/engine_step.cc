@@ -26,13 +26,20 @@ bool Engine::step_once() {
     return false;
   }
   const TimePoint started = clock_.now();
+  if (pressure_ != nullptr) pressure_->before_schedule(*scheduler_, appends_preempted_);
   StepPlan plan = scheduler_->schedule(started);
+  appends_preempted_ = plan.num_preempted_by_recompute + plan.num_preempted_by_swap >
+                       plan.num_preempted_for_pressure;
+  if (pressure_ != nullptr) pressure_->after_schedule(plan);
   metrics_.on_preemptions(plan);
   for (auto& [sequence, error] : plan.failed) {
     finish(choice_of(*sequence), FinishReason::kError, error);
   }
   const bool ran = !plan.empty();
-  if (ran) run_plan(plan, started);
+  if (ran) {
+    run_plan(plan, started);
+    tune_phases(plan, clock_.now() - started);
+  }
   report_state();
   return ran;
 }
@@ -291,6 +298,30 @@ void Engine::fail_segments(const StepPlan& plan, const Status& error) {
     ChoiceState& choice = choice_of(sequence);
     if (!choice.finished) finish(choice, FinishReason::kError, error);
   }
+}
+
+void Engine::tune_phases(const StepPlan& plan, Duration step_time) {
+  if (!phase_tuner_.options().enabled) return;
+  PhaseObservation observation;
+  observation.prefill_tokens = plan.num_prefill_tokens;
+  observation.decode_tokens = plan.num_tokens - plan.num_prefill_tokens;
+  observation.prefill_limited_by_split = plan.prefill_limited_by_split;
+  observation.num_waiting = scheduler_->num_waiting() + scheduler_->num_swapped();
+  const TimePoint now = clock_.now();
+  if (const std::optional<TimePoint> oldest = scheduler_->oldest_waiting_arrival()) {
+    observation.oldest_wait = now - *oldest;
+  }
+  observation.preemptions = plan.num_preempted_by_recompute + plan.num_preempted_by_swap;
+  observation.held_by_kv_share = plan.num_held_by_kv_share;
+  const int64_t max_blocks = block_manager_.max_sequence_blocks();
+  observation.kv_utilization =
+      max_blocks > 0 ? static_cast<double>(block_manager_.counts().owned) / max_blocks : 0.0;
+  observation.step_time = step_time;
+  if (!phase_tuner_.observe(observation)) return;
+  const Status applied = scheduler_->set_phase_split(phase_tuner_.split());
+  FOLIO_CHECK(applied.ok(), "the phase tuner's split: {}", applied.to_string());
+  metrics_.on_phase_split(phase_tuner_.split(), phase_tuner_.num_token_share_moves(),
+                          phase_tuner_.num_kv_share_moves());
 }
 
 void Engine::report_state() {

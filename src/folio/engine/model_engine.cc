@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "folio/base/log.h"
 #include "folio/device/host_virtual_memory.h"
 #include "folio/exec/arena_memory.h"
 #include "folio/exec/bucket_policy.h"
@@ -19,6 +20,8 @@ ModelEngine::~ModelEngine() {
   // The engine stops first (it ends unfinished requests), then the block manager gives its
   // pages back before the page source and the pool go.
   engine_.reset();
+  pressure_.reset();
+  calibrating_runner_.reset();
   runner_.reset();
   executor_.reset();
   block_manager_.reset();
@@ -53,6 +56,7 @@ Status ModelEngine::build_memory(const ModelEngineOptions& options) {
   const model::LlamaShape& shape = model_->shape();
   kv::BlockManagerOptions kv_options;
   kv_options.geometry = model_->kv_cache_geometry(options.block_size, options.kv_dtype);
+  kv_options.watermark = options.kv_watermark;
   // Enough padding blocks for the bucket ladder's largest padding (the executor checks it).
   FOLIO_ASSIGN_OR_RETURN(const exec::BucketPolicy ladder,
                          exec::BucketPolicy::create(exec::BucketPolicy::default_ladder()));
@@ -89,7 +93,7 @@ Status ModelEngine::build_executor(const ModelEngineOptions& options) {
   executor_options.mode =
       options.use_graphs ? exec::ExecutionMode::kGraph : exec::ExecutionMode::kEager;
   executor_options.metrics = &registry_;
-  exec::ExecutorResources resources{*thread_pool_, *arena_, model_->weights(),
+  exec::ExecutorResources resources{*thread_pool_, *arena_, *pool_, model_->weights(),
                                     exec::KvCacheBinding{numbers, num_blocks}};
   model::LlamaGraphOptions graph_options;
   if (options.adapters) {
@@ -113,6 +117,78 @@ Status ModelEngine::build_executor(const ModelEngineOptions& options) {
   return Status();
 }
 
+Result<SchedulerOptions> ModelEngine::fit_steps_to_memory(const ModelEngineOptions& options) {
+  SchedulerOptions scheduler = options.scheduler;
+  if (!(options.max_step_memory_fraction > 0.0 && options.max_step_memory_fraction <= 1.0)) {
+    return invalid_argument("the share of the budget one step may take, {}, must be in (0, 1]",
+                            options.max_step_memory_fraction);
+  }
+  const double allowed =
+      options.max_step_memory_fraction * static_cast<double>(options.memory_budget_bytes);
+  int32_t tokens = scheduler.max_num_batched_tokens;
+  const int32_t smallest = std::max(1, scheduler.max_num_sequences);
+  while (true) {
+    FOLIO_ASSIGN_OR_RETURN(const int64_t bytes,
+                           executor_->step_activation_bytes(tokens, ir::StepPhase::kPrefill));
+    if (static_cast<double>(bytes) <= allowed) break;
+    if (tokens <= smallest) {
+      return resource_exhausted(
+          "a step of {} tokens needs {:.1f} MiB of activations, more than {:.0f}% of the {} MiB "
+          "memory budget; give the engine more memory or run fewer sequences at once",
+          tokens, static_cast<double>(bytes) / (1 << 20), 100 * options.max_step_memory_fraction,
+          options.memory_budget_bytes >> 20);
+    }
+    tokens = std::max(smallest, tokens / 2);
+  }
+  if (tokens < scheduler.max_num_batched_tokens) {
+    log::info(
+        "steps cut to {} tokens (from {}) so that one step's activations fit {:.0f}% of the "
+        "{} MiB memory budget",
+        tokens, scheduler.max_num_batched_tokens, 100 * options.max_step_memory_fraction,
+        options.memory_budget_bytes >> 20);
+    scheduler.max_num_batched_tokens = tokens;
+    scheduler.prefill_chunk_size = std::min(scheduler.prefill_chunk_size, tokens);
+  }
+  return scheduler;
+}
+
+Status ModelEngine::build_preemption_cost(const ModelEngineOptions& options) {
+  // With a swap space in any mode: kCheaper decides by it, and the others may be told to
+  // (Scheduler::set_prefer_cheaper_preemption, at critical memory pressure).
+  if (swap_space_ == nullptr) return Status();
+  const kv::BlockManagerOptions& kv_options = block_manager_->options();
+  const int32_t block_size = kv_options.geometry.block_size;
+  // Prefill graphs of one sequence at powers of two up to the context limit; each graph's
+  // block-table width covers just its tokens, so paged attention's cost bound (over the table's
+  // capacity, ir/cost.h) is the prefill's own.
+  std::vector<int32_t> token_counts;
+  for (int64_t count = block_size; count < kv_options.max_context_tokens; count *= 2) {
+    token_counts.push_back(static_cast<int32_t>(count));
+  }
+  token_counts.push_back(kv_options.max_context_tokens);
+  model::LlamaGraphOptions graph_options;
+  graph_options.adapters = options.adapters;
+  const int32_t num_dummy_blocks = block_manager_->num_dummy_blocks();
+  auto prefill_graph = [&](int32_t num_tokens) -> Result<ir::Graph> {
+    const int32_t num_blocks = ceil_div(num_tokens, block_size);
+    const ir::KvCacheShape kv_cache{kv_options.geometry, int64_t{num_blocks} + num_dummy_blocks,
+                                    num_blocks};
+    const ir::StepShape shape{num_tokens, 1, 1, ir::StepPhase::kPrefill};
+    return model_->graph_factory(kv_cache, graph_options)(shape);
+  };
+  FOLIO_ASSIGN_OR_RETURN(RecomputeCostCurve curve,
+                         RecomputeCostCurve::from_step_graphs(prefill_graph, token_counts));
+  PreemptionRates rates;
+  rates.host_copy_bytes_per_second = kv::measure_host_copy_bytes_per_second();
+  // A copy reads and writes each byte: the memory traffic a step can move per second.
+  rates.memory_bytes_per_second = 2 * rates.host_copy_bytes_per_second;
+  FOLIO_ASSIGN_OR_RETURN(
+      preemption_cost_,
+      PreemptionCostModel::create(std::move(curve), kv_options.geometry.block_bytes(), rates));
+  calibrating_runner_ = std::make_unique<CostCalibratingStepRunner>(*runner_, *preemption_cost_);
+  return Status();
+}
+
 Result<std::unique_ptr<ModelEngine>> ModelEngine::create(std::unique_ptr<model::LlamaModel> model,
                                                          const ModelEngineOptions& options) {
   if (options.num_threads < 1) {
@@ -123,16 +199,39 @@ Result<std::unique_ptr<ModelEngine>> ModelEngine::create(std::unique_ptr<model::
   bundle->thread_pool_ = std::make_unique<ThreadPool>(options.num_threads);
   FOLIO_RETURN_IF_ERROR(bundle->build_memory(options));
   FOLIO_RETURN_IF_ERROR(bundle->build_executor(options));
+  FOLIO_RETURN_IF_ERROR(bundle->build_preemption_cost(options));
 
   EngineOptions engine_options;
-  engine_options.scheduler = options.scheduler;
+  FOLIO_ASSIGN_OR_RETURN(engine_options.scheduler, bundle->fit_steps_to_memory(options));
+  engine_options.phase_tuner = options.phase_tuner;
   engine_options.seed = options.seed;
   if (std::optional<tokenizer::TokenId> eos = bundle->model_->tokenizer().eos()) {
     engine_options.eos_token = static_cast<int32_t>(*eos);
   }
+  if (options.pressure.enabled) {
+    PressureSources sources;
+    sources.pool = bundle->pool_.get();
+    sources.block_manager = bundle->block_manager_.get();
+    sources.registry = &bundle->registry_;
+    exec::Executor* executor = bundle->executor_.get();
+    sources.release_idle_captures = [executor](int64_t idle_steps) -> int64_t {
+      Result<int64_t> released = executor->release_idle_memory(idle_steps);
+      if (!released.ok()) {
+        log::warn("giving back idle graph memory failed: {}", released.status().to_string());
+        return 0;
+      }
+      return *released;
+    };
+    FOLIO_ASSIGN_OR_RETURN(bundle->pressure_,
+                           MemoryPressureHandler::create(options.pressure, sources));
+  }
   EngineParts parts;
+  parts.pressure = bundle->pressure_.get();
   parts.block_manager = bundle->block_manager_.get();
-  parts.runner = bundle->runner_.get();
+  parts.runner = bundle->calibrating_runner_ != nullptr
+                     ? static_cast<StepRunner*>(bundle->calibrating_runner_.get())
+                     : bundle->runner_.get();
+  parts.preemption_cost = bundle->preemption_cost_.get();
   parts.has_swap_space = bundle->swap_space_ != nullptr;
   parts.registry = &bundle->registry_;
   parts.adapters = bundle->adapters_.get();

@@ -12,7 +12,9 @@
 #include "folio/base/thread_pool.h"
 #include "folio/device/virtual_memory.h"
 #include "folio/engine/engine.h"
+#include "folio/engine/memory_pressure_handler.h"
 #include "folio/engine/model_step_runner.h"
+#include "folio/engine/preemption_cost.h"
 #include "folio/exec/executor.h"
 #include "folio/exec/multi_shape_arena.h"
 #include "folio/kv/block_copier.h"
@@ -42,13 +44,27 @@ struct ModelEngineOptions {
   // Capture decode buckets at start-up, largest first, within this many seconds, so the graph
   // arena is sized before the KV cache fills the pool. 0: capture on first use only.
   double precapture_seconds = 2.0;
-  int64_t swap_bytes = 0;  // host swap space for preemption by swap; 0: none
-  SchedulerOptions scheduler;
+  // Fraction of the KV cache that admitting a sequence must leave obtainable
+  // (kv::BlockManagerOptions::watermark).
+  double kv_watermark = 0.01;
+  PhaseBudgetTunerOptions phase_tuner;  // off by default (phase_budget_tuner.h)
+  // Host swap space for preemption by swap (scheduler.preemption_mode kSwap or kCheaper); 0:
+  // none. With one the engine measures the host copy bandwidth at start-up and prices
+  // recomputes from the model's prefill step graphs (preemption_cost.h), for kCheaper and for
+  // Scheduler::set_prefer_cheaper_preemption.
+  int64_t swap_bytes = 0;
+  SchedulerOptions scheduler;  // scheduler.phase_split: the initial phase split
   uint64_t seed = 0;
   // Serve LoRA adapters: the step graphs get lora ops and an adapter manager holds the tiers
   // (its max_sequences is the scheduler's). Off, the graphs are the base model's alone.
   bool adapters = false;
   lora::AdapterManagerOptions adapter_options;
+  // Most of the budget one step's activations may take (an eager step's region, a capture's
+  // arena): the per-step token budget and the prefill chunk are cut until a step of that many
+  // tokens fits, so a step never fails for memory the KV cache and the arena leave it.
+  double max_step_memory_fraction = 0.25;
+  // Memory pressure levels and the actions they take (memory_pressure_handler.h).
+  MemoryPressureOptions pressure;
 };
 
 class ModelEngine {
@@ -64,13 +80,21 @@ class ModelEngine {
   kv::BlockManager& block_manager() { return *block_manager_; }
   // Null unless started with adapters.
   lora::AdapterManager* adapters() { return adapters_.get(); }
+  // Null when pressure handling is off.
+  MemoryPressureHandler* pressure() { return pressure_.get(); }
   metrics::Registry& registry() { return registry_; }
+  // Null unless the scheduler may decide preemptions by cost (with a swap space).
+  const PreemptionCostModel* preemption_cost() const { return preemption_cost_.get(); }
   ThreadPool& thread_pool() { return *thread_pool_; }
 
  private:
   ModelEngine() = default;
   Status build_memory(const ModelEngineOptions& options);
   Status build_executor(const ModelEngineOptions& options);
+  // The scheduler's options with the token budget and prefill chunk cut to what
+  // max_step_memory_fraction of the budget holds.
+  Result<SchedulerOptions> fit_steps_to_memory(const ModelEngineOptions& options);
+  Status build_preemption_cost(const ModelEngineOptions& options);
 
   // Declared in construction order; destroyed in reverse.
   metrics::Registry registry_;
@@ -86,6 +110,9 @@ class ModelEngine {
   std::unique_ptr<kv::BlockManager> block_manager_;
   std::unique_ptr<exec::Executor> executor_;
   std::unique_ptr<ModelStepRunner> runner_;
+  std::unique_ptr<MemoryPressureHandler> pressure_;
+  std::unique_ptr<PreemptionCostModel> preemption_cost_;
+  std::unique_ptr<CostCalibratingStepRunner> calibrating_runner_;
   std::unique_ptr<Engine> engine_;
 };
 

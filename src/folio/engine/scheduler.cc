@@ -1,6 +1,7 @@
 #include "folio/engine/scheduler.h"
 
 #include <algorithm>
+#include <cmath>
 #include <limits>
 
 #include "folio/base/check.h"
@@ -40,6 +41,8 @@ std::string_view preemption_mode_name(PreemptionMode mode) {
       return "recompute";
     case PreemptionMode::kSwap:
       return "swap";
+    case PreemptionMode::kCheaper:
+      return "cheaper";
   }
   FOLIO_UNREACHABLE("bad PreemptionMode");
 }
@@ -56,6 +59,17 @@ std::string_view sequence_status_name(SequenceStatus status) {
       return "finished";
   }
   FOLIO_UNREACHABLE("bad SequenceStatus");
+}
+
+Status PhaseSplit::validate() const {
+  // Negated comparisons so NaN fails too.
+  if (!(prefill_token_share > 0.0 && prefill_token_share <= 1.0)) {
+    return invalid_argument("prefill_token_share must be in (0, 1], got {}", prefill_token_share);
+  }
+  if (!(decode_kv_share >= 0.0 && decode_kv_share < 1.0)) {
+    return invalid_argument("decode_kv_share must be in [0, 1), got {}", decode_kv_share);
+  }
+  return Status();
 }
 
 Status SchedulerOptions::validate() const {
@@ -86,7 +100,7 @@ Status SchedulerOptions::validate() const {
         "running sequence can decode in each step; give the executor more logit rows",
         max_logit_rows, max_num_sequences);
   }
-  return Status();
+  return phase_split.validate();
 }
 
 Result<std::unique_ptr<Scheduler>> Scheduler::create(const SchedulerOptions& options,
@@ -94,17 +108,22 @@ Result<std::unique_ptr<Scheduler>> Scheduler::create(const SchedulerOptions& opt
                                                      bool has_swap_space,
                                                      lora::AdapterManager* adapters) {
   FOLIO_RETURN_IF_ERROR(options.validate());
-  if (options.preemption_mode == PreemptionMode::kSwap && !has_swap_space) {
+  if (options.preemption_mode != PreemptionMode::kRecompute && !has_swap_space) {
     return invalid_argument(
-        "preemption by swap needs a host swap space; give the block manager one or preempt by "
-        "recompute");
+        "preemption by {} needs a host swap space; give the block manager one or preempt by "
+        "recompute",
+        preemption_mode_name(options.preemption_mode));
   }
-  return std::unique_ptr<Scheduler>(new Scheduler(options, block_manager, adapters));
+  return std::unique_ptr<Scheduler>(
+      new Scheduler(options, block_manager, has_swap_space, adapters));
 }
 
 Scheduler::Scheduler(const SchedulerOptions& options, kv::BlockManager& block_manager,
-                     lora::AdapterManager* adapters)
-    : options_(options), block_manager_(block_manager), adapters_(adapters) {}
+                     bool has_swap_space, lora::AdapterManager* adapters)
+    : options_(options),
+      block_manager_(block_manager),
+      adapters_(adapters),
+      has_swap_space_(has_swap_space) {}
 
 bool Scheduler::hold_adapter(Sequence* sequence, StepPlan& plan) {
   // Without a manager the runner serves adapters itself (EngineParts::adapters): nothing to hold.
@@ -126,7 +145,7 @@ void Scheduler::drop_adapter(Sequence* sequence) {
 }
 
 void Scheduler::prefetch_adapters() {
-  if (adapters_ == nullptr) return;
+  if (adapters_ == nullptr || !pressure_.prefetch_adapters) return;
   int32_t looked = 0;
   for (Sequence* sequence : waiting_) {
     if (looked++ >= adapters_->prefetch_lookahead()) break;
@@ -167,6 +186,7 @@ void Scheduler::add_running(Sequence* sequence) {
 
 void Scheduler::remove_running(Sequence* sequence) {
   remove_from(running_, sequence);
+  if (sequence == past_watermark_) past_watermark_ = nullptr;
   num_reserved_forks_ -= sequence->num_pending_forks;
 }
 
@@ -212,10 +232,27 @@ void Scheduler::release_kv(Sequence* sequence) {
   sequence->num_computed = 0;
 }
 
+Status Scheduler::set_phase_split(const PhaseSplit& split) {
+  FOLIO_RETURN_IF_ERROR(split.validate());
+  options_.phase_split = split;
+  return Status();
+}
+
+std::optional<TimePoint> Scheduler::oldest_waiting_arrival() const {
+  std::optional<TimePoint> oldest;
+  for (const std::vector<Sequence*>* queue : {&waiting_, &swapped_}) {
+    for (const Sequence* sequence : *queue) {
+      if (!oldest.has_value() || sequence->arrival < *oldest) oldest = sequence->arrival;
+    }
+  }
+  return oldest;
+}
+
 StepPlan Scheduler::schedule(TimePoint now) {
   ++step_index_;
   StepPlan plan;
   int32_t budget = options_.max_num_batched_tokens;
+  preempt_for_pressure(plan);
   // Both lists are taken before any decode appends its token: from then on a decoding sequence
   // looks like a one-token prefill.
   decodes_.clear();
@@ -226,11 +263,46 @@ StepPlan Scheduler::schedule(TimePoint now) {
   std::sort(decodes_.begin(), decodes_.end(), runs_before);
   std::sort(prefills_.begin(), prefills_.end(), runs_before);
   schedule_decodes(plan, budget);
+  // The split's prefill cap binds only in a step with decodes (work-conserving otherwise).
+  const auto max_tokens = static_cast<double>(options_.max_num_batched_tokens);
+  const int32_t cap = std::max(
+      1, static_cast<int32_t>(std::ceil(options_.phase_split.prefill_token_share * max_tokens)));
+  plan.prefill_token_cap = plan.num_tokens > 0 ? cap : options_.max_num_batched_tokens;
+  const int32_t withheld = std::max(0, budget - plan.prefill_token_cap);
+  budget -= withheld;
   schedule_prefill_chunks(plan, budget);
   if (plan.num_preempted_by_recompute == 0 && plan.num_preempted_by_swap == 0) {
     admit(plan, budget, now);
   }
+  if (withheld > 0 && budget < 1) {
+    // The cap ran out: was prefill work left over (a cut or unscheduled chunk, a waiting
+    // sequence)?
+    bool left_over = !waiting_.empty();
+    for (const Sequence* sequence : running_) {
+      left_over =
+          left_over || (sequence->is_prefilling() && sequence->last_scheduled_step != step_index_);
+    }
+    for (const ScheduledSegment& segment : plan.segments) {
+      left_over = left_over || (!segment.is_decode && !segment.wants_logits);
+    }
+    plan.prefill_limited_by_split = left_over;
+  }
   return plan;
+}
+
+void Scheduler::preempt_for_pressure(StepPlan& plan) {
+  for (int32_t index = 0; index < pressure_.preemptions && running_.size() > 1; ++index) {
+    Sequence* victim = pick_victim(/*asking=*/nullptr);
+    if (victim == nullptr) break;
+    preempt(victim, plan);
+    ++plan.num_preempted_for_pressure;
+  }
+}
+
+int32_t Scheduler::prefill_chunk_size() const {
+  return pressure_.prefill_chunk_limit > 0
+             ? std::min(options_.prefill_chunk_size, pressure_.prefill_chunk_limit)
+             : options_.prefill_chunk_size;
 }
 
 void Scheduler::schedule_decodes(StepPlan& plan, int32_t& budget) {
@@ -253,7 +325,8 @@ void Scheduler::schedule_decodes(StepPlan& plan, int32_t& budget) {
         budget -= 1;
         break;
       }
-      Sequence* victim = pick_victim();
+      Sequence* victim = pick_victim(sequence);
+      if (victim == nullptr) break;  // past the watermark: waits for this step's decodes
       // Scheduled decodes outrank the one asking (run order), so the victim never has a segment
       // in this step already.
       FOLIO_CHECK(victim->last_scheduled_step != step_index_,
@@ -279,9 +352,9 @@ bool Scheduler::add_prefill_chunk(Sequence* sequence, StepPlan& plan, int32_t& b
     // A row per token: always chunked, to the rows left (an over-budget chunk alone in its step
     // still gets the whole budget, which is positive then).
     chunk = std::min({remaining, budget, rows_left,
-                      options_.chunked_prefill ? options_.prefill_chunk_size : remaining});
+                      options_.chunked_prefill ? prefill_chunk_size() : remaining});
   } else if (options_.chunked_prefill) {
-    chunk = std::min({remaining, options_.prefill_chunk_size, budget});
+    chunk = std::min({remaining, prefill_chunk_size(), budget});
   } else if (remaining <= budget || plan.segments.empty()) {
     // Alone in its step, an over-budget prefill still runs: it would otherwise never run.
     chunk = remaining;
@@ -299,6 +372,7 @@ bool Scheduler::add_prefill_chunk(Sequence* sequence, StepPlan& plan, int32_t& b
                                  all_logits};
   plan.segments.push_back(segment);
   plan.num_tokens += chunk;
+  plan.num_prefill_tokens += chunk;
   plan.num_logit_rows += segment.num_logit_rows();
   budget = std::max(0, budget - chunk);
   return true;
@@ -323,12 +397,18 @@ void Scheduler::admit(StepPlan& plan, int32_t& budget, TimePoint now) {
   // Admission moves sequences between the queues, never in or out of candidates_.
   for (Sequence* sequence : candidates_) {
     if (num_running_slots() >= options_.max_num_sequences || budget < 1) break;
+    // Critical memory pressure admits no new request; preempted ones are not new.
+    if (!pressure_.admit_new && sequence->num_preemptions == 0) continue;
     // A sequence with choices to fork needs their slots too.
     const bool has_slots =
         num_running_slots() + 1 + sequence->num_pending_forks <= options_.max_num_sequences;
-    const bool resumed = has_slots && (sequence->status == SequenceStatus::kSwapped
-                                           ? try_resume_swapped(sequence, plan)
-                                           : try_admit_waiting(sequence, plan, budget));
+    const bool held =
+        has_slots && sequence->status == SequenceStatus::kWaiting && held_by_kv_share(*sequence);
+    plan.num_held_by_kv_share += held ? 1 : 0;
+    const bool resumed =
+        has_slots && !held &&
+        (sequence->status == SequenceStatus::kSwapped ? try_resume_swapped(sequence, plan)
+                                                      : try_admit_waiting(sequence, plan, budget));
     if (resumed || sequence->status == SequenceStatus::kFinished) continue;
     // Did not fit now. Those behind it may still be tried, unless it is starving: then the
     // capacity freed from now on is kept for it.
@@ -340,45 +420,83 @@ void Scheduler::admit(StepPlan& plan, int32_t& budget, TimePoint now) {
   prefetch_adapters();
 }
 
+bool Scheduler::held_by_kv_share(const Sequence& sequence) const {
+  if (options_.phase_split.decode_kv_share <= 0.0 || running_.empty()) return false;
+  const int64_t block_size = block_manager_.options().geometry.block_size;
+  const int64_t needed =
+      (static_cast<int64_t>(sequence.tokens.size()) + block_size - 1) / block_size;
+  const auto reserved =
+      static_cast<int64_t>(std::ceil(options_.phase_split.decode_kv_share *
+                                     static_cast<double>(block_manager_.max_sequence_blocks())));
+  return block_manager_.allocator().num_obtainable_blocks() - needed < reserved;
+}
+
 bool Scheduler::try_resume_swapped(Sequence* sequence, StepPlan& plan) {
-  // Appends ignore the watermark, so a sequence may have grown past what swap-in (which keeps
-  // it) can ever admit; recomputing would not fit either.
-  const int32_t block_size = block_manager_.options().geometry.block_size;
-  const int64_t num_blocks = (int64_t{sequence->num_allocated} + block_size - 1) / block_size;
-  if (num_blocks > block_manager_.max_sequence_blocks() - block_manager_.watermark_blocks()) {
+  if (admission_held_against(sequence)) return false;
+  // Appends ignore the watermark, so a sequence may have grown past what swap-in under the
+  // watermark admits: it comes back past it when nothing is more important (scheduler.h).
+  const int64_t num_blocks = blocks_for(sequence->num_allocated);
+  // Its pending token needs a block the cache cannot give: it outgrew the cache (a request
+  // whose prompt plus max_tokens does not fit).
+  const auto num_tokens = static_cast<int32_t>(sequence->tokens.size());
+  if (blocks_for(num_tokens) > block_manager_.max_sequence_blocks()) {
     fail(sequence,
          resource_exhausted(
-             "request's KV ({} blocks) can no longer be brought back into a KV cache of {} "
-             "blocks above its watermark; lower max_tokens or give the KV cache more memory",
-             num_blocks, block_manager_.max_sequence_blocks()),
+             "request's context of {} tokens has outgrown the KV cache ({} blocks of {} tokens); "
+             "lower max_tokens or give the KV cache more memory",
+             num_tokens, block_manager_.max_sequence_blocks(),
+             block_manager_.options().geometry.block_size),
          plan);
+    return false;
+  }
+  const bool past_watermark = beyond_watermark(num_blocks);
+  if (past_watermark && !may_pass_watermark(sequence)) return false;
+  // Room for the next step's decodes too, its own pending token included: otherwise the first
+  // of them to cross a block boundary would preempt it (usually the latest arrival) before it
+  // ran, a swap out and in without progress that only spends its max_preemptions. Appends may
+  // use the watermark's blocks, so the room is the larger of the two; alone it always fits (its
+  // pending token fits the cache, checked above).
+  const int64_t reserve = past_watermark ? 0 : block_manager_.watermark_blocks();
+  if (block_manager_.allocator().num_obtainable_blocks() - num_blocks <
+      std::max(reserve, next_step_growth(sequence))) {
+    if (past_watermark) hold_admission(sequence);
     return false;
   }
   if (!hold_adapter(sequence, plan)) return false;
   const kv::SeqId seqs[] = {sequence->seq};
-  Result<kv::SwapOutcome> outcome = block_manager_.swap_in(seqs);
+  Result<kv::SwapOutcome> outcome = block_manager_.swap_in(seqs, !past_watermark);
   if (!outcome.ok()) {
     fail(sequence, outcome.status().with_context("swapping the request's KV back in"), plan);
     return false;
   }
   if (outcome->status == kv::SwapStatus::kNoCapacityNow) {
     drop_adapter(sequence);
+    if (past_watermark) hold_admission(sequence);
     return false;
   }
   remove_from(swapped_, sequence);
   sequence->status = SequenceStatus::kRunning;
   add_running(sequence);
+  if (past_watermark) past_watermark_ = sequence;
   // Its pending token runs in the next step's decode phase (appending now could fail, and
   // admission never preempts).
   return true;
 }
 
 bool Scheduler::try_admit_waiting(Sequence* sequence, StepPlan& plan, int32_t& budget) {
+  if (admission_held_against(sequence)) return false;
   const auto num_tokens = static_cast<int32_t>(sequence->tokens.size());
   if (!options_.chunked_prefill && num_tokens > budget && !plan.segments.empty()) return false;
+  // A sequence preempted by recompute may have grown past what allocation under the watermark
+  // admits: like a swapped one it comes back past it when nothing is more important. A new
+  // sequence that large never fits.
+  const int64_t num_blocks = blocks_for(num_tokens);
+  const bool past_watermark = sequence->num_preemptions > 0 && beyond_watermark(num_blocks) &&
+                              num_blocks <= block_manager_.max_sequence_blocks();
+  if (past_watermark && !may_pass_watermark(sequence)) return false;
   // Held before the KV allocation, which could otherwise evict the adapter's pages.
   if (!hold_adapter(sequence, plan)) return false;
-  Result<kv::AllocateOutcome> outcome = allocate(sequence);
+  Result<kv::AllocateOutcome> outcome = allocate(sequence, !past_watermark);
   if (!outcome.ok()) {
     fail(sequence, outcome.status().with_context("allocating the request's KV"), plan);
     return false;
@@ -388,6 +506,7 @@ bool Scheduler::try_admit_waiting(Sequence* sequence, StepPlan& plan, int32_t& b
       break;
     case kv::Admission::kNoCapacityNow:
       drop_adapter(sequence);
+      if (past_watermark) hold_admission(sequence);
       return false;
     case kv::Admission::kNeverFits:
       fail(sequence,
@@ -401,6 +520,7 @@ bool Scheduler::try_admit_waiting(Sequence* sequence, StepPlan& plan, int32_t& b
   remove_from(waiting_, sequence);
   sequence->status = SequenceStatus::kRunning;
   add_running(sequence);
+  if (past_watermark) past_watermark_ = sequence;
   sequence->num_allocated = num_tokens;
   sequence->num_computed = outcome->num_cached_tokens;
   if (sequence->num_cached_prompt_tokens < 0) {
@@ -411,15 +531,14 @@ bool Scheduler::try_admit_waiting(Sequence* sequence, StepPlan& plan, int32_t& b
   return true;
 }
 
-Result<kv::AllocateOutcome> Scheduler::allocate(Sequence* sequence) {
-  if (!sequence->wants_prompt_logits) {
-    return block_manager_.allocate(sequence->seq, sequence->tokens, sequence->cache_namespace);
-  }
-  // Nothing from the prefix cache: every prompt position must run to give its logits.
+Result<kv::AllocateOutcome> Scheduler::allocate(Sequence* sequence, bool apply_watermark) {
   kv::BlockAllocationRequest request;
   request.tokens = sequence->tokens;
   request.cache_namespace = sequence->cache_namespace;
-  request.max_hit_tokens = 0;
+  request.apply_watermark = apply_watermark;
+  // Nothing from the prefix cache when it wants its prompt logits: every prompt position must
+  // run to give them.
+  if (sequence->wants_prompt_logits) request.max_hit_tokens = 0;
   FOLIO_ASSIGN_OR_RETURN(kv::BlockManager::Reservation reservation,
                          block_manager_.prepare_allocate(sequence->seq, request));
   const kv::AllocateOutcome outcome = reservation.outcome();
@@ -427,25 +546,107 @@ Result<kv::AllocateOutcome> Scheduler::allocate(Sequence* sequence) {
   return outcome;
 }
 
-Sequence* Scheduler::pick_victim() const {
+int64_t Scheduler::blocks_for(int32_t num_tokens) const {
+  const int32_t block_size = block_manager_.options().geometry.block_size;
+  return (int64_t{num_tokens} + block_size - 1) / block_size;
+}
+
+int64_t Scheduler::next_step_growth(const Sequence* resumed) const {
+  // A sequence whose allocated tokens end on a block boundary takes a new block with its next
+  // token (running prefills are counted too, though only completing ones will: a bound).
+  const int32_t block_size = block_manager_.options().geometry.block_size;
+  int64_t growth = resumed->num_allocated % block_size == 0 ? 1 : 0;
+  for (const Sequence* running : running_) {
+    if (running->num_allocated % block_size == 0) ++growth;
+  }
+  return growth;
+}
+
+bool Scheduler::beyond_watermark(int64_t num_blocks) const {
+  return num_blocks > block_manager_.max_sequence_blocks() - block_manager_.watermark_blocks();
+}
+
+bool Scheduler::may_pass_watermark(const Sequence* sequence) const {
+  if (past_watermark_ != nullptr) return false;
+  // candidates_ is this step's admission order; those ahead still waiting or swapped did not
+  // fit (or wait for an adapter): they are more important.
+  for (const Sequence* ahead : candidates_) {
+    if (ahead == sequence) return true;
+    if (ahead->status == SequenceStatus::kWaiting || ahead->status == SequenceStatus::kSwapped) {
+      return false;
+    }
+  }
+  return false;
+}
+
+bool Scheduler::admission_held_against(const Sequence* sequence) const {
+  return admission_held_step_ == step_index_ && admission_holder_ != sequence;
+}
+
+void Scheduler::hold_admission(const Sequence* sequence) {
+  admission_holder_ = sequence;
+  admission_held_step_ = step_index_;
+}
+
+Sequence* Scheduler::pick_victim(const Sequence* asking) const {
   FOLIO_CHECK(!running_.empty(), "preemption with nothing running");
   // A decode scheduled in this step has appended its token, so it looks like a prefill of one;
   // it is not a partial prefill.
   auto partial_prefill = [&](const Sequence* sequence) {
     return sequence->is_prefilling() && sequence->last_scheduled_step != step_index_;
   };
+  // The sequence past the watermark is never the victim while another can be (scheduler.h);
+  // when it asks itself, those scheduled in this step cannot give up their blocks.
+  auto eligible = [&](const Sequence* sequence) {
+    if (running_.size() == 1) return true;
+    if (sequence == past_watermark_) return false;
+    return asking != past_watermark_ || sequence->last_scheduled_step != step_index_;
+  };
   // Lowest priority first; among equals partial prefills (the least work lost), then the latest
   // arrival.
-  return *std::min_element(running_.begin(), running_.end(),
-                           [&](const Sequence* left, const Sequence* right) {
-                             if (left->priority != right->priority) {
-                               return left->priority < right->priority;
-                             }
-                             if (partial_prefill(left) != partial_prefill(right)) {
-                               return partial_prefill(left);
-                             }
-                             return arrives_before(right, left);
-                           });
+  Sequence* victim = nullptr;
+  for (Sequence* candidate : running_) {
+    if (!eligible(candidate)) continue;
+    if (victim == nullptr) {
+      victim = candidate;
+    } else if (candidate->priority != victim->priority) {
+      if (candidate->priority < victim->priority) victim = candidate;
+    } else if (partial_prefill(candidate) != partial_prefill(victim)) {
+      if (partial_prefill(candidate)) victim = candidate;
+    } else if (arrives_before(victim, candidate)) {
+      victim = candidate;
+    }
+  }
+  return victim;
+}
+
+bool Scheduler::swap_victim(const Sequence& victim, StepPlan& plan) const {
+  // A partial prefill has little KV worth moving and no pending token to resume with.
+  if (!victim.is_decoding()) return false;
+  const bool by_cost =
+      (options_.preemption_mode == PreemptionMode::kCheaper || prefer_cheaper_preemption_) &&
+      has_swap_space_ && preemption_cost_ != nullptr;
+  if (!by_cost) {
+    switch (options_.preemption_mode) {
+      case PreemptionMode::kRecompute:
+        return false;
+      case PreemptionMode::kSwap:
+      case PreemptionMode::kCheaper:  // without a cost model: swap, like kSwap
+        return true;
+    }
+    FOLIO_UNREACHABLE("bad PreemptionMode");
+  }
+  const PreemptionChoice choice =
+      preemption_cost_->choose(blocks_for(victim.num_allocated), victim.num_allocated);
+  switch (choice) {
+    case PreemptionChoice::kRecompute:
+      ++plan.num_cost_chose_recompute;
+      return false;
+    case PreemptionChoice::kSwap:
+      ++plan.num_cost_chose_swap;
+      return true;
+  }
+  FOLIO_UNREACHABLE("bad PreemptionChoice");
 }
 
 void Scheduler::preempt(Sequence* victim, StepPlan& plan) {
@@ -459,7 +660,7 @@ void Scheduler::preempt(Sequence* victim, StepPlan& plan) {
          plan);
     return;
   }
-  if (options_.preemption_mode == PreemptionMode::kSwap && victim->is_decoding()) {
+  if (swap_victim(*victim, plan)) {
     const kv::SeqId seqs[] = {victim->seq};
     Result<kv::SwapOutcome> outcome = block_manager_.swap_out(seqs);
     if (outcome.ok() && outcome->status == kv::SwapStatus::kSwapped) {

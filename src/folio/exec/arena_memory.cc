@@ -29,6 +29,18 @@ Result<PhysicalRun> PoolArenaMemory::acquire(size_t bytes) {
   return run;
 }
 
+Status PoolArenaMemory::release(const PhysicalRun& run) {
+  for (auto it = allocations_.begin(); it != allocations_.end(); ++it) {
+    if (pool_.physical_offset(it->first_page()) != run.offset) continue;
+    FOLIO_CHECK(it->size_bytes() == run.bytes, "graph arena run of {} bytes released as {}",
+                it->size_bytes(), run.bytes);
+    const Status freed = it->free();
+    allocations_.erase(it);
+    return freed;
+  }
+  return invalid_argument("graph arena: no pool run at physical offset {} to release", run.offset);
+}
+
 Result<size_t> PoolArenaMemory::measured_bytes() const {
   const memory::PoolStats stats = pool_.stats();
   const int64_t pages =
@@ -51,6 +63,16 @@ Result<PhysicalRun> DedicatedArenaMemory::acquire(size_t bytes) {
   FOLIO_ASSIGN_OR_RETURN(device::PhysicalMemory memory, vm_.create(bytes));
   memories_.push_back(memory);
   return PhysicalRun{memory, 0, bytes};
+}
+
+Status DedicatedArenaMemory::release(const PhysicalRun& run) {
+  for (auto it = memories_.begin(); it != memories_.end(); ++it) {
+    if (it->id != run.memory.id) continue;
+    const Status released = vm_.release(*it);
+    memories_.erase(it);
+    return released;
+  }
+  return invalid_argument("graph arena: no dedicated memory {} to release", run.memory.id);
 }
 
 Result<size_t> DedicatedArenaMemory::measured_bytes() const {

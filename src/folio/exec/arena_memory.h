@@ -6,9 +6,9 @@
 // - PoolArenaMemory: pages of the unified page pool, allocated with content type kGraphArena
 //   and kept pinned (the one memory budget: DESIGN.md, "two granularities, one budget"). A run
 //   is one contiguous allocation; its physical bytes are the pool's PhysicalMemory at
-//   physical_offset(first page). The pool commits its whole budget up front, so the operating
-//   system cannot tell which pages an arena holds: measured_bytes() is the pool's own count of
-//   graph-arena pages in use.
+//   physical_offset(first page); release() frees it. The pool commits its whole budget up front, so
+//   the operating system cannot tell which pages an arena holds: measured_bytes() is the pool's own
+//   count of graph-arena pages in use.
 // - DedicatedArenaMemory: a PhysicalMemory of its own per run (on the host a memfd, fully
 //   allocated at creation). measured_bytes() asks the operating system (fstat blocks of each
 //   memfd, which count a byte once however many views map it): the honest physical measurement
@@ -42,8 +42,12 @@ class ArenaMemorySource {
   // Runs are multiples of this many bytes (a multiple of the VirtualMemory's granularity).
   virtual size_t granule() const = 0;
   // One run of `bytes` (a positive multiple of granule()) that nothing else uses; it stays held
-  // until the source is destroyed. kResourceExhausted when the memory is not there.
+  // until release(run) or the source is destroyed. kResourceExhausted when the memory is not
+  // there.
   virtual Result<PhysicalRun> acquire(size_t bytes) = 0;
+  // Gives a run acquire() returned back (whole; nothing may map it any more).
+  // kInvalidArgument for a run this source does not hold.
+  virtual Status release(const PhysicalRun& run) = 0;
   // Physical bytes held, measured by the owner of the memory (see above), not by the arena.
   virtual Result<size_t> measured_bytes() const = 0;
 };
@@ -56,6 +60,8 @@ class PoolArenaMemory final : public ArenaMemorySource {
   device::VirtualMemory& virtual_memory() const override { return pool_.virtual_memory(); }
   size_t granule() const override { return pool_.page_size(); }
   Result<PhysicalRun> acquire(size_t bytes) override;
+  // Frees the run's pool allocation.
+  Status release(const PhysicalRun& run) override;
   // The pool's graph-arena pages in use times the page size: exact when this is the pool's only
   // graph arena.
   Result<size_t> measured_bytes() const override;
@@ -63,7 +69,7 @@ class PoolArenaMemory final : public ArenaMemorySource {
  private:
   memory::PagePool& pool_;
   const uint64_t owner_;
-  std::vector<memory::PageAllocation> allocations_;  // pinned; freed with the source
+  std::vector<memory::PageAllocation> allocations_;  // pinned; freed by release or with the source
 };
 
 class DedicatedArenaMemory final : public ArenaMemorySource {
@@ -77,6 +83,7 @@ class DedicatedArenaMemory final : public ArenaMemorySource {
   device::VirtualMemory& virtual_memory() const override { return vm_; }
   size_t granule() const override { return vm_.granularity(); }
   Result<PhysicalRun> acquire(size_t bytes) override;
+  Status release(const PhysicalRun& run) override;
   // Sum of VirtualMemory::resident_bytes over the memories created (host: fstat blocks).
   Result<size_t> measured_bytes() const override;
 

@@ -48,12 +48,17 @@ Executor::Executor(ir::GraphFactory factory, const ExecutorResources& resources,
     : factory_(std::move(factory)),
       pool_(resources.pool),
       arena_(resources.arena),
+      page_pool_(resources.page_pool),
       weights_(resources.weights),
       kv_cache_(resources.kv_cache),
       adapters_(resources.adapters),
       options_(std::move(options)),
       policy_(std::move(policy)),
-      stream_(resources.pool) {}
+      stream_(resources.pool),
+      persistent_outputs_(resources.page_pool, "the persistent output buffers"),
+      eager_outputs_(resources.page_pool, "the output buffers of eager steps"),
+      eager_scratch_(resources.page_pool, memory::ContentType::kActivation,
+                     "the activations of an eager step") {}
 
 Result<std::unique_ptr<Executor>> Executor::create(ir::GraphFactory factory,
                                                    const ExecutorResources& resources,
@@ -90,7 +95,7 @@ Status Executor::initialize() {
   } else {
     limits_.max_blocks_per_sequence = 1;
   }
-  FOLIO_ASSIGN_OR_RETURN(inputs_, PersistentInputs::create(limits_));
+  FOLIO_ASSIGN_OR_RETURN(inputs_, PersistentInputs::create(limits_, page_pool_));
   validation_scratch_.reserve(static_cast<size_t>(limits_.max_tokens));  // steps never allocate
   const std::optional<ir::TensorId> logits = graph->find_tensor(ir::kOutputLogits);
   if (!logits || graph->tensor(*logits).residency != ir::Residency::kOutput) {
@@ -99,7 +104,7 @@ Status Executor::initialize() {
   const PrepareContext context{weights_, kv_cache_, *inputs_, adapters_, pool_.num_threads()};
   FOLIO_ASSIGN_OR_RETURN(std::unique_ptr<PreparedGraph> prepared,
                          PreparedGraph::prepare(std::move(graph).value(), context));
-  FOLIO_RETURN_IF_ERROR(output_addresses(prepared->graph(), persistent_outputs_, true).status());
+  FOLIO_RETURN_IF_ERROR(persistent_outputs_.bind(prepared->graph(), true).status());
   FOLIO_ASSIGN_OR_RETURN(cache_, GraphCache::create(options_.metrics, options_.name));
   arena_.attach();
   attached_ = true;
@@ -130,31 +135,10 @@ Result<std::unique_ptr<PreparedGraph>> Executor::prepare(const ir::StepShape& sh
   return PreparedGraph::prepare(std::move(graph).value(), context);
 }
 
-Result<std::vector<std::byte*>> Executor::output_addresses(
-    const ir::Graph& graph, std::unordered_map<std::string, HostBuffer>& buffers, bool grow) {
-  std::vector<std::byte*> addresses(static_cast<size_t>(graph.num_tensors()), nullptr);
-  for (const ir::TensorInfo& tensor : graph.tensors()) {
-    if (tensor.residency != ir::Residency::kOutput) continue;
-    HostBuffer& buffer = buffers[tensor.name];
-    const auto bytes = static_cast<size_t>(tensor.bytes());
-    if (buffer.size() < bytes) {
-      if (!grow) {
-        return invalid_argument(
-            "output '{}' needs {} bytes but its persistent buffer, sized for the largest bucket, "
-            "has {}",
-            tensor.name, bytes, buffer.size());
-      }
-      buffer = HostBuffer(bytes);
-    }
-    addresses[static_cast<size_t>(tensor.id.value())] = buffer.data();
-  }
-  return addresses;
-}
-
 Result<const Program*> Executor::capture(const ir::StepShape& shape) {
   FOLIO_ASSIGN_OR_RETURN(std::unique_ptr<PreparedGraph> prepared, prepare(shape));
   FOLIO_ASSIGN_OR_RETURN(const std::vector<std::byte*> outputs,
-                         output_addresses(prepared->graph(), persistent_outputs_, false));
+                         persistent_outputs_.bind(prepared->graph(), false));
   CaptureOptions capture_options;
   capture_options.kind =
       shape.phase == ir::StepPhase::kDecode ? ProgramKind::kFullGraph : ProgramKind::kPiecewise;
@@ -163,34 +147,62 @@ Result<const Program*> Executor::capture(const ir::StepShape& shape) {
       std::unique_ptr<Program> program,
       capture_program(std::move(prepared), arena_, outputs, stream_, capture_options));
   cache_->record_capture(program->capture_seconds());
-  return cache_->insert(BucketKey{shape.num_tokens, shape.phase}, std::move(program));
+  return cache_->insert(BucketKey{shape.num_tokens, shape.phase}, std::move(program), steps_);
 }
 
-Status Executor::run_eagerly(const ir::StepShape& shape, ir::StepOutput& output) {
+Result<const Executor::EagerGraph*> Executor::eager_graph(const ir::StepShape& shape) {
   auto found = eager_graphs_.find(shape);
   if (found == eager_graphs_.end()) {
     if (eager_graphs_.size() >= kMaxEagerGraphs) eager_graphs_.clear();
-    FOLIO_ASSIGN_OR_RETURN(std::unique_ptr<PreparedGraph> prepared, prepare(shape));
-    found = eager_graphs_.emplace(shape, std::move(prepared)).first;
+    EagerGraph eager;
+    FOLIO_ASSIGN_OR_RETURN(eager.graph, prepare(shape));
+    FOLIO_ASSIGN_OR_RETURN(eager.plan, plan_step_activations(*eager.graph));
+    found = eager_graphs_.emplace(shape, std::move(eager)).first;
   }
-  const PreparedGraph& graph = *found->second;
+  return &found->second;
+}
+
+Result<int64_t> Executor::step_activation_bytes(int32_t num_tokens, ir::StepPhase phase) {
+  if (num_tokens < 1 || num_tokens > limits_.max_tokens) {
+    return invalid_argument("executor '{}': a step of {} tokens is outside [1, {}]", options_.name,
+                            num_tokens, limits_.max_tokens);
+  }
+  FOLIO_ASSIGN_OR_RETURN(const EagerGraph* eager, eager_graph(shape_for(num_tokens, phase)));
+  return eager->plan.peak_bytes;
+}
+
+Status Executor::run_eagerly(const ir::StepShape& shape, ir::StepOutput& output) {
+  FOLIO_ASSIGN_OR_RETURN(const EagerGraph* found, eager_graph(shape));
+  const EagerGraph& eager = *found;
+  const size_t output_bytes_before = eager_outputs_.pool_bytes();
   FOLIO_ASSIGN_OR_RETURN(const std::vector<std::byte*> outputs,
-                         output_addresses(graph.graph(), eager_outputs_, true));
-  FOLIO_RETURN_IF_ERROR(run_eager(graph, outputs, stream_));
+                         eager_outputs_.bind(eager.graph->graph(), true));
+  const auto scratch_bytes = static_cast<size_t>(eager.plan.peak_bytes);
+  if (const Status grown = eager_scratch_.grow_to(scratch_bytes); !grown.ok()) {
+    // A failed step holds no more pool pages than before it: output pages grown for it go.
+    eager_outputs_.truncate_to(output_bytes_before);
+    log::debug("executor '{}': an eager step of {} tokens found no pool memory: {}", options_.name,
+               shape.num_tokens, grown.to_string());
+    return grown;
+  }
+  last_eager_step_ = steps_;
+  FOLIO_RETURN_IF_ERROR(run_eager(*eager.graph, eager.plan,
+                                  std::span<std::byte>(eager_scratch_.data(), scratch_bytes),
+                                  outputs, stream_));
   output.logits = logits_of(eager_outputs_, output.num_rows);
   return Status();
 }
 
-std::span<const float> Executor::logits_of(
-    const std::unordered_map<std::string, HostBuffer>& buffers, int32_t rows) const {
-  const auto found = buffers.find(std::string(ir::kOutputLogits));
-  FOLIO_CHECK(found != buffers.end(), "no logits buffer");
-  return std::span<const float>(found->second.as<const float>(),
+std::span<const float> Executor::logits_of(const OutputBuffers& buffers, int32_t rows) const {
+  const PoolSlice logits = buffers.find(ir::kOutputLogits);
+  FOLIO_CHECK(logits.data() != nullptr, "no logits buffer");
+  return std::span<const float>(logits.as<const float>(),
                                 static_cast<size_t>(int64_t{rows} * vocab_));
 }
 
 Result<ir::StepOutput> Executor::execute(const ir::StepBatch& step) {
   FOLIO_RETURN_IF_ERROR(validate_step(step, limits_, validation_scratch_));
+  ++steps_;
   const int32_t tokens = step.num_tokens();
   const bool above_ladder = tokens > policy_.largest();
   ir::StepOutput output;
@@ -207,7 +219,7 @@ Result<ir::StepOutput> Executor::execute(const ir::StepBatch& step) {
     return output;
   }
   const BucketKey key{shape.num_tokens, shape.phase};
-  const Program* program = cache_->find(key);
+  const Program* program = cache_->use(key, steps_);
   last_step_path_ = StepPath::kReplayed;
   if (program != nullptr) {
     cache_->record_hit();
@@ -232,6 +244,38 @@ Result<ir::StepOutput> Executor::execute(const ir::StepBatch& step) {
   }
   output.logits = logits_of(persistent_outputs_, output.num_rows);
   return output;
+}
+
+Result<int64_t> Executor::release_idle_memory(int64_t idle_steps) {
+  if (idle_steps < 0) {
+    return invalid_argument("executor '{}': idle steps must be 0 or more, got {}", options_.name,
+                            idle_steps);
+  }
+  std::vector<std::unique_ptr<Program>> idle = cache_->take_idle(steps_, idle_steps);
+  Status status;
+  for (const std::unique_ptr<Program>& program : idle) {
+    // The program goes right after; nothing replays through its view any more.
+    const Status released = arena_.release_view(program->view());
+    if (status.ok() && !released.ok()) status = released;
+  }
+  const auto dropped = static_cast<int64_t>(idle.size());
+  idle.clear();
+  FOLIO_RETURN_IF_ERROR(status);
+  FOLIO_ASSIGN_OR_RETURN(const size_t arena_bytes, arena_.shrink_to_largest_view());
+  size_t eager_bytes = 0;
+  if (steps_ - last_eager_step_ >= idle_steps) {
+    eager_bytes = eager_scratch_.size_bytes() + eager_outputs_.pool_bytes();
+    eager_scratch_.truncate_to(0);
+    eager_outputs_.truncate_to(0);
+    eager_graphs_.clear();
+  }
+  const auto bytes = static_cast<int64_t>(arena_bytes + eager_bytes);
+  cache_->record_release(dropped, bytes);
+  if (bytes > 0) {
+    log::debug("executor '{}': dropped {} idle programs, gave {} B back ({} B of graph arena)",
+               options_.name, dropped, bytes, arena_bytes);
+  }
+  return bytes;
 }
 
 Result<int32_t> Executor::precapture(std::span<const ir::StepPhase> phases,

@@ -15,6 +15,18 @@
 // buffers. Output tensors go to persistent output buffers sized for the largest bucket and
 // shared by every program; the output named "logits" (f32 [R, vocab]) is returned.
 //
+// Memory (issue 14, "everything inside the one budget"): every byte a step uses comes from the
+// page pool (step_memory.h): the persistent input and output buffers are pinned pool memory,
+// captured programs' activations live in the graph arena (pool pages), and an eager step plans
+// its activations and workspaces (plan_step_activations) into a pool region grown to the
+// largest eager step seen. When the pool cannot give an eager step its memory, the step fails
+// with kResourceExhausted and the pool holds no more pages than before. release_idle_memory()
+// drops the programs of buckets not used for a while, shrinks the arena to the largest capture
+// left, and gives back the eager region when no eager step ran for as long; what was dropped is
+// captured (or allocated) again the next time a step needs it. The constants a prepared
+// graph keeps (prepared_graph.h: RoPE factors, a few hundred bytes per graph) stay on the heap:
+// model-lifetime constants, counted with the weights, not the pool.
+//
 // Thread-safety: one thread drives an executor (the engine loop). Several executors may share a
 // MultiShapeArena and a ThreadPool from different threads: replays on the arena are serialized
 // by its replay lock. The arena, pool, weights and KV memory must outlive the executor.
@@ -39,8 +51,11 @@
 #include "folio/exec/persistent_inputs.h"
 #include "folio/exec/prepared_graph.h"
 #include "folio/exec/step_limits.h"
+#include "folio/exec/step_memory.h"
 #include "folio/exec/tensor_binding.h"
+#include "folio/ir/buffer_plan.h"
 #include "folio/ir/graph.h"
+#include "folio/memory/page_pool.h"
 
 namespace folio::exec {
 
@@ -78,6 +93,9 @@ enum class StepPath : uint8_t {
 struct ExecutorResources {
   ThreadPool& pool;
   MultiShapeArena& arena;
+  // The one memory budget: persistent buffers and eager steps' memory come from here (usually
+  // the pool the arena's pages come from too).
+  memory::PagePool& page_pool;
   const ir::WeightSource& weights;
   KvCacheBinding kv_cache;
   // The adapter table, for models whose graphs update projections with adapters; empty
@@ -88,8 +106,9 @@ struct ExecutorResources {
 class Executor {
  public:
   // Builds and prepares the largest bucket's graph to size the persistent buffers and to check
-  // the model binds (weights, KV cache, inputs) before any step. Errors: bad options, or any
-  // error of preparing that graph.
+  // the model binds (weights, KV cache, inputs) before any step. Errors: bad options, any
+  // error of preparing that graph, or no pool pages for the persistent buffers
+  // (kResourceExhausted).
   static Result<std::unique_ptr<Executor>> create(ir::GraphFactory factory,
                                                   const ExecutorResources& resources,
                                                   ExecutorOptions options);
@@ -97,7 +116,8 @@ class Executor {
   Executor(const Executor&) = delete;
   Executor& operator=(const Executor&) = delete;
 
-  // The logits rows of `step` (valid until the next execute()).
+  // The logits rows of `step` (valid until the next execute()). kResourceExhausted when an
+  // eager step finds no pool memory for its activations or outputs (the step did not run).
   Result<ir::StepOutput> execute(const ir::StepBatch& step);
   // The padded shape the last executed step ran at, and how it ran.
   const ir::StepShape& last_step_shape() const { return last_step_shape_; }
@@ -106,6 +126,26 @@ class Executor {
   // Captures the programs of every bucket of `phases` not cached yet, largest first, until
   // `time_budget_seconds` is spent; returns how many it captured.
   Result<int32_t> precapture(std::span<const ir::StepPhase> phases, double time_budget_seconds);
+
+  // Gives idle memory back to the page pool: drops the cached programs of buckets not used
+  // (captured or replayed) in the last `idle_steps` steps of this executor (0: every program),
+  // releases their arena views and shrinks the arena to the largest capture left (of any
+  // executor sharing it); and when no eager step ran in those steps, frees the eager steps'
+  // activation region and output buffers. Returns the bytes given back to the pool. Dropped
+  // buckets are captured again on their next step. kInvalidArgument for a negative
+  // `idle_steps` (nothing dropped); the arena's errors otherwise.
+  Result<int64_t> release_idle_memory(int64_t idle_steps);
+  // Bytes of activations and workspaces a step of `num_tokens` tokens needs (the lifetime
+  // plan's peak, before rounding to pool pages): what an eager step of that size takes from the
+  // pool, and what a capture of its bucket needs in the arena. For a scheduler that sizes steps
+  // to the memory left. Errors: those of building and preparing the step's graph.
+  Result<int64_t> step_activation_bytes(int32_t num_tokens, ir::StepPhase phase);
+  // Pool bytes held for eager steps: their activation region and their output buffers.
+  size_t eager_pool_bytes() const {
+    return eager_scratch_.size_bytes() + eager_outputs_.pool_bytes();
+  }
+  // Steps executed so far (the clock release_idle_memory measures idleness in).
+  int64_t steps_executed() const { return steps_; }
 
   GraphCacheStats stats() const { return cache_->stats(); }
   const GraphCache& cache() const { return *cache_; }
@@ -121,17 +161,23 @@ class Executor {
            BucketPolicy policy);
   Status initialize();
   Result<std::unique_ptr<PreparedGraph>> prepare(const ir::StepShape& shape);
-  // Output addresses (by tensor id) of `graph` in `buffers`, grown when `grow` is set.
-  Result<std::vector<std::byte*>> output_addresses(
-      const ir::Graph& graph, std::unordered_map<std::string, HostBuffer>& buffers, bool grow);
   Result<const Program*> capture(const ir::StepShape& shape);
   Status run_eagerly(const ir::StepShape& shape, ir::StepOutput& output);
-  std::span<const float> logits_of(const std::unordered_map<std::string, HostBuffer>& buffers,
-                                   int32_t rows) const;
+  struct EagerGraph;
+  // The prepared graph and plan of `shape`, from eager_graphs_ or made now.
+  Result<const EagerGraph*> eager_graph(const ir::StepShape& shape);
+  std::span<const float> logits_of(const OutputBuffers& buffers, int32_t rows) const;
+
+  // A prepared graph of an eager step and the plan of its activations.
+  struct EagerGraph {
+    std::unique_ptr<PreparedGraph> graph;
+    ir::BufferPlan plan;
+  };
 
   const ir::GraphFactory factory_;
   ThreadPool& pool_;
   MultiShapeArena& arena_;
+  memory::PagePool& page_pool_;
   const ir::WeightSource& weights_;
   const KvCacheBinding kv_cache_;
   const AdapterTableBinding adapters_;
@@ -143,11 +189,16 @@ class Executor {
   std::unique_ptr<PersistentInputs> inputs_;
   std::unique_ptr<GraphCache> cache_;
   // Persistent outputs, by tensor name, sized for the largest bucket; programs write here.
-  std::unordered_map<std::string, HostBuffer> persistent_outputs_;
+  OutputBuffers persistent_outputs_;
   // Outputs of eager steps (any size up to max_num_tokens); no program points here.
-  std::unordered_map<std::string, HostBuffer> eager_outputs_;
+  OutputBuffers eager_outputs_;
+  // Activations and workspaces of eager steps, grown to the largest eager step since the last
+  // release.
+  PoolRegion eager_scratch_;
   // Prepared graphs of eager steps, by shape (bounded).
-  std::unordered_map<ir::StepShape, std::unique_ptr<PreparedGraph>> eager_graphs_;
+  std::unordered_map<ir::StepShape, EagerGraph> eager_graphs_;
+  int64_t steps_ = 0;
+  int64_t last_eager_step_ = 0;
   std::vector<int64_t> validation_scratch_;
   bool attached_ = false;
   ir::StepShape last_step_shape_;

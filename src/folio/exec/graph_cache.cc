@@ -36,6 +36,12 @@ Status GraphCache::export_metrics(metrics::Registry& registry, const std::string
       {&real_tokens_metric_, "folio_graph_real_tokens_total", "Step tokens run."},
       {&padding_tokens_metric_, "folio_graph_padding_tokens_total",
        "Padding tokens run to fill buckets."},
+      {&idle_releases_metric_, "folio_exec_idle_releases_total",
+       "Releases of idle captures that dropped at least one program."},
+      {&programs_released_metric_, "folio_exec_programs_released_total",
+       "Captured programs dropped as idle (recaptured on demand)."},
+      {&bytes_released_metric_, "folio_exec_bytes_released_total",
+       "Bytes (graph arena and eager-step memory) given back to the page pool as idle."},
   };
   for (const Spec& spec : specs) {
     FOLIO_ASSIGN_OR_RETURN(*spec.target, registry.counter(spec.name, spec.help, labels_));
@@ -55,19 +61,40 @@ GraphCache::~GraphCache() {
 
 const Program* GraphCache::find(const BucketKey& key) const {
   const auto found = programs_.find(key);
-  return found == programs_.end() ? nullptr : found->second.get();
+  return found == programs_.end() ? nullptr : found->second.program.get();
 }
 
-const Program* GraphCache::insert(const BucketKey& key, std::unique_ptr<Program> program) {
-  auto [position, inserted] = programs_.emplace(key, std::move(program));
+const Program* GraphCache::use(const BucketKey& key, int64_t step) {
+  const auto found = programs_.find(key);
+  if (found == programs_.end()) return nullptr;
+  found->second.last_used = step;
+  return found->second.program.get();
+}
+
+const Program* GraphCache::insert(const BucketKey& key, std::unique_ptr<Program> program,
+                                  int64_t step) {
+  auto [position, inserted] = programs_.emplace(key, Entry{std::move(program), step});
   FOLIO_CHECK(inserted, "a program for bucket ({} tokens, {}) is cached already", key.num_tokens,
               ir::step_phase_name(key.phase));
-  return position->second.get();
+  return position->second.program.get();
+}
+
+std::vector<std::unique_ptr<Program>> GraphCache::take_idle(int64_t now, int64_t idle_steps) {
+  std::vector<std::unique_ptr<Program>> taken;
+  for (auto it = programs_.begin(); it != programs_.end();) {
+    if (now - it->second.last_used >= idle_steps) {
+      taken.push_back(std::move(it->second.program));
+      it = programs_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+  return taken;
 }
 
 std::vector<const Program*> GraphCache::programs() const {
   std::vector<const Program*> programs;
-  for (const auto& [key, program] : programs_) programs.push_back(program.get());
+  for (const auto& [key, entry] : programs_) programs.push_back(entry.program.get());
   return programs;
 }
 
@@ -95,6 +122,12 @@ void GraphCache::record_capture(double seconds) {
   if (capture_seconds_metric_ != nullptr) capture_seconds_metric_->increment(seconds);
 }
 
+void GraphCache::record_release(int64_t programs, int64_t bytes) {
+  if (programs > 0 || bytes > 0) add(idle_releases_, idle_releases_metric_, 1);
+  add(programs_released_, programs_released_metric_, programs);
+  add(bytes_released_, bytes_released_metric_, bytes);
+}
+
 void GraphCache::record_tokens(int64_t real_tokens, int64_t padding_tokens) {
   add(real_tokens_, real_tokens_metric_, real_tokens);
   add(padding_tokens_, padding_tokens_metric_, padding_tokens);
@@ -110,6 +143,9 @@ GraphCacheStats GraphCache::stats() const {
   stats.eager_fallbacks = eager_fallbacks_.load(std::memory_order_relaxed);
   stats.real_tokens = real_tokens_.load(std::memory_order_relaxed);
   stats.padding_tokens = padding_tokens_.load(std::memory_order_relaxed);
+  stats.idle_releases = idle_releases_.load(std::memory_order_relaxed);
+  stats.programs_released = programs_released_.load(std::memory_order_relaxed);
+  stats.bytes_released = bytes_released_.load(std::memory_order_relaxed);
   return stats;
 }
 

@@ -5,8 +5,15 @@
 //   folio_graph_hits_total, folio_graph_misses_total, folio_graph_captures_total,
 //   folio_graph_capture_failures_total, folio_graph_capture_seconds_total,
 //   folio_graph_eager_fallbacks_total (steps above the largest bucket),
-//   folio_graph_real_tokens_total, folio_graph_padding_tokens_total, and the gauge
-//   folio_graph_padding_ratio (padding tokens / all tokens run), all labelled executor=<name>.
+//   folio_graph_real_tokens_total, folio_graph_padding_tokens_total, the gauge
+//   folio_graph_padding_ratio (padding tokens / all tokens run), and for idle memory given back
+//   (Executor::release_idle_memory): folio_exec_idle_releases_total (calls that gave
+//   something back), folio_exec_programs_released_total and
+//   folio_exec_idle_bytes_released_total (graph arena and eager-step bytes given back to the
+//   pool), all labelled executor=<name>.
+//
+// Each cached program remembers the executor step it was last used at (captured or replayed),
+// so the executor can drop the programs of buckets idle for a while (take_idle).
 //
 // Thread-safety: find/insert/programs are for the executor's own thread; stats() and the
 // metrics may be read from any thread.
@@ -35,6 +42,9 @@ struct GraphCacheStats {
   int64_t eager_fallbacks = 0;  // steps above the largest bucket
   int64_t real_tokens = 0;
   int64_t padding_tokens = 0;
+  int64_t idle_releases = 0;      // release calls that gave something back
+  int64_t programs_released = 0;  // programs dropped as idle (recaptured on demand)
+  int64_t bytes_released = 0;     // pool bytes given back (arena and eager memory)
 
   // Padding tokens / all tokens run; 0 before any step.
   double padding_ratio() const {
@@ -55,8 +65,12 @@ class GraphCache {
 
   // The program of `key`, or null. Counts nothing.
   const Program* find(const BucketKey& key) const;
-  // Requires: no program cached under `key`.
-  const Program* insert(const BucketKey& key, std::unique_ptr<Program> program);
+  // find(), and when found records `step` as its last use.
+  const Program* use(const BucketKey& key, int64_t step);
+  // Requires: no program cached under `key`. `step` is its first use.
+  const Program* insert(const BucketKey& key, std::unique_ptr<Program> program, int64_t step = 0);
+  // Removes and returns the programs last used at or before step `now - idle_steps`.
+  std::vector<std::unique_ptr<Program>> take_idle(int64_t now, int64_t idle_steps);
   size_t size() const { return programs_.size(); }
   // Every cached program (order unspecified).
   std::vector<const Program*> programs() const;
@@ -67,6 +81,7 @@ class GraphCache {
   void record_capture_failure();
   void record_eager_fallback();
   void record_tokens(int64_t real_tokens, int64_t padding_tokens);
+  void record_release(int64_t programs, int64_t bytes);
 
   GraphCacheStats stats() const;
 
@@ -75,10 +90,15 @@ class GraphCache {
   Status export_metrics(metrics::Registry& registry, const std::string& executor_name);
   static void add(std::atomic<int64_t>& counter, metrics::Counter* exported, int64_t by);
 
-  std::unordered_map<BucketKey, std::unique_ptr<Program>> programs_;
+  struct Entry {
+    std::unique_ptr<Program> program;
+    int64_t last_used = 0;  // executor step
+  };
+  std::unordered_map<BucketKey, Entry> programs_;
 
   std::atomic<int64_t> hits_{0}, misses_{0}, captures_{0}, capture_failures_{0},
-      eager_fallbacks_{0}, real_tokens_{0}, padding_tokens_{0};
+      eager_fallbacks_{0}, real_tokens_{0}, padding_tokens_{0}, idle_releases_{0},
+      programs_released_{0}, bytes_released_{0};
   std::atomic<double> capture_seconds_{0};
 
   metrics::Registry* registry_ = nullptr;
@@ -91,6 +111,9 @@ class GraphCache {
   metrics::Counter* eager_fallbacks_metric_ = nullptr;
   metrics::Counter* real_tokens_metric_ = nullptr;
   metrics::Counter* padding_tokens_metric_ = nullptr;
+  metrics::Counter* idle_releases_metric_ = nullptr;
+  metrics::Counter* programs_released_metric_ = nullptr;
+  metrics::Counter* bytes_released_metric_ = nullptr;
 };
 
 }  // namespace folio::exec

@@ -1,6 +1,7 @@
 #include "folio/exec/persistent_inputs.h"
 
 #include <algorithm>
+#include <array>
 #include <cstring>
 
 namespace folio::exec {
@@ -10,29 +11,54 @@ size_t i32_bytes(int64_t count) {
   return static_cast<size_t>(count) * sizeof(int32_t);
 }
 
-void copy_prefix(const HostBuffer& buffer, std::span<const int32_t> values) {
+void copy_prefix(const PoolSlice& buffer, std::span<const int32_t> values) {
   // An empty span may have a null data(), which memcpy must not be given even for 0 bytes.
   if (values.empty()) return;
   std::memcpy(buffer.data(), values.data(), values.size_bytes());
 }
 
+// The buffers in the order they are laid out, with their sizes.
+struct BufferSizes {
+  std::array<size_t, 11> bytes{};
+  size_t total = 0;
+  std::array<size_t, 11> offsets{};
+};
+
+BufferSizes buffer_sizes(const StepLimits& limits) {
+  BufferSizes sizes;
+  sizes.bytes = {i32_bytes(limits.max_tokens),
+                 i32_bytes(limits.max_tokens),
+                 i32_bytes(limits.max_tokens),
+                 i32_bytes(limits.max_sequences),
+                 i32_bytes(int64_t{limits.max_sequences} + 1),
+                 i32_bytes(int64_t{limits.max_sequences} * limits.max_blocks_per_sequence),
+                 i32_bytes(limits.max_logit_rows),
+                 i32_bytes(limits.max_tokens),
+                 i32_bytes(limits.max_logit_rows),
+                 sizeof(int32_t),
+                 sizeof(int32_t)};
+  SliceLayout layout;
+  for (size_t i = 0; i < sizes.bytes.size(); ++i) sizes.offsets[i] = layout.add(sizes.bytes[i]);
+  sizes.total = layout.total();
+  return sizes;
+}
+
 }  // namespace
 
-PersistentInputs::PersistentInputs(const StepLimits& limits)
-    : limits_(limits),
-      token_ids_(i32_bytes(limits.max_tokens)),
-      positions_(i32_bytes(limits.max_tokens)),
-      slot_mapping_(i32_bytes(limits.max_tokens)),
-      seq_lens_(i32_bytes(limits.max_sequences)),
-      query_start_(i32_bytes(int64_t{limits.max_sequences} + 1)),
-      block_tables_(i32_bytes(int64_t{limits.max_sequences} * limits.max_blocks_per_sequence)),
-      logit_indices_(i32_bytes(limits.max_logit_rows)),
-      token_adapter_slots_(i32_bytes(limits.max_tokens)),
-      logit_adapter_slots_(i32_bytes(limits.max_logit_rows)),
-      num_sequences_(sizeof(int32_t)),
-      num_logit_rows_(sizeof(int32_t)) {}
+PersistentInputs::PersistentInputs(const StepLimits& limits, memory::PageAllocation memory)
+    : limits_(limits), memory_(std::move(memory)) {
+  const BufferSizes sizes = buffer_sizes(limits);
+  PoolSlice* const buffers[] = {&token_ids_,     &positions_,           &slot_mapping_,
+                                &seq_lens_,      &query_start_,         &block_tables_,
+                                &logit_indices_, &token_adapter_slots_, &logit_adapter_slots_,
+                                &num_sequences_, &num_logit_rows_};
+  for (size_t i = 0; i < sizes.bytes.size(); ++i) {
+    *buffers[i] = PoolSlice(memory_.data() + sizes.offsets[i], sizes.bytes[i]);
+  }
+}
 
-Result<std::unique_ptr<PersistentInputs>> PersistentInputs::create(const StepLimits& limits) {
+Result<std::unique_ptr<PersistentInputs>> PersistentInputs::create(const StepLimits& limits,
+                                                                   memory::PagePool& pool) {
   if (limits.max_tokens <= 0 || limits.max_sequences <= 0 || limits.max_logit_rows <= 0 ||
       limits.max_blocks_per_sequence <= 0 || limits.block_size <= 0) {
     return invalid_argument(
@@ -48,7 +74,11 @@ Result<std::unique_ptr<PersistentInputs>> PersistentInputs::create(const StepLim
         limits.first_dummy_block, limits.first_dummy_block + limits.num_dummy_blocks,
         limits.num_kv_blocks);
   }
-  return std::unique_ptr<PersistentInputs>(new PersistentInputs(limits));
+  FOLIO_ASSIGN_OR_RETURN(
+      memory::PageAllocation memory,
+      allocate_step_memory(pool, buffer_sizes(limits).total, memory::ContentType::kTemporary,
+                           "the persistent input buffers"));
+  return std::unique_ptr<PersistentInputs>(new PersistentInputs(limits, std::move(memory)));
 }
 
 void PersistentInputs::write(const ir::StepBatch& step, const ir::StepShape& shape) {
@@ -117,7 +147,7 @@ Result<std::byte*> PersistentInputs::bind(const ir::TensorInfo& tensor) const {
   }
   struct Candidate {
     std::string_view name;
-    const HostBuffer* buffer;
+    const PoolSlice* buffer;
     int64_t capacity;  // rows of the first dimension
     int64_t columns;   // 0 for rank 1
   };

@@ -1,6 +1,7 @@
 // PersistentInputs: the step's input buffers at fixed addresses (seed 000 §4.2.1). One set,
-// sized for the largest step the executor accepts and allocated outside the graph arena, is
-// shared by every captured program: a program reads its inputs through pointers bound at
+// sized for the largest step the executor accepts and allocated outside the graph arena (one
+// pinned allocation of the page pool, content kTemporary: step_memory.h), is shared by every
+// captured program: a program reads its inputs through pointers bound at
 // capture, so each step copies its arrays into the prefix of these buffers and fills the
 // padding up to the bucket instead of handing the program new memory.
 //
@@ -25,18 +26,21 @@
 #include <string_view>
 
 #include "folio/base/result.h"
-#include "folio/exec/host_buffer.h"
 #include "folio/exec/step_limits.h"
+#include "folio/exec/step_memory.h"
 #include "folio/ir/graph.h"
 #include "folio/ir/step_graph.h"
+#include "folio/memory/page_pool.h"
 
 namespace folio::exec {
 
 class PersistentInputs {
  public:
   // Requires: limits' max_* fields positive. Errors: a dummy region that is empty or outside
-  // the cache (kInvalidArgument).
-  static Result<std::unique_ptr<PersistentInputs>> create(const StepLimits& limits);
+  // the cache (kInvalidArgument); no pages in `pool` (kResourceExhausted). `pool` must outlive
+  // the buffers.
+  static Result<std::unique_ptr<PersistentInputs>> create(const StepLimits& limits,
+                                                          memory::PagePool& pool);
 
   // Copies `step` into the buffers' prefix and fills the padding up to `shape`.
   // Requires: validate_step(step, limits).ok(); shape.num_tokens >= step tokens,
@@ -55,20 +59,21 @@ class PersistentInputs {
   const StepLimits& limits() const { return limits_; }
 
  private:
-  explicit PersistentInputs(const StepLimits& limits);
+  PersistentInputs(const StepLimits& limits, memory::PageAllocation memory);
 
   StepLimits limits_;
-  HostBuffer token_ids_;            // i32 [max_tokens]
-  HostBuffer positions_;            // i32 [max_tokens]
-  HostBuffer slot_mapping_;         // i32 [max_tokens]
-  HostBuffer seq_lens_;             // i32 [max_sequences]
-  HostBuffer query_start_;          // i32 [max_sequences + 1]
-  HostBuffer block_tables_;         // i32 [max_sequences, max_blocks_per_sequence]
-  HostBuffer logit_indices_;        // i32 [max_logit_rows]
-  HostBuffer token_adapter_slots_;  // i32 [max_tokens]
-  HostBuffer logit_adapter_slots_;  // i32 [max_logit_rows]
-  HostBuffer num_sequences_;        // i32 scalar
-  HostBuffer num_logit_rows_;       // i32 scalar
+  memory::PageAllocation memory_;  // every buffer below is a slice of it
+  PoolSlice token_ids_;            // i32 [max_tokens]
+  PoolSlice positions_;            // i32 [max_tokens]
+  PoolSlice slot_mapping_;         // i32 [max_tokens]
+  PoolSlice seq_lens_;             // i32 [max_sequences]
+  PoolSlice query_start_;          // i32 [max_sequences + 1]
+  PoolSlice block_tables_;         // i32 [max_sequences, max_blocks_per_sequence]
+  PoolSlice logit_indices_;        // i32 [max_logit_rows]
+  PoolSlice token_adapter_slots_;  // i32 [max_tokens]
+  PoolSlice logit_adapter_slots_;  // i32 [max_logit_rows]
+  PoolSlice num_sequences_;        // i32 scalar
+  PoolSlice num_logit_rows_;       // i32 scalar
 };
 
 }  // namespace folio::exec

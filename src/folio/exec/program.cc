@@ -2,26 +2,13 @@
 
 #include <chrono>
 
+#include "folio/exec/eager_runner.h"
 #include "folio/ir/buffer_plan.h"
 #include "folio/ir/lifetime.h"
 #include "folio/ir/split.h"
 
 namespace folio::exec {
 namespace {
-
-// The arena plan of `graph` in `order`: its activations, plus each op's workspace as a scratch
-// tensor (id num_tensors + position) live only at the op's own position.
-Result<ir::BufferPlan> plan_arena(const PreparedGraph& graph, std::span<const ir::OpId> order) {
-  std::vector<ir::TensorLifetime> lifetimes = ir::analyze_lifetimes(graph.graph(), order);
-  const int32_t num_tensors = graph.graph().num_tensors();
-  for (size_t position = 0; position < order.size(); ++position) {
-    const int64_t bytes = graph.ops()[static_cast<size_t>(order[position].value())].workspace_bytes;
-    if (bytes == 0) continue;
-    const auto at = static_cast<int32_t>(position);
-    lifetimes.push_back(ir::TensorLifetime{ir::TensorId(num_tensors + at), at, at, bytes});
-  }
-  return ir::plan_buffers(lifetimes, ir::BufferPlanOptions{static_cast<int64_t>(kBufferAlignment)});
-}
 
 std::byte* planned_address(const ir::BufferPlan& plan, const ArenaView& view, ir::TensorId id) {
   const ir::BufferAssignment* assignment = plan.find(id);
@@ -142,8 +129,7 @@ Result<std::unique_ptr<Program>> capture_program(std::unique_ptr<PreparedGraph> 
                                                  device::HostStream& stream,
                                                  const CaptureOptions& options) {
   const auto start = std::chrono::steady_clock::now();
-  FOLIO_ASSIGN_OR_RETURN(const ir::BufferPlan plan,
-                         plan_arena(*graph, program_order(graph->graph())));
+  FOLIO_ASSIGN_OR_RETURN(const ir::BufferPlan plan, plan_step_activations(*graph));
   std::unique_ptr<Program> program(new Program());
   program->kind_ = options.kind;
   program->graph_ = std::move(graph);

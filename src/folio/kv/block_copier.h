@@ -11,6 +11,7 @@
 // stateless.
 #pragma once
 
+#include <cstdint>
 #include <span>
 
 #include "folio/base/status.h"
@@ -41,5 +42,12 @@ class HostKvBlockCopier final : public KvBlockCopier {
   Status copy_to_device(const KvLayoutNumbers& layout, const HostSwapSpace& host,
                         std::span<const BlockCopy> copies) override;
 };
+
+// The host's copy bandwidth in bytes per second: one memcpy of `bytes` between two host buffers,
+// the best of `runs` timed runs after one untimed run that touches every page. What
+// HostKvBlockCopier's swap copies move per second at best; measured at start-up for the
+// scheduler's recompute-or-swap decision (engine/preemption_cost.h). Takes 2 * bytes of memory
+// for the call. Requires: bytes > 0, runs >= 1.
+double measure_host_copy_bytes_per_second(int64_t bytes = int64_t{8} << 20, int32_t runs = 3);
 
 }  // namespace folio::kv

@@ -17,7 +17,8 @@
 // after which nothing changed and the scheduler preempts or waits; errors (bad ids, a sequence
 // over the context limit, double free, touching a swapped-out sequence) are Status values that
 // also change nothing. The watermark (a fraction of capacity kept obtainable) applies to new
-// and preempted sequences (allocate, swap_in), not to appends.
+// and preempted sequences (allocate, swap_in), not to appends; both can be told to ignore it
+// (BlockAllocationRequest::apply_watermark, swap_in's apply_watermark).
 //
 // Copies: copy-on-write pairs are queued, not executed, so a step's copies run as one batch:
 // call apply_pending_copies() before the forward step that writes the step's KV. The manager
@@ -161,7 +162,9 @@ class BlockManager {
   Status free(SeqId seq);
   Status fork(SeqId parent, SeqId child);
   Result<SwapOutcome> swap_out(std::span<const SeqId> seqs);
-  Result<SwapOutcome> swap_in(std::span<const SeqId> seqs);
+  // `apply_watermark` false lets a preempted sequence that grew past what the watermark admits
+  // come back (the scheduler decides when that is safe, engine/scheduler.h).
+  Result<SwapOutcome> swap_in(std::span<const SeqId> seqs, bool apply_watermark = true);
   // Processes the page source's eviction notices now (every mutating call also does first).
   Status process_evictions() { return begin_operation(); }
   // Runs the queued copy-on-write pairs as one batch.

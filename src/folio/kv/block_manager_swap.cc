@@ -72,7 +72,7 @@ Result<SwapOutcome> BlockManager::swap_out(std::span<const SeqId> seqs) {
   return SwapOutcome{SwapStatus::kSwapped, static_cast<int32_t>(copies.size())};
 }
 
-Result<SwapOutcome> BlockManager::swap_in(std::span<const SeqId> seqs) {
+Result<SwapOutcome> BlockManager::swap_in(std::span<const SeqId> seqs, bool apply_watermark) {
   FOLIO_RETURN_IF_ERROR(begin_operation());
   FOLIO_RETURN_IF_ERROR(validate_swap_set(seqs, /*want_swapped=*/true));
   FOLIO_RETURN_IF_ERROR(flush_copies_if_needed());
@@ -85,7 +85,8 @@ Result<SwapOutcome> BlockManager::swap_in(std::span<const SeqId> seqs) {
   }
   AcquireRequest request;
   request.num_blocks = static_cast<int32_t>(copies.size());
-  request.watermark_blocks = watermark_blocks_;  // a preempted sequence is admitted anew
+  // A preempted sequence is admitted anew, under the watermark unless the caller says not.
+  request.watermark_blocks = apply_watermark ? watermark_blocks_ : 0;
   int32_t num_hits = 0;
   allocator_->begin();
   if (allocator_->acquire(request, scratch_blocks_, num_hits) != AcquireStatus::kAcquired) {

@@ -196,6 +196,8 @@ Result<Server::Handlers::Prepared> Server::Handlers::prepare(
     request.max_tokens = max_tokens;
     request.stop_strings = parsed.stop;
     request.ignore_eos = parsed.ignore_eos;
+    // The engine's priorities run the other way (larger is more important).
+    request.priority = -parsed.priority.value_or(server_.options_.default_priority);
     request.num_choices = parsed.best_of;
     // best_of ranks choices by their cumulative logprob, which needs logprobs.
     request.logprobs = parsed.logprobs;

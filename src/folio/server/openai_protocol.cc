@@ -18,7 +18,7 @@ using Json = nlohmann::ordered_json;
 // Fields accepted and ignored: they describe the caller and change no token of the answer.
 constexpr std::array<std::string_view, 4> kIgnoredFields = {"user", "metadata", "store",
                                                             "service_tier"};
-constexpr std::array<std::string_view, 20> kCommonFields = {"model",
+constexpr std::array<std::string_view, 21> kCommonFields = {"model",
                                                             "max_tokens",
                                                             "temperature",
                                                             "top_p",
@@ -35,6 +35,7 @@ constexpr std::array<std::string_view, 20> kCommonFields = {"model",
                                                             "min_p",
                                                             "repetition_penalty",
                                                             "ignore_eos",
+                                                            "priority",
                                                             "user",
                                                             "metadata",
                                                             "store"};
@@ -337,6 +338,10 @@ Status read_common_field(std::string_view key, const Json& value, const Protocol
     FOLIO_ASSIGN_OR_RETURN(out.stop, read_stop(value));
   } else if (key == "ignore_eos") {
     FOLIO_ASSIGN_OR_RETURN(out.ignore_eos, read_bool(value, key));
+  } else if (key == "priority") {
+    FOLIO_ASSIGN_OR_RETURN(int64_t priority,
+                           read_integer(value, key, -kMaxRequestPriority, kMaxRequestPriority));
+    out.priority = static_cast<int32_t>(priority);
   } else if (key == "logit_bias") {
     FOLIO_ASSIGN_OR_RETURN(out.logit_bias, read_logit_bias(value));
   } else if (key == "logprobs" && out.endpoint == Endpoint::kCompletions) {

@@ -98,6 +98,8 @@ struct CompletionPrompt {
   std::vector<int32_t> tokens;
 };
 
+inline constexpr int32_t kMaxRequestPriority = 1'000'000;
+
 struct GenerationRequest {
   Endpoint endpoint = Endpoint::kCompletions;
   std::string model;
@@ -115,6 +117,10 @@ struct GenerationRequest {
   std::vector<std::pair<int32_t, float>> logit_bias;
   std::vector<std::string> stop;  // at most 4 non-empty strings
   bool ignore_eos = false;
+  // vLLM's convention: lower runs first (admitted earlier, preempted later); absent: the
+  // server's default (ServerOptions::default_priority). In [-kMaxRequestPriority,
+  // kMaxRequestPriority].
+  std::optional<int32_t> priority;
   bool stream = false;
   bool include_usage = false;  // stream_options.include_usage: a last chunk with usage
   // Choices per prompt, and (completions) how many are generated to pick the `n` with the

@@ -165,6 +165,11 @@ Result<std::unique_ptr<Server>> Server::create(const ServerOptions& options, Ser
       options.protocol.max_tokens < 1 || options.protocol.default_max_tokens < 1) {
     return invalid_argument("server limits (queue, body bytes, max tokens) must be positive");
   }
+  if (options.default_priority < -kMaxRequestPriority ||
+      options.default_priority > kMaxRequestPriority) {
+    return invalid_argument("default priority {} must be within [-{}, {}]",
+                            options.default_priority, kMaxRequestPriority, kMaxRequestPriority);
+  }
   FOLIO_ASSIGN_OR_RETURN(ModelCatalog catalog, ModelCatalog::create(model.name, model.adapters,
                                                                     options.allow_lora_loading));
   ChatTemplate chat_template = options.default_chat_template;

@@ -62,6 +62,8 @@ struct ServerOptions {
   size_t max_body_bytes = size_t{1} << 20;
   int32_t max_prompt_tokens = 0;  // 0: the context length minus one
   int32_t max_pending_requests = 256;
+  // The priority of requests that bring none (vLLM's convention: lower runs first).
+  int32_t default_priority = 0;
   ProtocolLimits protocol;
   // Connections (http_listener.h): a few io threads serve them all.
   int32_t num_io_threads = 2;
