@@ -523,8 +523,8 @@ TEST(QuantizeModelTest, MissingInputAndUnwritableOutputAreErrorsNamingThePath) {
 // and bytes llama.cpp's llama-quantize (c392e50, no importance matrix) wrote for the same recipe:
 // the two outputs were compared tensor by tensor (39 of 39 identical for each recipe; only the
 // tensor order in the file differs), and the digests below were computed from llama-quantize's
-// files by a separate Python script. The digest is FNV-1a
-// over the tensors' own FNV-1a hashes in name order, so it does not depend on file order.
+// files by a separate Python script. The digest is FNV-1a over the tensors' own FNV-1a hashes
+// in name order, so it does not depend on file order.
 struct LlamaQuantizeDigest {
   Recipe recipe;
   uint64_t digest;
