@@ -4,7 +4,7 @@
 //
 // The batch-1 decode roofline is always reported: the weight bytes one decode token streams
 // (the one-token decode graph's weights, ir::weight_bytes_read) over the read bandwidth measured
-// on the engine's threads just before the run (base/read_bandwidth.h), against the run's TPOT
+// on the engine's threads right after the run (base/read_bandwidth.h), against the run's TPOT
 // p50 (a batch-1 figure only at --concurrency 1). With --profile every step is timed per op
 // kind (exec/op_profile.h) and the report adds, for decode steps and for steps with prefill, each
 // kind's time per step, share of the step and calls per step.
@@ -72,8 +72,7 @@ struct Roofline {
 
 Roofline measure_roofline(const BenchOptions& options, engine::ModelEngine& model_engine) {
   Roofline roofline;
-  Result<int64_t> bytes =
-      model_engine.executor().step_weight_bytes(1, ir::StepPhase::kDecode);
+  Result<int64_t> bytes = model_engine.executor().step_weight_bytes(1, ir::StepPhase::kDecode);
   check_command(bytes.status());
   roofline.weight_bytes_per_token = *bytes;
   if (options.bandwidth_buffer_mib > 0) {
@@ -779,11 +778,11 @@ void run_bench(const BenchOptions& options) {
   std::vector<engine::Request> requests =
       make_requests(options, *prompt, *output, static_cast<int32_t>(model.shape().vocab_size),
                     model.tokenizer().bos());
-  // Before the run, on the engine's threads, while they have nothing else to do.
-  const Roofline roofline = measure_roofline(options, model_engine);
   const BenchRun run = drive_requests(options, model_engine, std::move(requests));
   BenchSummary summary = summarize_run(run);
-  summary.roofline = roofline;
+  // Right after the run, on the engine's threads (idle now), and after the summary took the
+  // peak RSS, which the measurement's buffer would otherwise inflate by its size.
+  summary.roofline = measure_roofline(options, model_engine);
   // The engine has stopped (drive_requests joined its thread): the profile is quiet.
   if (model_engine.profile() != nullptr) summary.profile = *model_engine.profile();
   report_bench(options, summary);

@@ -177,8 +177,8 @@ TEST(WeightBytesReadTest, OneDecodeTokenReadsEveryWeightAndOneEmbeddingRow) {
   int64_t expected = 0;
   for (const ir::TensorInfo& tensor : graph->tensors()) {
     if (tensor.residency != ir::Residency::kWeight) continue;
-    expected += tensor.name == "token_embd.weight" ? tensor.bytes() / tensor.shape[0]
-                                                   : tensor.bytes();
+    expected +=
+        tensor.name == "token_embd.weight" ? tensor.bytes() / tensor.shape[0] : tensor.bytes();
   }
   EXPECT_EQ(ir::weight_bytes_read(*graph), expected);
   EXPECT_GT(expected, 0);

@@ -30,13 +30,12 @@ void HostStream::run_observed(const HostKernel& kernel) {
   // finished (its completion count is an acquire), so the sum below sees every write.
   std::fill(busy_seconds_.begin(), busy_seconds_.end(), 0.0);
   const auto start = std::chrono::steady_clock::now();
-  pool_->parallel_range(kernel.num_items, kernel.grain,
-                        [&](int64_t begin, int64_t end, int thread_index) {
-                          const auto slice_start = std::chrono::steady_clock::now();
-                          function(arguments, begin, end, thread_index);
-                          busy_seconds_[static_cast<size_t>(thread_index)] +=
-                              seconds_since(slice_start);
-                        });
+  pool_->parallel_range(
+      kernel.num_items, kernel.grain, [&](int64_t begin, int64_t end, int thread_index) {
+        const auto slice_start = std::chrono::steady_clock::now();
+        function(arguments, begin, end, thread_index);
+        busy_seconds_[static_cast<size_t>(thread_index)] += seconds_since(slice_start);
+      });
   KernelTiming timing;
   timing.wall_seconds = seconds_since(start);
   for (double busy : busy_seconds_) timing.busy_seconds += busy;

@@ -27,8 +27,8 @@ void Engine::profile_lap(std::optional<exec::ProfileRow> row) {
 }
 
 bool Engine::step_once() {
-  const auto step_start =
-      profile_ != nullptr ? std::chrono::steady_clock::now() : std::chrono::steady_clock::time_point();
+  const auto step_start = profile_ != nullptr ? std::chrono::steady_clock::now()
+                                              : std::chrono::steady_clock::time_point();
   if (profile_ != nullptr) {
     // Work between steps (start-up captures, a failed step) is no step's.
     profile_->discard_step();
