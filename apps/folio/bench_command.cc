@@ -766,6 +766,10 @@ void run_bench(const BenchOptions& options) {
     check_command(invalid_argument("--requests and --concurrency must be at least 1"));
   }
   if (options.adapters.num_adapters > 0) {
+    if (options.profile) {
+      check_command(invalid_argument(
+          "--profile times one engine; run it without --adapters (the adapter bench drives two)"));
+    }
     run_adapter_bench(options, *prompt, *output);
     return;
   }
