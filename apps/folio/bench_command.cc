@@ -2,6 +2,13 @@
 // drawn from ranges, at most C in flight, reporting throughput, latency percentiles, KV and
 // graph statistics and peak pool memory by content type (text, and JSON with --json).
 //
+// The batch-1 decode roofline is always reported: the weight bytes one decode token streams
+// (the one-token decode graph's weights, ir::weight_bytes_read) over the read bandwidth measured
+// on the engine's threads right after the run (base/read_bandwidth.h), against the run's TPOT
+// p50 (a batch-1 figure only at --concurrency 1). With --profile every step is timed per op
+// kind (exec/op_profile.h) and the report adds, for decode steps and for steps with prefill, each
+// kind's time per step, share of the step and calls per step.
+//
 // With --adapters N (bench_adapters.h), N random LoRA adapters are registered and each request
 // runs with one drawn by popularity. Each of --passes passes then runs its requests twice: on an
 // engine without adapters (the base pass, unless --no-base-pass) and with their adapters on an
@@ -32,6 +39,7 @@
 #include "apps/folio/engine_options.h"
 #include "apps/folio/progress_bar.h"
 #include "folio/base/percentile.h"
+#include "folio/base/read_bandwidth.h"
 
 namespace folio::app {
 namespace {
@@ -47,7 +55,33 @@ struct BenchOptions {
   std::string json_path;
   AdapterBenchOptions adapters;
   int32_t passes = 1;  // with adapters: passes of fresh requests (seeds seed, seed + 1, ...)
+  bool profile = false;
+  int64_t bandwidth_buffer_mib = 1024;  // the read-bandwidth measurement's buffer; 0: skip it
 };
+
+// The batch-1 decode roofline: weight bytes per decode token over the measured read bandwidth.
+struct Roofline {
+  int64_t weight_bytes_per_token = 0;
+  double read_bytes_per_second = 0;  // 0: not measured
+  double tpot_ms() const {
+    return read_bytes_per_second > 0
+               ? 1e3 * static_cast<double>(weight_bytes_per_token) / read_bytes_per_second
+               : 0.0;
+  }
+};
+
+Roofline measure_roofline(const BenchOptions& options, engine::ModelEngine& model_engine) {
+  Roofline roofline;
+  Result<int64_t> bytes = model_engine.executor().step_weight_bytes(1, ir::StepPhase::kDecode);
+  check_command(bytes.status());
+  roofline.weight_bytes_per_token = *bytes;
+  if (options.bandwidth_buffer_mib > 0) {
+    ReadBandwidthOptions read;
+    read.buffer_bytes = options.bandwidth_buffer_mib << 20;
+    roofline.read_bytes_per_second = measure_read_bandwidth(model_engine.thread_pool(), read);
+  }
+  return roofline;
+}
 
 struct Range {
   int32_t low = 0, high = 0;
@@ -288,6 +322,8 @@ struct BenchSummary {
   // included) against the pool's budget and the weights (mmapped, resident once touched).
   int64_t peak_rss_bytes = 0, pool_budget_bytes = 0, weight_bytes = 0;
   std::optional<engine::PressureCounts> pressure;
+  std::optional<Roofline> roofline;
+  std::optional<exec::OpProfile> profile;  // a copy, taken when the engine had stopped
 };
 
 template <typename Rep, typename Period>
@@ -383,6 +419,62 @@ nlohmann::json pressure_json(const std::optional<engine::PressureCounts>& pressu
           {"preemptions", pressure->preemptions}};
 }
 
+nlohmann::json roofline_json(const BenchSummary& summary) {
+  if (!summary.roofline.has_value()) return nullptr;
+  const Roofline& roofline = *summary.roofline;
+  const double tpot = roofline.tpot_ms();
+  return {{"weight_bytes_per_token", roofline.weight_bytes_per_token},
+          {"read_bandwidth_gbps", roofline.read_bytes_per_second / 1e9},
+          {"roofline_tpot_ms", tpot},
+          {"fraction", summary.tpot_ms.p50 > 0 ? tpot / summary.tpot_ms.p50 : 0.0}};
+}
+
+// One line of a phase's profile.
+struct ProfileLine {
+  std::string kind;
+  double ms_per_step = 0, share = 0, calls_per_step = 0;
+};
+
+// The rows that saw time or calls, in ProfileRow order, then "other" (what no row explains).
+std::vector<ProfileLine> profile_lines(const exec::PhaseProfile& phase) {
+  std::vector<ProfileLine> lines;
+  if (phase.steps == 0) return lines;
+  const auto steps = static_cast<double>(phase.steps);
+  auto line = [&](std::string_view kind, double seconds, int64_t calls) {
+    lines.push_back({std::string(kind), 1e3 * seconds / steps,
+                     phase.step_seconds > 0 ? seconds / phase.step_seconds : 0.0,
+                     static_cast<double>(calls) / steps});
+  };
+  for (int index = 0; index < exec::kNumProfileRows; ++index) {
+    const auto row = static_cast<size_t>(index);
+    if (phase.rows.seconds[row] == 0 && phase.rows.calls[row] == 0) continue;
+    line(exec::profile_row_name(static_cast<exec::ProfileRow>(index)), phase.rows.seconds[row],
+         phase.rows.calls[row]);
+  }
+  line("other", phase.other_seconds(), 0);
+  return lines;
+}
+
+nlohmann::json profile_json(const BenchSummary& summary) {
+  if (!summary.profile.has_value()) return nullptr;
+  nlohmann::json json = nlohmann::json::object();
+  for (exec::ProfilePhase phase : {exec::ProfilePhase::kDecode, exec::ProfilePhase::kPrefill}) {
+    const exec::PhaseProfile& totals = summary.profile->phase(phase);
+    nlohmann::json ops = nlohmann::json::array();
+    for (const ProfileLine& line : profile_lines(totals)) {
+      ops.push_back({{"kind", line.kind},
+                     {"ms_per_step", line.ms_per_step},
+                     {"share", line.share},
+                     {"calls_per_step", line.calls_per_step}});
+    }
+    json[std::string(exec::profile_phase_name(phase))] = {
+        {"steps", totals.steps},
+        {"step_ms", totals.steps > 0 ? 1e3 * totals.step_seconds / totals.steps : 0.0},
+        {"ops", ops}};
+  }
+  return json;
+}
+
 nlohmann::json bench_json(const BenchOptions& options, const BenchSummary& summary) {
   nlohmann::json peak = nlohmann::json::object();
   for (memory::ContentType content : memory::kAllContentTypes) {
@@ -419,11 +511,51 @@ nlohmann::json bench_json(const BenchOptions& options, const BenchSummary& summa
       {"pool_budget_bytes", summary.pool_budget_bytes},
       {"weight_bytes", summary.weight_bytes},
       {"pressure", pressure_json(summary.pressure)},
+      {"roofline", roofline_json(summary)},
+      {"profile", profile_json(summary)},
   };
 }
 
 double peak_mib(const BenchSummary& summary, memory::ContentType content) {
   return static_cast<double>(summary.peak_pool_bytes[static_cast<int>(content)]) / (1 << 20);
+}
+
+void print_roofline(const BenchOptions& options, const BenchSummary& summary) {
+  if (!summary.roofline.has_value()) return;
+  const Roofline& roofline = *summary.roofline;
+  constexpr double kMiB = 1 << 20;
+  if (roofline.read_bytes_per_second <= 0) {
+    std::printf("  roofline        %.1f MiB of weights per decode token; bandwidth not measured\n",
+                static_cast<double>(roofline.weight_bytes_per_token) / kMiB);
+    return;
+  }
+  const double tpot = roofline.tpot_ms();
+  std::printf(
+      "  roofline        %.1f MiB of weights per decode token / read bandwidth %.2f GB/s = "
+      "TPOT %.3f ms; achieved/roofline %.2f (TPOT p50%s)\n",
+      static_cast<double>(roofline.weight_bytes_per_token) / kMiB,
+      roofline.read_bytes_per_second / 1e9, tpot,
+      summary.tpot_ms.p50 > 0 ? tpot / summary.tpot_ms.p50 : 0.0,
+      options.concurrency == 1 ? ", batch 1" : "; batch-1 only at --concurrency 1");
+}
+
+void print_profile(const BenchSummary& summary) {
+  if (!summary.profile.has_value()) return;
+  for (exec::ProfilePhase phase : {exec::ProfilePhase::kDecode, exec::ProfilePhase::kPrefill}) {
+    const exec::PhaseProfile& totals = summary.profile->phase(phase);
+    const std::string name(exec::profile_phase_name(phase));
+    if (totals.steps == 0) {
+      std::printf("  profile %-7s  no steps\n", name.c_str());
+      continue;
+    }
+    std::printf("  profile %-7s  %lld steps, mean step %.3f ms\n", name.c_str(),
+                static_cast<long long>(totals.steps), 1e3 * totals.step_seconds / totals.steps);
+    std::printf("    %-26s %10s %7s %11s\n", "kind", "ms/step", "share", "calls/step");
+    for (const ProfileLine& line : profile_lines(totals)) {
+      std::printf("    %-26s %10.4f %6.1f%% %11.1f\n", line.kind.c_str(), line.ms_per_step,
+                  100 * line.share, line.calls_per_step);
+    }
+  }
 }
 
 // Prints the text report on stdout.
@@ -485,6 +617,8 @@ void print_bench(const BenchOptions& options, const BenchSummary& summary) {
               static_cast<double>(summary.peak_rss_bytes) / kMiB,
               static_cast<double>(summary.pool_budget_bytes) / kMiB,
               static_cast<double>(summary.weight_bytes) / kMiB);
+  print_roofline(options, summary);
+  print_profile(summary);
 }
 
 void write_json(const std::string& path, const nlohmann::json& json) {
@@ -632,18 +766,30 @@ void run_bench(const BenchOptions& options) {
     check_command(invalid_argument("--requests and --concurrency must be at least 1"));
   }
   if (options.adapters.num_adapters > 0) {
+    if (options.profile) {
+      check_command(invalid_argument(
+          "--profile times one engine; run it without --adapters (the adapter bench drives two)"));
+    }
     run_adapter_bench(options, *prompt, *output);
     return;
   }
-  Result<std::unique_ptr<engine::ModelEngine>> bundle = start_model_engine(options.engine);
-  check_command(bundle.status());
-  engine::ModelEngine& model_engine = **bundle;
+  std::unique_ptr<engine::ModelEngine> bundle =
+      start_or_fail(options.engine, [&](engine::ModelEngineOptions& engine_options) {
+        engine_options.profile = options.profile;
+      });
+  engine::ModelEngine& model_engine = *bundle;
   const model::LlamaModel& model = model_engine.model();
   std::vector<engine::Request> requests =
       make_requests(options, *prompt, *output, static_cast<int32_t>(model.shape().vocab_size),
                     model.tokenizer().bos());
   const BenchRun run = drive_requests(options, model_engine, std::move(requests));
-  report_bench(options, summarize_run(run));
+  BenchSummary summary = summarize_run(run);
+  // Right after the run, on the engine's threads (idle now), and after the summary took the
+  // peak RSS, which the measurement's buffer would otherwise inflate by its size.
+  summary.roofline = measure_roofline(options, model_engine);
+  // The engine has stopped (drive_requests joined its thread): the profile is quiet.
+  if (model_engine.profile() != nullptr) summary.profile = *model_engine.profile();
+  report_bench(options, summary);
 }
 
 }  // namespace
@@ -663,6 +809,13 @@ void add_bench_command(CLI::App& app) {
                       "Tokens of a system prompt shared by every request");
   command->add_option("--seed", options->seed, "Seed of the synthetic requests");
   command->add_option("--json", options->json_path, "Also write the report as JSON here");
+  command->add_flag("--profile", options->profile,
+                    "Time every step per op kind and print where decode and prefill steps spend "
+                    "their time");
+  command
+      ->add_option("--bandwidth-buffer-mib", options->bandwidth_buffer_mib,
+                   "Buffer of the read-bandwidth measurement behind the roofline (0: skip it)")
+      ->capture_default_str();
   AdapterBenchOptions& adapters = options->adapters;
   command->add_option("--adapters", adapters.num_adapters,
                       "Random LoRA adapters to register; each request runs with one (0: none)");

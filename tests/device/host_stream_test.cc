@@ -1,7 +1,8 @@
 // HostStream / HostGraph: eager launches run each item once, capture records without running,
 // replay runs the recorded kernels in order, and, the property the graph executor relies on, a
 // kernel that reads a value through a pointer sees the value current at replay while one that
-// captured the value in its arguments keeps the captured one.
+// captured the value in its arguments keeps the captured one. An observer sees every kernel
+// run, eager or replayed, once, with the tag it was launched under, and none captured.
 #include "folio/device/host_stream.h"
 
 #include <atomic>
@@ -136,6 +137,60 @@ TEST(HostStreamDeathTest, NestedCaptureAborts) {
   HostStream stream(pool);
   stream.begin_capture();
   EXPECT_DEATH(stream.begin_capture(), "already capturing");
+}
+
+// Records what a stream reports.
+class RecordingObserver final : public HostKernelObserver {
+ public:
+  struct Report {
+    int32_t tag;
+    bool first_of_tag;
+    KernelTiming timing;
+  };
+  void on_kernel(const HostKernel& kernel, const KernelTiming& timing) override {
+    reports.push_back({kernel.tag, kernel.first_of_tag, timing});
+  }
+  std::vector<Report> reports;
+};
+
+TEST(HostStreamTest, ObserverSeesEveryKernelRunWithItsTagEagerAndReplayed) {
+  ThreadPool pool(kThreads);
+  HostStream stream(pool);
+  RecordingObserver observer;
+  stream.set_observer(&observer);
+  constexpr int64_t kItems = 1000;
+  std::vector<std::atomic<int>> counts(kItems);
+  const HostKernel kernel =
+      HostKernel::make<CountArguments, count_items>("count", {counts.data()}, kItems, 7);
+  stream.set_launch_tag(3);
+  stream.launch(kernel);
+  stream.launch(kernel);
+  stream.set_launch_tag(5);
+  stream.begin_capture();
+  stream.launch(kernel);
+  stream.set_launch_tag(6);
+  stream.launch(kernel);
+  const HostGraph graph = stream.end_capture();
+  EXPECT_EQ(observer.reports.size(), 2u);  // a capture runs, and reports, nothing
+  stream.replay(graph);
+  stream.replay(graph);
+  ASSERT_EQ(observer.reports.size(), 6u);
+  const std::vector<int32_t> tags = {3, 3, 5, 6, 5, 6};
+  const std::vector<bool> firsts = {true, false, true, true, true, true};
+  for (size_t index = 0; index < tags.size(); ++index) {
+    const RecordingObserver::Report& report = observer.reports[index];
+    EXPECT_EQ(report.tag, tags[index]) << "report " << index;
+    EXPECT_EQ(report.first_of_tag, firsts[index]) << "report " << index;
+    EXPECT_EQ(report.timing.num_threads, kThreads);
+    EXPECT_GT(report.timing.wall_seconds, 0.0);
+    EXPECT_GT(report.timing.busy_seconds, 0.0);
+    EXPECT_LE(report.timing.busy_seconds, report.timing.wall_seconds * kThreads);
+  }
+  for (int64_t i = 0; i < kItems; ++i) ASSERT_EQ(counts[i].load(), 6) << "item " << i;
+
+  stream.set_observer(nullptr);
+  stream.replay(graph);
+  EXPECT_EQ(observer.reports.size(), 6u);
 }
 
 }  // namespace

@@ -25,6 +25,10 @@ struct HostKernel {
   const char* name = "";
   int64_t num_items = 0;
   int64_t grain = 1;
+  // Set by the stream at launch (HostStream::set_launch_tag), for observers: who launched it
+  // (-1: untagged), and whether it is the first kernel of that tagged unit of work.
+  int32_t tag = -1;
+  bool first_of_tag = false;
   alignas(16) std::byte arguments[kMaxArgumentBytes] = {};
 
   // Builds a launch of `Body(const Arguments&, begin, end, thread_index)`.

@@ -84,6 +84,7 @@ Engine::Engine(const EngineOptions& options, const EngineParts& parts, EngineMet
       runner_(*parts.runner),
       adapters_(parts.adapters),
       pressure_(parts.pressure),
+      profile_(parts.profile),
       owned_clock_(std::move(owned_clock)),
       clock_(parts.clock != nullptr ? *parts.clock : *owned_clock_),
       owned_registry_(std::move(owned_registry)),

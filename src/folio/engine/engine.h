@@ -25,6 +25,7 @@
 // "driving thread" may only be called while the loop thread is not running.
 #pragma once
 
+#include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <memory>
@@ -46,6 +47,7 @@
 #include "folio/engine/step_batch_builder.h"
 #include "folio/engine/step_runner.h"
 #include "folio/engine/text_decoder.h"
+#include "folio/exec/op_profile.h"
 #include "folio/kv/block_manager.h"
 
 namespace folio::engine {
@@ -77,6 +79,10 @@ struct EngineParts {
   MemoryPressureHandler* pressure = nullptr;
   // How PreemptionMode::kCheaper prices victims (preemption_cost.h); required for that mode.
   const PreemptionCostModel* preemption_cost = nullptr;
+  // Per-op profile (exec/op_profile.h), the one the runner's executor times kernels into: the
+  // engine adds step building and sampling to each step's rows and ends the step with its wall
+  // time and phase. Null: no timing. Driving thread only.
+  exec::OpProfile* profile = nullptr;
 };
 
 class Engine {
@@ -138,6 +144,9 @@ class Engine {
   void drain_inbox();
   void accept(std::unique_ptr<RequestState> state);
   void run_plan(StepPlan& plan, TimePoint started);
+  // With a profile: charges the time since the last lap to `row` (if given) and starts the
+  // next lap.
+  void profile_lap(std::optional<exec::ProfileRow> row);
   // The choice a scheduled sequence belongs to. Requires: its request is unfinished.
   ChoiceState& choice_of(const Sequence& sequence);
   // Fills the prompt logprobs of the positions of an all-logits segment from its rows
@@ -165,6 +174,8 @@ class Engine {
   StepRunner& runner_;
   lora::AdapterManager* const adapters_;
   MemoryPressureHandler* const pressure_;
+  exec::OpProfile* const profile_;
+  std::chrono::steady_clock::time_point profile_lap_start_;  // driving thread only
   // The last step's appends had to preempt (a failed allocation, for the pressure handler).
   bool appends_preempted_ = false;
   std::unique_ptr<Clock> owned_clock_;

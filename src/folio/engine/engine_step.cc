@@ -17,7 +17,23 @@ void Engine::run_until_idle() {
   while (has_unfinished_requests()) step_once();
 }
 
+void Engine::profile_lap(std::optional<exec::ProfileRow> row) {
+  if (profile_ == nullptr) return;
+  const auto now = std::chrono::steady_clock::now();
+  if (row.has_value()) {
+    profile_->add(*row, std::chrono::duration<double>(now - profile_lap_start_).count());
+  }
+  profile_lap_start_ = now;
+}
+
 bool Engine::step_once() {
+  const auto step_start = profile_ != nullptr ? std::chrono::steady_clock::now()
+                                              : std::chrono::steady_clock::time_point();
+  if (profile_ != nullptr) {
+    // Work between steps (start-up captures, a failed step) is no step's.
+    profile_->discard_step();
+    profile_lap_start_ = step_start;
+  }
   drain_inbox();
   // Finished adapter loads become visible to this step's admissions.
   if (adapters_ != nullptr) adapters_->maintain();
@@ -41,6 +57,11 @@ bool Engine::step_once() {
     tune_phases(plan, clock_.now() - started);
   }
   report_state();
+  if (ran && profile_ != nullptr) {
+    profile_->end_step(
+        plan.num_prefill_tokens > 0 ? exec::ProfilePhase::kPrefill : exec::ProfilePhase::kDecode,
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - step_start).count());
+  }
   return ran;
 }
 
@@ -66,7 +87,9 @@ void Engine::run_plan(StepPlan& plan, TimePoint started) {
   Result<ir::StepBatch> built = step_batch_builder_.build(plan, block_manager_);
   FOLIO_CHECK(built.ok(), "laying out a step: {}", built.status().to_string());
   const ir::StepBatch& step = *built;
+  profile_lap(exec::ProfileRow::kStepBuilding);
   Result<ir::StepOutput> output = runner_.run(step);
+  profile_lap(std::nullopt);  // the executor charged the step's own rows
   if (!output.ok()) {
     fail_segments(plan, output.status().with_context("model step"));
     return;
@@ -101,6 +124,7 @@ void Engine::run_plan(StepPlan& plan, TimePoint started) {
     }
   }
   metrics_.on_step(plan, num_prefill_tokens, clock_.now() - started);
+  profile_lap(exec::ProfileRow::kSampling);
 }
 
 void Engine::record_prompt_logprobs(RequestState& state, const ScheduledSegment& segment,

@@ -93,6 +93,10 @@ Status ModelEngine::build_executor(const ModelEngineOptions& options) {
   executor_options.mode =
       options.use_graphs ? exec::ExecutionMode::kGraph : exec::ExecutionMode::kEager;
   executor_options.metrics = &registry_;
+  if (options.profile) {
+    profile_ = std::make_unique<exec::OpProfile>();
+    executor_options.profile = profile_.get();
+  }
   exec::ExecutorResources resources{*thread_pool_, *arena_, *pool_, model_->weights(),
                                     exec::KvCacheBinding{numbers, num_blocks}};
   model::LlamaGraphOptions graph_options;
@@ -235,6 +239,7 @@ Result<std::unique_ptr<ModelEngine>> ModelEngine::create(std::unique_ptr<model::
   parts.has_swap_space = bundle->swap_space_ != nullptr;
   parts.registry = &bundle->registry_;
   parts.adapters = bundle->adapters_.get();
+  parts.profile = bundle->profile_.get();
   const tokenizer::Tokenizer* tokenizer = &bundle->model_->tokenizer();
   parts.text_decoder_factory =
       make_span_text_decoder_factory([tokenizer](std::span<const int32_t> ids) {

@@ -65,6 +65,9 @@ struct ModelEngineOptions {
   double max_step_memory_fraction = 0.25;
   // Memory pressure levels and the actions they take (memory_pressure_handler.h).
   MemoryPressureOptions pressure;
+  // Time every step per op kind (exec/op_profile.h; `folio bench --profile`); read it with
+  // profile() once the engine has stopped. Off, nothing is timed.
+  bool profile = false;
 };
 
 class ModelEngine {
@@ -86,6 +89,8 @@ class ModelEngine {
   // Null unless the scheduler may decide preemptions by cost (with a swap space).
   const PreemptionCostModel* preemption_cost() const { return preemption_cost_.get(); }
   ThreadPool& thread_pool() { return *thread_pool_; }
+  // Null unless created with options.profile. Written by the engine's driving thread.
+  const exec::OpProfile* profile() const { return profile_.get(); }
 
  private:
   ModelEngine() = default;
@@ -108,6 +113,7 @@ class ModelEngine {
   kv::HostKvBlockCopier copier_;
   std::unique_ptr<kv::HostSwapSpace> swap_space_;
   std::unique_ptr<kv::BlockManager> block_manager_;
+  std::unique_ptr<exec::OpProfile> profile_;
   std::unique_ptr<exec::Executor> executor_;
   std::unique_ptr<ModelStepRunner> runner_;
   std::unique_ptr<MemoryPressureHandler> pressure_;

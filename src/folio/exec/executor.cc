@@ -6,6 +6,7 @@
 
 #include "folio/base/log.h"
 #include "folio/exec/eager_runner.h"
+#include "folio/ir/cost.h"
 
 namespace folio::exec {
 namespace {
@@ -58,7 +59,9 @@ Executor::Executor(ir::GraphFactory factory, const ExecutorResources& resources,
       persistent_outputs_(resources.page_pool, "the persistent output buffers"),
       eager_outputs_(resources.page_pool, "the output buffers of eager steps"),
       eager_scratch_(resources.page_pool, memory::ContentType::kActivation,
-                     "the activations of an eager step") {}
+                     "the activations of an eager step") {
+  stream_.set_observer(options_.profile);
+}
 
 Result<std::unique_ptr<Executor>> Executor::create(ir::GraphFactory factory,
                                                    const ExecutorResources& resources,
@@ -171,6 +174,15 @@ Result<int64_t> Executor::step_activation_bytes(int32_t num_tokens, ir::StepPhas
   return eager->plan.peak_bytes;
 }
 
+Result<int64_t> Executor::step_weight_bytes(int32_t num_tokens, ir::StepPhase phase) {
+  if (num_tokens < 1 || num_tokens > limits_.max_tokens) {
+    return invalid_argument("executor '{}': a step of {} tokens is outside [1, {}]", options_.name,
+                            num_tokens, limits_.max_tokens);
+  }
+  FOLIO_ASSIGN_OR_RETURN(const EagerGraph* eager, eager_graph(shape_for(num_tokens, phase)));
+  return ir::weight_bytes_read(eager->graph->graph());
+}
+
 Status Executor::run_eagerly(const ir::StepShape& shape, ir::StepOutput& output) {
   FOLIO_ASSIGN_OR_RETURN(const EagerGraph* found, eager_graph(shape));
   const EagerGraph& eager = *found;
@@ -200,7 +212,14 @@ std::span<const float> Executor::logits_of(const OutputBuffers& buffers, int32_t
                                 static_cast<size_t>(int64_t{rows} * vocab_));
 }
 
+double Executor::seconds_since(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
 Result<ir::StepOutput> Executor::execute(const ir::StepBatch& step) {
+  OpProfile* const profile = options_.profile;
+  const auto start = profile != nullptr ? std::chrono::steady_clock::now()
+                                        : std::chrono::steady_clock::time_point();
   FOLIO_RETURN_IF_ERROR(validate_step(step, limits_, validation_scratch_));
   ++steps_;
   const int32_t tokens = step.num_tokens();
@@ -212,6 +231,7 @@ Result<ir::StepOutput> Executor::execute(const ir::StepBatch& step) {
   const ir::StepShape& shape = last_step_shape_;
   inputs_->write(step, shape);
   cache_->record_tokens(tokens, shape.num_tokens - tokens);
+  if (profile != nullptr) profile->add(ProfileRow::kInputPreparation, seconds_since(start));
   if (above_ladder || options_.mode == ExecutionMode::kEager) {
     if (above_ladder) cache_->record_eager_fallback();
     last_step_path_ = above_ladder ? StepPath::kEagerFallback : StepPath::kEager;
@@ -225,7 +245,10 @@ Result<ir::StepOutput> Executor::execute(const ir::StepBatch& step) {
     cache_->record_hit();
   } else {
     cache_->record_miss();
+    const auto capture_start = profile != nullptr ? std::chrono::steady_clock::now()
+                                                  : std::chrono::steady_clock::time_point();
     Result<const Program*> captured = capture(shape);
+    if (profile != nullptr) profile->add(ProfileRow::kGraphCapture, seconds_since(capture_start));
     if (!captured.ok() && captured.status().code() == StatusCode::kResourceExhausted) {
       // No memory for the arena right now: this step runs eagerly, a later one retries.
       log::debug("executor '{}': {}; running eagerly", options_.name,

@@ -32,6 +32,7 @@
 // by its replay lock. The arena, pool, weights and KV memory must outlive the executor.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -48,6 +49,7 @@
 #include "folio/exec/bucket_policy.h"
 #include "folio/exec/graph_cache.h"
 #include "folio/exec/multi_shape_arena.h"
+#include "folio/exec/op_profile.h"
 #include "folio/exec/persistent_inputs.h"
 #include "folio/exec/prepared_graph.h"
 #include "folio/exec/step_limits.h"
@@ -81,6 +83,11 @@ struct ExecutorOptions {
   // paged-attention launch captured, which it may rewrite. Null in the product; not owned, must
   // outlive the executor.
   AttentionCaptureHook* attention_capture_hook = nullptr;
+  // Per-op timing (op_profile.h): every kernel the executor runs, eager or replayed, is timed
+  // and charged to its op's row, and the executor's input preparation and captures to theirs.
+  // Null: nothing is timed. Not owned; must outlive the executor; driven by the executor's
+  // thread.
+  OpProfile* profile = nullptr;
 };
 
 enum class StepPath : uint8_t {
@@ -140,6 +147,10 @@ class Executor {
   // pool, and what a capture of its bucket needs in the arena. For a scheduler that sizes steps
   // to the memory left. Errors: those of building and preparing the step's graph.
   Result<int64_t> step_activation_bytes(int32_t num_tokens, ir::StepPhase phase);
+  // Bytes of weights a step of `num_tokens` tokens reads (ir::weight_bytes_read of its graph):
+  // for one decode token, what each decode step streams from memory at least. Errors: those of
+  // building and preparing the step's graph.
+  Result<int64_t> step_weight_bytes(int32_t num_tokens, ir::StepPhase phase);
   // Pool bytes held for eager steps: their activation region and their output buffers.
   size_t eager_pool_bytes() const {
     return eager_scratch_.size_bytes() + eager_outputs_.pool_bytes();
@@ -167,6 +178,7 @@ class Executor {
   // The prepared graph and plan of `shape`, from eager_graphs_ or made now.
   Result<const EagerGraph*> eager_graph(const ir::StepShape& shape);
   std::span<const float> logits_of(const OutputBuffers& buffers, int32_t rows) const;
+  static double seconds_since(std::chrono::steady_clock::time_point start);
 
   // A prepared graph of an eager step and the plan of its activations.
   struct EagerGraph {

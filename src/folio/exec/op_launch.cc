@@ -286,6 +286,7 @@ void PreparedGraph::launch(size_t index, std::span<std::byte* const> addresses,
   const PreparedOp& prepared = ops_[index];
   const ir::Op& op = *prepared.op;
   const OpOperands operands(graph_, op, addresses);
+  stream.set_launch_tag(static_cast<int32_t>(prepared.profile_row));
   switch (op.kind) {
     case ir::OpKind::kEmbedding:
       launch_embedding(operands, stream);

@@ -81,6 +81,7 @@ Status PreparedGraph::prepare_op(size_t index) {
   const ir::Op& op = graph_.ops()[index];
   PreparedOp& prepared = ops_[index];
   prepared.op = &op;
+  prepared.profile_row = profile_row_of(graph_, op);
   auto input = [&](int position) -> const ir::TensorInfo& {
     return graph_.tensor(op.inputs[static_cast<size_t>(position)]);
   };

@@ -32,6 +32,7 @@
 #include "folio/base/result.h"
 #include "folio/device/host_stream.h"
 #include "folio/exec/host_buffer.h"
+#include "folio/exec/op_profile.h"
 #include "folio/exec/persistent_inputs.h"
 #include "folio/exec/tensor_binding.h"
 #include "folio/ir/graph.h"
@@ -49,6 +50,7 @@ struct PreparedOp {
   float rope_magnitude_scale = 1.0f;                     // YaRN's scale of cosines and sines
   const int32_t* gather_row_count = nullptr;             // i32 scalar the gather reads at run time
   const kernels::LoraSlotWeights* lora_slots = nullptr;  // lora: its row of the adapter table
+  ProfileRow profile_row = ProfileRow::kOtherOps;        // its launches' tag (op_profile.h)
 };
 
 struct PrepareContext {
@@ -80,7 +82,7 @@ class PreparedGraph {
   int num_threads() const { return num_threads_; }
   const PersistentInputs& inputs() const { return inputs_; }
 
-  // Launches op `index` onto `stream`.
+  // Launches op `index` onto `stream`, its launches tagged with the op's profile row.
   // Requires: addresses[t] is the data of every tensor t the op reads or writes (activations
   // and outputs included; f32, row-major, 64-byte aligned); `workspace` holds
   // ops()[index].workspace_bytes bytes, 64-byte aligned; stream.pool().num_threads() ==

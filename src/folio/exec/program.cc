@@ -22,6 +22,7 @@ std::byte* planned_address(const ir::BufferPlan& plan, const ArenaView& view, ir
 }  // namespace
 
 void AttentionRunner::run(device::HostStream& stream) const {
+  stream.set_launch_tag(static_cast<int32_t>(ProfileRow::kAttention));
   kernels::cpu::paged_attention(stream, arguments_);
 }
 
@@ -85,6 +86,7 @@ void Program::record_piece(std::span<const ir::OpId> ops, std::span<std::byte* c
       kernels::cpu::PagedAttentionArguments arguments =
           graph_->attention_arguments(index, addresses_, workspaces[index]);
       attention_hook->on_capture(arguments);
+      stream.set_launch_tag(static_cast<int32_t>(ProfileRow::kAttention));
       kernels::cpu::paged_attention(stream, arguments);
       continue;
     }

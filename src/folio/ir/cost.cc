@@ -1,5 +1,8 @@
 #include "folio/ir/cost.h"
 
+#include <algorithm>
+#include <vector>
+
 namespace folio::ir {
 namespace {
 
@@ -156,6 +159,27 @@ CostTotals total_cost(const Graph& graph) {
     ++totals.num_ops_by_kind[kind];
   }
   return totals;
+}
+
+int64_t weight_bytes_read(const Graph& graph) {
+  std::vector<int64_t> read(static_cast<size_t>(graph.num_tensors()), 0);
+  for (const Op& op : graph.ops()) {
+    for (size_t position = 0; position < op.inputs.size(); ++position) {
+      const TensorInfo& tensor = graph.tensor(op.inputs[position]);
+      if (tensor.residency != Residency::kWeight) continue;
+      int64_t bytes = tensor.bytes();
+      if (op.kind == OpKind::kEmbedding &&
+          position == static_cast<size_t>(embedding_input::kTable)) {
+        const TensorInfo& ids = input(graph, op, embedding_input::kTokenIds);
+        bytes = ids.shape[0] * row_bytes(tensor.dtype, tensor.shape[1]);
+      }
+      int64_t& most = read[static_cast<size_t>(tensor.id.value())];
+      most = std::max(most, bytes);
+    }
+  }
+  int64_t total = 0;
+  for (int64_t bytes : read) total += bytes;
+  return total;
 }
 
 }  // namespace folio::ir

@@ -42,4 +42,10 @@ struct CostTotals {
 // Sums the cost annotations stored on the ops of `graph`.
 CostTotals total_cost(const Graph& graph);
 
+// Bytes of weights one run of `graph` reads, each weight counted once at the most any op reads
+// of it: the whole tensor, except an embedding table, of which only the gathered rows (a table
+// that is also a tied LM head counts whole). For a one-token decode graph, the bytes a decode
+// step streams from memory at least: the numerator of the batch-1 decode roofline.
+int64_t weight_bytes_read(const Graph& graph);
+
 }  // namespace folio::ir
