@@ -14,6 +14,7 @@
 
 #include <fmt/format.h>
 
+#include "apps/folio/process_memory.h"
 #include "apps/folio/progress_bar.h"
 #include "folio/lora/adapter_writer.h"
 
@@ -111,13 +112,6 @@ Result<AdapterFiles> AdapterFiles::prepare(const AdapterBenchOptions& options,
   }
   bar.finish();
   return files;
-}
-
-int64_t resident_set_bytes() {
-  std::ifstream statm("/proc/self/statm");
-  int64_t size_pages = 0, resident_pages = 0;
-  if (!(statm >> size_pages >> resident_pages)) return 0;
-  return resident_pages * static_cast<int64_t>(sysconf(_SC_PAGESIZE));
 }
 
 Result<AdapterRegistration> register_bench_adapters(lora::AdapterManager& adapters,

@@ -107,9 +107,6 @@ struct AdapterCounters {
 // Reads them from the registry's exposition text (a series never observed reads 0).
 AdapterCounters read_adapter_counters(const metrics::Registry& registry);
 
-// The process's resident set size (Linux /proc/self/statm); 0 where unknown.
-int64_t resident_set_bytes();
-
 // What the adapter passes measured besides their requests' own report (bench_command.cc).
 struct AdapterBenchReport {
   AdapterBenchOptions options;

@@ -37,6 +37,7 @@
 #include "apps/folio/bench_adapters.h"
 #include "apps/folio/commands.h"
 #include "apps/folio/engine_options.h"
+#include "apps/folio/process_memory.h"
 #include "apps/folio/progress_bar.h"
 #include "folio/base/percentile.h"
 #include "folio/base/read_bandwidth.h"
@@ -138,6 +139,9 @@ struct BenchRun {
   double seconds = 0;
   // Pages in use per content type, the most seen by the samples taken while requests ran.
   std::array<int64_t, memory::kNumContentTypes> peak_pages{};
+  // The process's proportional set size, the most seen by samples at most every 50 ms.
+  int64_t peak_pss_bytes = 0;
+  std::chrono::steady_clock::time_point last_pss_sample;
   exec::GraphCacheStats graphs_before, graphs_after;
   engine::EngineStats engine_stats;  // at the end of the run
   // Memory pressure handling's totals at the end of the run; absent when it is off.
@@ -152,6 +156,20 @@ struct BenchRun {
   // submitted (nullopt: no adapter), in the order of `completions`.
   std::vector<std::optional<lora::AdapterTier>> submit_tiers;
 };
+
+// Raises the run's peaks to what the pool and the process hold now (PSS at most every 50 ms:
+// reading it walks every mapping).
+void sample_run_memory(BenchRun& run, const memory::PagePool& pool) {
+  const memory::PoolStats stats = pool.stats();
+  for (int i = 0; i < memory::kNumContentTypes; ++i) {
+    run.peak_pages[i] = std::max(run.peak_pages[i], stats.per_content[i].pages_in_use);
+  }
+  const auto now = std::chrono::steady_clock::now();
+  if (now - run.last_pss_sample >= std::chrono::milliseconds(50)) {
+    run.last_pss_sample = now;
+    run.peak_pss_bytes = std::max(run.peak_pss_bytes, proportional_set_bytes());
+  }
+}
 
 // Submits the requests keeping at most options.concurrency in flight, waits for all to finish,
 // and stops the engine. The pool is sampled whenever a request finishes and at least every
@@ -171,12 +189,7 @@ BenchRun drive_requests(const BenchOptions& options, engine::ModelEngine& model_
   run.page_size = model_engine.pool().page_size();
   run.pool_pages = model_engine.pool().num_pages();
   run.weight_bytes = model_engine.model().weight_bytes();
-  auto sample_memory = [&] {
-    const memory::PoolStats stats = model_engine.pool().stats();
-    for (int i = 0; i < memory::kNumContentTypes; ++i) {
-      run.peak_pages[i] = std::max(run.peak_pages[i], stats.per_content[i].pages_in_use);
-    }
-  };
+  auto sample_memory = [&] { sample_run_memory(run, model_engine.pool()); };
 
   engine::Engine& engine = model_engine.engine();
   run.graphs_before = model_engine.executor().stats();
@@ -255,10 +268,7 @@ BenchRun drive_stepped(const BenchOptions& options, engine::ModelEngine& model_e
       ++next;
     }
     if (!engine.step()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
-    const memory::PoolStats stats = model_engine.pool().stats();
-    for (int i = 0; i < memory::kNumContentTypes; ++i) {
-      run.peak_pages[i] = std::max(run.peak_pages[i], stats.per_content[i].pages_in_use);
-    }
+    sample_run_memory(run, model_engine.pool());
     bar.update(static_cast<int64_t>(completions.size()));
   }
   bar.finish();
@@ -288,6 +298,7 @@ void merge_run(BenchRun& total, BenchRun pass) {
   for (int i = 0; i < memory::kNumContentTypes; ++i) {
     total.peak_pages[i] = std::max(total.peak_pages[i], pass.peak_pages[i]);
   }
+  total.peak_pss_bytes = std::max(total.peak_pss_bytes, pass.peak_pss_bytes);
   total.graphs_after = pass.graphs_after;
   total.engine_stats = pass.engine_stats;
   total.pressure = pass.pressure;
@@ -319,8 +330,10 @@ struct BenchSummary {
   double peak_kv_utilization = 0;       // of the pool's pages
   std::array<int64_t, memory::kNumContentTypes> peak_pool_bytes{};
   // The process's peak resident set (getrusage ru_maxrss, so since start-up, model load
-  // included) against the pool's budget and the weights (mmapped, resident once touched).
-  int64_t peak_rss_bytes = 0, pool_budget_bytes = 0, weight_bytes = 0;
+  // included) and peak proportional set (sampled while requests ran) against the pool's budget
+  // and the weights (mmapped, resident once touched). RSS counts an arena page once per captured
+  // graph's view of it; PSS counts it once (process_memory.h).
+  int64_t peak_rss_bytes = 0, peak_pss_bytes = 0, pool_budget_bytes = 0, weight_bytes = 0;
   std::optional<engine::PressureCounts> pressure;
   std::optional<Roofline> roofline;
   std::optional<exec::OpProfile> profile;  // a copy, taken when the engine had stopped
@@ -393,6 +406,7 @@ BenchSummary summarize_run(const BenchRun& run) {
       static_cast<double>(run.pool_pages);
   rusage usage{};
   if (getrusage(RUSAGE_SELF, &usage) == 0) summary.peak_rss_bytes = int64_t{usage.ru_maxrss} << 10;
+  summary.peak_pss_bytes = run.peak_pss_bytes;
   summary.pressure = run.pressure;
   summary.pool_budget_bytes = run.pool_pages * static_cast<int64_t>(run.page_size);
   summary.weight_bytes = run.weight_bytes;
@@ -508,6 +522,7 @@ nlohmann::json bench_json(const BenchOptions& options, const BenchSummary& summa
       {"peak_kv_utilization", summary.peak_kv_utilization},
       {"peak_pool_bytes", peak},
       {"peak_rss_bytes", summary.peak_rss_bytes},
+      {"peak_pss_bytes", summary.peak_pss_bytes},
       {"pool_budget_bytes", summary.pool_budget_bytes},
       {"weight_bytes", summary.weight_bytes},
       {"pressure", pressure_json(summary.pressure)},
@@ -613,10 +628,13 @@ void print_bench(const BenchOptions& options, const BenchSummary& summary) {
     std::printf("  pressure        handling off\n");
   }
   constexpr double kMiB = 1 << 20;
-  std::printf("  memory          peak RSS %.1f MiB, pool budget %.1f MiB, weights %.1f MiB\n",
-              static_cast<double>(summary.peak_rss_bytes) / kMiB,
-              static_cast<double>(summary.pool_budget_bytes) / kMiB,
-              static_cast<double>(summary.weight_bytes) / kMiB);
+  std::printf(
+      "  memory          peak PSS %.1f MiB (RSS %.1f MiB, counting each graph view's mapping), "
+      "pool budget %.1f MiB, weights %.1f MiB\n",
+      static_cast<double>(summary.peak_pss_bytes) / kMiB,
+      static_cast<double>(summary.peak_rss_bytes) / kMiB,
+      static_cast<double>(summary.pool_budget_bytes) / kMiB,
+      static_cast<double>(summary.weight_bytes) / kMiB);
   print_roofline(options, summary);
   print_profile(summary);
 }
