@@ -285,6 +285,7 @@ def plot_scaling(plt, all_series, arguments, out):
     colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
     any_fraction = False
     concurrencies = set()
+    notes = []
     print("| series | concurrency | output tokens/s | TPOT p50 ms | fraction of peak |")
     print("|---|---|---|---|---|")
     for index, series in enumerate(all_series):
@@ -307,6 +308,7 @@ def plot_scaling(plt, all_series, arguments, out):
             fraction = f"{row[3]:.3g}" if row[3] is not None else "n/a"
             print(f"| {series.label} | {row[0]} | {row[1]:.1f} | {row[2]:.2f} | {fraction} |")
         print(f"plot-bench: {series.label}: {note}", file=sys.stderr)
+        notes.append(f"{series.label}: {note}")
     if not concurrencies:
         plt.close(figure)
         print("plot-bench: scaling.png skipped: no reports", file=sys.stderr)
@@ -327,7 +329,11 @@ def plot_scaling(plt, all_series, arguments, out):
     else:
         fraction_axis.text(0.5, 0.5, "no peak or parameter count: see the messages",
                            transform=fraction_axis.transAxes, ha="center", va="center")
-    figure.tight_layout()
+    # Where each series' FLOPs and peak came from, under the plot.
+    footer = 0.025 * len(notes)
+    figure.tight_layout(rect=(0, footer, 1, 1))
+    for index, note in enumerate(notes):
+        figure.text(0.01, footer - 0.025 * (index + 0.8), note, fontsize=6.5)
     path = os.path.join(out, "scaling.png")
     figure.savefig(path, dpi=arguments.dpi)
     plt.close(figure)
