@@ -5,7 +5,8 @@
 
 An INPUT is a directory written by scripts/bench-scaling.sh (c<N>-r<R>.json per concurrency and
 repeat, profile-c<N>.json, peak.json, model.txt) or one `folio bench --json` file. Each INPUT is
-one series, labelled LABEL (default: the directory's or file's name). Writes to --out:
+one series, labelled LABEL (default: the directory's or file's name); inputs with the same LABEL
+are one series (their repeats pooled, the best of their peaks). Writes to --out:
 
   scaling.png   batch scaling: decode output tokens/s against concurrency (median of the
                 repeats), and on a second axis the fraction of the machine's peak each point
@@ -183,7 +184,7 @@ class Series:
         self.label = label
         self.points = {}  # concurrency -> [report]
         self.profiles = []  # (name, report)
-        self.peak_path = None
+        self.peak_paths = []
         self.model_path = None
 
 
@@ -210,7 +211,7 @@ def load_series(argument, peak_override, model_override):
             report = load_json(report_path)
             series.profiles.append((f"c{report['concurrency']}", report))
         if os.path.exists(os.path.join(path, "peak.json")):
-            series.peak_path = os.path.join(path, "peak.json")
+            series.peak_paths = [os.path.join(path, "peak.json")]
         model_file = os.path.join(path, "model.txt")
         if os.path.exists(model_file):
             with open(model_file) as stream:
@@ -220,7 +221,7 @@ def load_series(argument, peak_override, model_override):
         series.points.setdefault(report.get("concurrency", 1), []).append(report)
         if "profile" in report:
             series.profiles.append((f"c{report.get('concurrency', 1)}", report))
-    series.peak_path = peak_override or series.peak_path
+    series.peak_paths = [peak_override] if peak_override else series.peak_paths
     series.model_path = model_override or series.model_path
     return series
 
@@ -245,7 +246,10 @@ def scaling_rows(series, arguments):
                         f"{os.path.basename(series.model_path)} (GGUF)")
         dtype = dtype or model["dtype"]
     dtype = dtype or next((t for t in ("q8_0", "f16", "f32", "bf16") if t in series.label), None)
-    peaks = read_peak(series.peak_path, arguments.peak_basis) if series.peak_path else {}
+    peaks = {}
+    for path in series.peak_paths:
+        for key, value in read_peak(path, arguments.peak_basis).items():
+            peaks[key] = max(peaks.get(key, 0.0), value)
     unit = None
     if dtype:
         unit = "fma" if dtype in FLOAT_TYPES else "int8"
@@ -454,8 +458,19 @@ def main():
               file=sys.stderr)
         return 3
 
-    all_series = [load_series(argument, arguments.peak, arguments.model)
-                  for argument in arguments.inputs]
+    all_series = []
+    for argument in arguments.inputs:
+        series = load_series(argument, arguments.peak, arguments.model)
+        same = next((s for s in all_series if s.label == series.label), None)
+        if same is None:
+            all_series.append(series)
+            continue
+        # Runs of one series (say bench-scaling.sh run twice): repeats pooled, best peak.
+        for concurrency, reports in series.points.items():
+            same.points.setdefault(concurrency, []).extend(reports)
+        same.profiles += series.profiles
+        same.peak_paths += [p for p in series.peak_paths if p not in same.peak_paths]
+        same.model_path = same.model_path or series.model_path
     os.makedirs(arguments.out, exist_ok=True)
     written = [path for path in (plot(plt, all_series, arguments, arguments.out)
                                  for plot in (plot_scaling, plot_roofline, plot_profile)) if path]

@@ -6,7 +6,6 @@ computed here from the sample figures and a GGUF file written here, and plots wh
 report has are skipped with a message. Exit 77 (skipped) when matplotlib is missing."""
 
 import importlib.util
-import os
 import pathlib
 import shutil
 import struct
@@ -123,6 +122,14 @@ def main():
         expected = 60.0 * 2 * 1000 / 0.0015e9
         expect(table_fraction(result.stdout, "f16", 1) == f"{expected:.3g}",
                f"f16 fraction from --params: {table_fraction(result.stdout, 'f16', 1)}")
+
+        # Inputs with one label are one series: the report at concurrency 8 joins the
+        # directory's points and takes its peak and model.
+        result = run(["-o", str(out / "merged"), f"q8_0={series}", f"q8_0={DATA / 'no-fields.json'}"])
+        expected = 300.0 * 2 * 18688 / (0.002e9 / 0.5)
+        expect(table_fraction(result.stdout, "q8_0", 8) == f"{expected:.3g}",
+               f"merged series at 8: {table_fraction(result.stdout, 'q8_0', 8)}")
+        expect(table_fraction(result.stdout, "no-fields", 8) is None, "no separate series")
 
         # A report from before the roofline and profile fields: the scaling plot only.
         out = scratch / "old"
