@@ -9,18 +9,19 @@
 #
 # OUT_DIR (default: bench-scaling-<model name> in the current directory) gets
 #   c<N>-r<R>.json    folio bench --json at concurrency N, repeat R
-#   profile-c<N>.json the same with --profile at concurrency 1 and 64, when folio bench has it
-#                     (apart from the timed points, so profiling costs them nothing)
+#   profile-c<N>.json the same with --profile at the lowest and highest concurrency, when folio
+#                     bench has --profile (apart from the timed points, which it would slow)
 #   peak.json         peak_bench --benchmark_format=json
 #   model.txt         the model's absolute path (plot-bench.py reads its parameter count)
 # Environment: BUILD (build/release), THREADS (folio's default: all cores), REPEATS (1),
 # PROMPT_LEN (8), OUTPUT_LEN (64), CONCURRENCY ("1 2 4 8 16 32 64"), and FOLIO_BENCH_ARGS, extra
 # flags for every folio bench run. Each point runs max(N, 4) requests, so every point is one or
-# a few waves of equal-length requests and lasts seconds.
+# a few waves of equal-length requests and lasts seconds. The read-bandwidth roofline, where
+# folio bench measures it, is measured at concurrency 1 only.
 set -euo pipefail
 
 if [ $# -lt 1 ] || [ "$1" = -h ] || [ "$1" = --help ]; then
-  sed -n '2,19p' "$0" | sed 's/^# \{0,1\}//'
+  sed -n '2,20p' "$0" | sed 's/^# \{0,1\}//'
   [ $# -ge 1 ] && exit 0
   exit 2
 fi
@@ -46,6 +47,7 @@ concurrencies=${CONCURRENCY:-1 2 4 8 16 32 64}
 read -r -a extra <<<"${FOLIO_BENCH_ARGS:-}"
 [ -n "${THREADS:-}" ] && extra+=(--threads "$THREADS")
 
+help=$("$folio" bench --help)
 mkdir -p "$out"
 realpath "$model" >"$out/model.txt"
 
@@ -53,10 +55,15 @@ run_point() {  # concurrency json-file [flags...]
   local concurrency=$1 json=$2
   shift 2
   local requests=$((concurrency > 4 ? concurrency : 4))
+  # The read-bandwidth roofline is a batch-1 figure: measured at concurrency 1 only.
+  local roofline=()
+  if [ "$concurrency" -gt 1 ] && grep -q -- '--bandwidth-buffer-mib' <<<"$help"; then
+    roofline=(--bandwidth-buffer-mib 0)
+  fi
   "$folio" bench -m "$model" --requests "$requests" --concurrency "$concurrency" \
     --max-seqs "$((concurrency > 64 ? concurrency : 64))" \
     --prompt-len "$prompt_len:$prompt_len" --output-len "$output_len:$output_len" --seed 1 -q \
-    "${extra[@]}" "$@" --json "$json" >/dev/null
+    "${roofline[@]}" "${extra[@]}" "$@" --json "$json" >/dev/null
 }
 
 printf '%11s | %8s | %13s | %12s\n' concurrency repeat "output tok/s" "TPOT p50 ms"
@@ -74,11 +81,12 @@ PY
   done
 done
 
-if "$folio" bench --help | grep -q -- '--profile'; then
-  for concurrency in 1 64; do
+if grep -q -- '--profile' <<<"$help"; then
+  read -r -a points <<<"$concurrencies"
+  for concurrency in "${points[0]}" "${points[-1]}"; do
     run_point "$concurrency" "$out/profile-c$concurrency.json" --profile
   done
-  echo "bench-scaling: profiles at concurrency 1 and 64 in $out/profile-c*.json"
+  echo "bench-scaling: profiles at concurrency ${points[0]} and ${points[-1]} in $out/profile-c*.json"
 fi
 
 # Repetitions: plot-bench.py takes the best, the peak being what the units can deliver.

@@ -204,12 +204,13 @@ def load_series(argument, peak_override, model_override):
         for report_path in sorted(glob.glob(os.path.join(path, "c*-r*.json"))):
             report = load_json(report_path)
             series.points.setdefault(report["concurrency"], []).append(report)
-            if "profile" in report:
+            if report.get("profile"):
                 series.profiles.append((f"c{report['concurrency']}", report))
         for report_path in sorted(glob.glob(os.path.join(path, "profile-c*.json")),
                                   key=lambda p: int(re.findall(r"\d+", os.path.basename(p))[0])):
             report = load_json(report_path)
-            series.profiles.append((f"c{report['concurrency']}", report))
+            if report.get("profile"):
+                series.profiles.append((f"c{report['concurrency']}", report))
         if os.path.exists(os.path.join(path, "peak.json")):
             series.peak_paths = [os.path.join(path, "peak.json")]
         model_file = os.path.join(path, "model.txt")
@@ -219,7 +220,7 @@ def load_series(argument, peak_override, model_override):
     else:
         report = load_json(path)
         series.points.setdefault(report.get("concurrency", 1), []).append(report)
-        if "profile" in report:
+        if report.get("profile"):
             series.profiles.append((f"c{report.get('concurrency', 1)}", report))
     series.peak_paths = [peak_override] if peak_override else series.peak_paths
     series.model_path = model_override or series.model_path
@@ -273,7 +274,7 @@ def scaling_rows(series, arguments):
     if not notes:
         threads = sorted({row[4] for row in rows if row[4]})
         peak_text = ", ".join(
-            f"{peak_for(peaks, unit, t) / 1e9:.0f} {'GFLOP/s' if unit == 'fma' else 'GOPS'} "
+            f"{peak_for(peaks, unit, t) / 1e9:.4g} {'GFLOP/s' if unit == 'fma' else 'GOPS'} "
             f"on {t} thread{'s' if t > 1 else ''}" for t in threads)
         notes.append(f"{dtype} weights: FLOPs/token from {flops_source}; peak "
                      f"{'f32 FMA' if unit == 'fma' else 'int8 dot'} ({arguments.peak_basis}) "
@@ -348,16 +349,23 @@ def plot_roofline(plt, all_series, arguments, out):
     bars = []
     for series in all_series:
         for concurrency in sorted(series.points):
-            report = next((r for r in series.points[concurrency] if "roofline" in r), None)
+            # folio bench writes "roofline": null without a model engine, and zeros when it
+            # did not measure the read bandwidth (--bandwidth-buffer-mib 0).
+            report = next((r for r in series.points[concurrency]
+                           if (r.get("roofline") or {}).get("read_bandwidth_gbps", 0) > 0), None)
             if report is None:
                 continue
             roofline = report["roofline"]
             bars.append((f"{series.label}\nc={concurrency}, {report.get('threads', '?')} thr",
                          roofline["fraction"], roofline))
+            print(f"plot-bench: roofline {series.label} c={concurrency}: fraction "
+                  f"{roofline['fraction']:.3g} (roofline TPOT {roofline['roofline_tpot_ms']:.3g} ms, "
+                  f"{roofline['read_bandwidth_gbps']:.3g} GB/s)", file=sys.stderr)
             break
     if not bars:
-        print("plot-bench: roofline.png skipped: no report has a \"roofline\" field "
-              "(folio bench does not report it yet)", file=sys.stderr)
+        print("plot-bench: roofline.png skipped: no report has a \"roofline\" field with a "
+              "measured read bandwidth (folio bench before issue 19, or "
+              "--bandwidth-buffer-mib 0)", file=sys.stderr)
         return None
     figure, axis = plt.subplots(figsize=(max(5, 1.6 * len(bars) + 2), 4.5))
     positions = range(len(bars))
@@ -380,8 +388,13 @@ def plot_roofline(plt, all_series, arguments, out):
 def plot_profile(plt, all_series, arguments, out):
     reports = [(f"{series.label}\n{name}", report["profile"])
                for series in all_series for name, report in series.profiles]
+    # A phase without steps has no ops (a run whose prompts all came from the prefix cache has
+    # no prefill); its bars are left out.
+    def has_ops(profile, phase):
+        return bool((profile.get(phase) or {}).get("ops"))
+
     phases = [phase for phase in ("decode", "prefill")
-              if any(phase in profile and profile[phase].get("ops") for _, profile in reports)]
+              if any(has_ops(profile, phase) for _, profile in reports)]
     if not phases:
         print("plot-bench: profile.png skipped: no report has a \"profile\" field "
               "(run folio bench --profile)", file=sys.stderr)
@@ -390,32 +403,46 @@ def plot_profile(plt, all_series, arguments, out):
     totals = {}
     for _, profile in reports:
         for phase in phases:
-            for op in profile.get(phase, {}).get("ops", []):
+            for op in (profile.get(phase) or {}).get("ops") or []:
                 totals[op["kind"]] = totals.get(op["kind"], 0.0) + op["ms_per_step"]
     kinds = sorted(totals, key=totals.get, reverse=True)
     colormap = plt.get_cmap("tab20")
     colors = {kind: colormap(index % 20) for index, kind in enumerate(kinds)}
-    figure, axes = plt.subplots(1, len(phases), squeeze=False,
-                                figsize=(max(6, 1.4 * len(reports) * len(phases) + 4), 5))
-    for axis, phase in zip(axes[0], phases):
-        names = [name for name, profile in reports if phase in profile]
-        bottoms = [0.0] * len(names)
-        phase_profiles = [profile[phase] for _, profile in reports if phase in profile]
-        for kind in kinds:
-            heights = [next((op["ms_per_step"] for op in p.get("ops", []) if op["kind"] == kind),
-                            0.0) for p in phase_profiles]
-            axis.bar(range(len(names)), heights, bottom=bottoms, color=colors[kind], label=kind)
-            bottoms = [b + h for b, h in zip(bottoms, heights)]
-        for position, (p, bottom) in enumerate(zip(phase_profiles, bottoms)):
-            if "step_ms" in p:
-                axis.annotate(f"step {p['step_ms']:.2f} ms", (position, bottom), ha="center",
-                              va="bottom", fontsize="x-small")
-        axis.set_xticks(range(len(names)), names, fontsize="small")
-        axis.set_ylabel("ms per step")
-        axis.set_title(f"{phase} step by op kind")
+    # Top row: ms per step (how long); bottom row: share of the step (where the time goes,
+    # readable for a 10 ms and a 200 ms step side by side).
+    width = max(7.0, 1.2 * len(reports) * len(phases) + 2)
+    legend_columns = max(2, int(width / 2.1))
+    legend_rows = math.ceil(len(kinds) / legend_columns)
+    figure, axes = plt.subplots(2, len(phases), squeeze=False, sharex="col",
+                                figsize=(width, 7.0 + 0.22 * legend_rows))
+    for column, phase in enumerate(phases):
+        names = [name for name, profile in reports if has_ops(profile, phase)]
+        phase_profiles = [profile[phase] for _, profile in reports if has_ops(profile, phase)]
+        for row, field in enumerate(("ms_per_step", "share")):
+            axis = axes[row][column]
+            bottoms = [0.0] * len(names)
+            for kind in kinds:
+                heights = [next((op[field] * (100.0 if field == "share" else 1.0)
+                                 for op in p["ops"] if op["kind"] == kind), 0.0)
+                           for p in phase_profiles]
+                axis.bar(range(len(names)), heights, bottom=bottoms, color=colors[kind],
+                         label=kind)
+                bottoms = [b + h for b, h in zip(bottoms, heights)]
+            if field == "ms_per_step":
+                for position, (p, bottom) in enumerate(zip(phase_profiles, bottoms)):
+                    axis.annotate(f"step {p.get('step_ms', bottom):.3g} ms\n{p.get('steps', '?')} "
+                                  f"steps", (position, bottom), ha="center", va="bottom",
+                                  fontsize="x-small")
+                axis.set_ylim(0, max(bottoms) * 1.18)
+                axis.set_ylabel("ms per step")
+                axis.set_title(f"{phase} steps by op kind")
+            else:
+                axis.set_ylim(0, 105)
+                axis.set_ylabel("% of the step")
+                axis.set_xticks(range(len(names)), names, fontsize="small")
     handles, labels = axes[0][0].get_legend_handles_labels()
-    figure.legend(handles, labels, loc="center right", fontsize="small")
-    figure.tight_layout(rect=(0, 0, 0.84, 1))
+    figure.legend(handles, labels, loc="lower center", ncol=legend_columns, fontsize="small")
+    figure.tight_layout(rect=(0, 0.028 * legend_rows + 0.01, 1, 1))
     path = os.path.join(out, "profile.png")
     figure.savefig(path, dpi=arguments.dpi)
     plt.close(figure)

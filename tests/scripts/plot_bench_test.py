@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """scripts/plot-bench.py on the sample reports of tests/data/bench (the `folio bench --json`
-shape with the "roofline" and "profile" fields, a bench-scaling.sh directory, peak_bench JSON):
+shape with the "roofline" and "profile" fields, measured, unmeasured, null or absent; a
+bench-scaling.sh directory; peak_bench JSON):
 the PNG files appear and are PNG images, the fraction of peak in the printed table matches one
 computed here from the sample figures and a GGUF file written here, and plots whose fields no
 report has are skipped with a message. Exit 77 (skipped) when matplotlib is missing."""
@@ -113,6 +114,9 @@ def main():
         expect(table_fraction(result.stdout, "q8_0", 4) == f"{expected:.3g}", "q8_0 fraction at 4")
         expect(table_fraction(result.stdout, "f16", 1) == "n/a",
                "no fraction without a model or a peak")
+        # The roofline bar comes from the report that measured the read bandwidth.
+        expect("roofline q8_0 c=1: fraction 0.64 " in result.stderr,
+               f"q8_0 roofline from the measured report: {result.stderr}")
 
         # --params, --dtype and --peak instead of a GGUF; the measured basis takes the
         # wall-clock figure (0.0015 GFLOP/s on 2 threads).
@@ -131,9 +135,10 @@ def main():
                f"merged series at 8: {table_fraction(result.stdout, 'q8_0', 8)}")
         expect(table_fraction(result.stdout, "no-fields", 8) is None, "no separate series")
 
-        # A report from before the roofline and profile fields: the scaling plot only.
+        # Reports from before the roofline and profile fields, and with them null (no model
+        # engine): the scaling plot only.
         out = scratch / "old"
-        result = run(["-o", str(out), str(DATA / "no-fields.json")])
+        result = run(["-o", str(out), str(DATA / "no-fields.json"), str(DATA / "null-fields.json")])
         expect(result.returncode == 0, f"exit 0 without the fields: {result.stderr}")
         expect_png(out / "scaling.png")
         for name in ("roofline", "profile"):
