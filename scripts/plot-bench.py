@@ -9,7 +9,7 @@ one series, labelled LABEL (default: the directory's or file's name); inputs wit
 are one series (their repeats pooled, the best of their peaks). Writes to --out:
 
   scaling.png   batch scaling: decode output tokens/s against concurrency (median of the
-                repeats), and on a second axis the fraction of the machine's peak each point
+                repeats), and in a second panel the fraction of the machine's peak each point
                 reaches: tokens/s x FLOPs per token / peak. FLOPs per token = 2 x the matmul
                 parameters (every 2-D weight but the token embedding, which is a lookup, unless
                 it is tied as the LM head); attention's context-length FLOPs are left out, small
@@ -19,9 +19,10 @@ are one series (their repeats pooled, the best of their peaks). Writes to --out:
                 peak.json) at the report's thread count: int8 dot products (VNNI or AVX2) for
                 quantized weights, which Folio multiplies as int8, f32 FMA for f32/f16/bf16.
   roofline.png  batch-1 roofline fraction per series (dtype): the "roofline" -> "fraction"
-                field of each series' lowest-concurrency report that has it.
-  profile.png   profile breakdown: stacked bars of "profile" -> decode / prefill -> ops
-                ms_per_step, one bar per report that has a profile.
+                field of each series' lowest-concurrency report that measured the read
+                bandwidth (bench-scaling.sh measures it at concurrency 1 only).
+  profile.png   profile breakdown: stacked bars of "profile" -> decode / prefill -> ops,
+                ms_per_step and share of the step, one bar per report that has a profile.
 
 A plot whose fields no input has is skipped with a message. Prints the scaling table
 (markdown) on stdout. Needs python3 and matplotlib (Debian: python3-matplotlib); no network.
@@ -232,8 +233,9 @@ def load_series(argument, peak_override, model_override):
 
 
 def scaling_rows(series, arguments):
-    """The scaling table of one series: [(concurrency, tokens/s, TPOT p50, fraction or None)],
-    and a note saying where the FLOPs and the peak came from (or why there is no fraction)."""
+    """The scaling table of one series: [(concurrency, tokens/s, TPOT p50, fraction of peak or
+    None, threads)], medians over the repeats, and a note saying where the FLOPs and the peak
+    came from (or why there is no fraction)."""
     any_report = next(iter(series.points.values()))[0] if series.points else {}
     flops_per_token, flops_source, dtype = None, None, arguments.dtype
     if arguments.params:
