@@ -73,6 +73,7 @@ def expect_png(path):
 
 
 def main():
+    sys.dont_write_bytecode = True  # no scripts/__pycache__ in the source tree
     spec = importlib.util.spec_from_file_location("plot_bench", SCRIPT)
     plot_bench = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(plot_bench)
