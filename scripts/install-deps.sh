@@ -12,7 +12,7 @@ packages=(
   libopenblas-dev libopenblas0-pthread
   nlohmann-json3-dev libboost-dev libcpp-httplib-dev libcli11-dev
   clang libclang-rt-14-dev
-  python3
+  python3 python3-matplotlib
 )
 
 # The OpenAI Node.js client for the server's end-to-end test (tests/server/openai_node), pinned
