@@ -263,7 +263,8 @@ struct Simd : SimdAvx512 {
   // scales, 8-15 the minimums) widened to words, two rows per vector, and `row` says which is this
   // row's; each step picks its lanes' scales from it by one vpermw. q6_K: its 16 signed scales
   // widened to i16.
-  //   Their `scales` is d in every lane, and `offsets` the minimums times dmin of the row pair
+  //   Their `scales` holds d and dmin of every row of the group (row r in lanes 2r, 2r + 1),
+  //   and `offsets` the minimums times dmin of the row pair
   //   (2r, 2r + 1), row 2r in lanes 0-7 and row 2r + 1 in lanes 8-15 (one per 32-value
   //   sub-block), `offset_lanes` this row's half.
   struct SuperBlockScales {
@@ -278,8 +279,12 @@ struct Simd : SimdAvx512 {
   static Vector add_integer_sums(const SuperBlockScales& scales, IntegerVector sums, float x_scale,
                                  Vector sum) {
     if constexpr (loads_group_super_block_scales(kDtype)) {
+      // d_w * d_x from lane 2 row of (d, dmin of every row) * d_x: the product is the same for
+      // every row of a group and x, so it is made once per x row, one permute per weight row.
+      const Vector products = _mm512_mul_ps(scales.scales, _mm512_set1_ps(x_scale));
       return _mm512_fmadd_ps(_mm512_cvtepi32_ps(sums),
-                             _mm512_mul_ps(scales.scales, _mm512_set1_ps(x_scale)), sum);
+                             _mm512_permutexvar_ps(_mm512_set1_epi32(2 * scales.row), products),
+                             sum);
     } else {
       return _mm512_fmadd_ps(_mm512_cvtepi32_ps(sums), _mm512_set1_ps(scales.scale * x_scale), sum);
     }
@@ -420,7 +425,7 @@ struct Simd : SimdAvx512 {
     for (int row = 0; row < kGroup; ++row) {
       scales[row].integer_scales = words[row / 2];
       scales[row].row = row;
-      scales[row].scales = _mm512_permutexvar_ps(_mm512_set1_epi32(2 * row), multipliers);
+      scales[row].scales = multipliers;
       scales[row].offsets = pair_offsets[row / 2];
       scales[row].offset_lanes = row % 2 == 0 ? 0x00ff : 0xff00;
     }
