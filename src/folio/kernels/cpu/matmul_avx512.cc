@@ -172,16 +172,25 @@ inline __m512i super_block_step_bytes(const std::byte* block) {
     }
   } else if constexpr (kDtype == DType::kQ6_K) {
     // Half kStep / 2; parts 2p, 2p + 1 (p = kStep % 2) take the low (p = 0) or high nibbles of
-    // its 64 low bytes, and bits (4p, 4p + 1), (4p + 2, 4p + 3) of its 32 high bytes.
+    // its 64 low bytes, and bits (4p, 4p + 1), (4p + 2, 4p + 3) of its 32 high bytes. The high
+    // bytes are masked to the bits of both steps of the half (0x33 for parts 0 and 2, 0xcc for 1
+    // and 3) before the shift, so that the shifted bytes hold nothing but the two bits, at bits
+    // 4-5: one vpternlogd then takes bits 0-3 from the low bytes and 4-7 from them, with no mask
+    // of its own (3 operations per step instead of 3.5; the masked bytes are shared by the two
+    // steps of the half).
     constexpr int kHalf = kStep / 2;
     const __m512i packed = _mm512_loadu_si512(block + 64 * kHalf);
-    const __m512i low_bits =
-        _mm512_and_si512(kStep % 2 == 0 ? packed : _mm512_srli_epi16(packed, 4), nibble);
-    const __m512i high = load_twice(block + offsetof(BlockQ6_K, high) + 32 * kHalf);
+    const __m512i low_bits = kStep % 2 == 0 ? packed : _mm512_srli_epi16(packed, 4);
+    const __m512i high = _mm512_and_si512(
+        load_twice(block + offsetof(BlockQ6_K, high) + 32 * kHalf),
+        _mm512_setr_epi64(0x3333333333333333, 0x3333333333333333, 0x3333333333333333,
+                          0x3333333333333333, 0xccccccccccccccccULL, 0xccccccccccccccccULL,
+                          0xccccccccccccccccULL, 0xccccccccccccccccULL));
     const __m512i high_bits =
         kStep % 2 == 0 ? _mm512_sllv_epi64(high, _mm512_setr_epi64(4, 4, 4, 4, 2, 2, 2, 2))
                        : _mm512_srlv_epi64(high, _mm512_setr_epi64(0, 0, 0, 0, 2, 2, 2, 2));
-    return _mm512_or_si512(low_bits, _mm512_and_si512(high_bits, _mm512_set1_epi8(0x30)));
+    // (mask ? low_bits : high_bits) bit by bit, mask 0x0f in every byte.
+    return _mm512_ternarylogic_epi32(low_bits, high_bits, _mm512_set1_epi8(0x0f), 0xe4);
   } else if constexpr (kDtype == DType::kIQ4_XS) {
     // Sub-blocks 2 kStep and 2 kStep + 1: 16 nibble bytes each, back to back.
     const std::byte* nibbles = block + offsetof(BlockIQ4_XS, nibbles) + 32 * kStep;
