@@ -249,7 +249,9 @@ struct Simd : SimdAvx512 {
   // times the lane's integer sub-block scale, then once per super-block the conversion and the
   // multiply by d_w * d_x. Integer bounds (|x| <= 127): q4_K / q5_K take vpmaddubsw pairs
   // (|u0 x0 + u1 x1| <= 2 * 31 * 127, no saturation) times the 6-bit scale by vpdpwssd:
-  // |sum| < 2^22 over a super-block's 4 steps.
+  // |sum| < 2^22 over a super-block's 4 steps. q6_K takes vpdpbusd from x's lane correction
+  // (the exact lane dot product of u - 32 and x, |dot| <= 4 * 32 * 127 < 2^15) times the
+  // signed 8-bit scale by vpdpwssd: |sum| <= 4 * 16256 * 128 < 2^24, exact in f32 too.
   static constexpr bool sums_super_blocks_in_integers(DType dtype) {
     return has_super_block_activation_scale(dtype);
   }
