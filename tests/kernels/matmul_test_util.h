@@ -174,8 +174,8 @@ struct Problem {
 };
 
 // x quantized as the int8 kernels quantize it (32-value blocks, d = amax / 127 in f32,
-// q = round(x * (1 / d))), written here independently of the kernel's code. For q4_K and q5_K
-// weights the amax is that of the block's 256-value super-block (one d per super-block,
+// q = round(x * (1 / d))), written here independently of the kernel's code. For q4_K, q5_K and
+// q6_K weights the amax is that of the block's 256-value super-block (one d per super-block,
 // as ggml's q8_K): `scale_elements` is 256 then, else 32.
 struct QuantizedRow {
   std::vector<double> scales;  // per 32-value block
@@ -183,7 +183,10 @@ struct QuantizedRow {
 };
 
 inline int64_t activation_scale_elements(DType weight_dtype) {
-  return weight_dtype == DType::kQ4_K || weight_dtype == DType::kQ5_K ? 256 : 32;
+  return weight_dtype == DType::kQ4_K || weight_dtype == DType::kQ5_K ||
+                 weight_dtype == DType::kQ6_K
+             ? 256
+             : 32;
 }
 
 inline QuantizedRow quantize_reference(const float* input, int64_t count,

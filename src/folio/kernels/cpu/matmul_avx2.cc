@@ -92,9 +92,11 @@ struct Simd : SimdAvx2 {
   struct GranuleSums {
     Vector sums[2];
   };
+  template <DType kDtype>
   static GranuleSums load_granule_sums(const float* sums) {
     return {{_mm256_loadu_ps(sums), _mm256_loadu_ps(sums + 8)}};
   }
+  template <DType kDtype>
   static Vector add_minimum_terms(const SuperBlockScales& scales, const GranuleSums& x,
                                   Vector sum) {
     return _mm256_fmadd_ps(scales.offsets[1], x.sums[1],
@@ -237,9 +239,15 @@ struct Simd : SimdAvx2 {
   // Every super-block dtype is summed in f32 per step (matmul_body.inc): the integer sums are
   // not implemented here.
   static constexpr bool sums_super_blocks_in_integers(DType) { return false; }
+  // Every super-block's scales are unpacked per weight row.
+  static constexpr bool loads_group_super_block_scales(DType) { return false; }
+  template <DType kDtype, int kGroup>
+  static void load_group_super_block_scales(const std::byte* const (&)[kGroup],
+                                            SuperBlockScales (&)[kGroup]) {}
   static IntegerVector integer_zero() { return _mm256_setzero_si256(); }
   template <DType kDtype>
   static void accumulate_integers(const WeightBlocks&, const ActivationBlocks&, IntegerVector&) {}
+  template <DType kDtype>
   static Vector add_integer_sums(const SuperBlockScales&, IntegerVector, float, Vector sum) {
     return sum;
   }

@@ -121,6 +121,27 @@ constexpr StepXBlocks step_x_blocks(int step) {
   return {4 * (step / 2) + step % 2, 4 * (step / 2) + 2 + step % 2};
 }
 
+// The vpermw indices of the q4_K / q5_K steps (Simd::step_scale_index), by row % 2 and step:
+// loaded as constants rather than computed in the loop (GCC built them with 3-4 operations each
+// per super-block).
+struct StepScaleIndices {
+  alignas(64) uint16_t words[2][4][32];
+};
+constexpr StepScaleIndices step_scale_indices() {
+  StepScaleIndices indices{};
+  for (int parity = 0; parity < 2; ++parity) {
+    for (int step = 0; step < 4; ++step) {
+      for (int word = 0; word < 32; ++word) {
+        const int lane = word / 2;
+        const int sub_block = lane < 8 ? step_x_blocks(step).lower : step_x_blocks(step).upper;
+        indices.words[parity][step][word] = static_cast<uint16_t>(16 * parity + sub_block);
+      }
+    }
+  }
+  return indices;
+}
+constexpr StepScaleIndices kStepScaleIndices = step_scale_indices();
+
 // The 64 bytes of step kStep (x-blocks 2 kStep, 2 kStep + 1; for q4_K and q5_K
 // step_x_blocks(kStep)) of a super-block: for q4_K, q5_K
 // and q6_K decoded in 512-bit registers (each loaded byte feeds both halves: fewer operations
@@ -151,16 +172,25 @@ inline __m512i super_block_step_bytes(const std::byte* block) {
     }
   } else if constexpr (kDtype == DType::kQ6_K) {
     // Half kStep / 2; parts 2p, 2p + 1 (p = kStep % 2) take the low (p = 0) or high nibbles of
-    // its 64 low bytes, and bits (4p, 4p + 1), (4p + 2, 4p + 3) of its 32 high bytes.
+    // its 64 low bytes, and bits (4p, 4p + 1), (4p + 2, 4p + 3) of its 32 high bytes. The high
+    // bytes are masked to the bits of both steps of the half (0x33 for parts 0 and 2, 0xcc for 1
+    // and 3) before the shift, so that the shifted bytes hold nothing but the two bits, at bits
+    // 4-5: one vpternlogd then takes bits 0-3 from the low bytes and 4-7 from them, with no mask
+    // of its own (3 operations per step instead of 3.5; the masked bytes are shared by the two
+    // steps of the half).
     constexpr int kHalf = kStep / 2;
     const __m512i packed = _mm512_loadu_si512(block + 64 * kHalf);
-    const __m512i low_bits =
-        _mm512_and_si512(kStep % 2 == 0 ? packed : _mm512_srli_epi16(packed, 4), nibble);
-    const __m512i high = load_twice(block + offsetof(BlockQ6_K, high) + 32 * kHalf);
+    const __m512i low_bits = kStep % 2 == 0 ? packed : _mm512_srli_epi16(packed, 4);
+    const __m512i high = _mm512_and_si512(
+        load_twice(block + offsetof(BlockQ6_K, high) + 32 * kHalf),
+        _mm512_setr_epi64(0x3333333333333333, 0x3333333333333333, 0x3333333333333333,
+                          0x3333333333333333, 0xccccccccccccccccULL, 0xccccccccccccccccULL,
+                          0xccccccccccccccccULL, 0xccccccccccccccccULL));
     const __m512i high_bits =
         kStep % 2 == 0 ? _mm512_sllv_epi64(high, _mm512_setr_epi64(4, 4, 4, 4, 2, 2, 2, 2))
                        : _mm512_srlv_epi64(high, _mm512_setr_epi64(0, 0, 0, 0, 2, 2, 2, 2));
-    return _mm512_or_si512(low_bits, _mm512_and_si512(high_bits, _mm512_set1_epi8(0x30)));
+    // (mask ? low_bits : high_bits) bit by bit, mask 0x0f in every byte.
+    return _mm512_ternarylogic_epi32(low_bits, high_bits, _mm512_set1_epi8(0x0f), 0xe4);
   } else if constexpr (kDtype == DType::kIQ4_XS) {
     // Sub-blocks 2 kStep and 2 kStep + 1: 16 nibble bytes each, back to back.
     const std::byte* nibbles = block + offsetof(BlockIQ4_XS, nibbles) + 32 * kStep;
@@ -219,7 +249,9 @@ struct Simd : SimdAvx512 {
   // times the lane's integer sub-block scale, then once per super-block the conversion and the
   // multiply by d_w * d_x. Integer bounds (|x| <= 127): q4_K / q5_K take vpmaddubsw pairs
   // (|u0 x0 + u1 x1| <= 2 * 31 * 127, no saturation) times the 6-bit scale by vpdpwssd:
-  // |sum| < 2^22 over a super-block's 4 steps.
+  // |sum| < 2^22 over a super-block's 4 steps. q6_K takes vpdpbusd from x's lane correction
+  // (the exact lane dot product of u - 32 and x, |dot| <= 4 * 32 * 127 < 2^15) times the
+  // signed 8-bit scale by vpdpwssd: |sum| <= 4 * 16256 * 128 < 2^24, exact in f32 too.
   static constexpr bool sums_super_blocks_in_integers(DType dtype) {
     return has_super_block_activation_scale(dtype);
   }
@@ -236,20 +268,61 @@ struct Simd : SimdAvx512 {
   // A super-block's 16 (or 8, in lanes 0-7) sub-block scales d * scale, and its offsets per
   // 16-value granule. sums_super_blocks_in_integers: the integer scales instead (as
   // WeightBlocks::integer_scales holds them, per sub-block) and d.
+  //
+  // q4_K / q5_K (load_group_super_block_scales): integer_scales holds the unpacked sub-block
+  // scales and minimums of all the group's rows, row r in 128-bit chunk r (bytes 0-7 the
+  // scales, 8-15 the minimums) widened to words, two rows per vector, and `row` says which is this
+  // row's; each step picks its lanes' scales from it by one vpermw. q6_K: its 16 signed scales
+  // widened to i16.
+  //   Their `scales` holds d and dmin of every row of the group (row r in lanes 2r, 2r + 1),
+  //   and `offsets` the minimums times dmin of the row pair
+  //   (2r, 2r + 1), row 2r in lanes 0-7 and row 2r + 1 in lanes 8-15 (one per 32-value
+  //   sub-block), `offset_lanes` this row's half.
   struct SuperBlockScales {
     Vector scales;
     Vector offsets;
     IntegerVector integer_scales;
     float scale;
+    int row;
+    __mmask16 offset_lanes;
   };
+  template <DType kDtype>
   static Vector add_integer_sums(const SuperBlockScales& scales, IntegerVector sums, float x_scale,
                                  Vector sum) {
-    return _mm512_fmadd_ps(_mm512_cvtepi32_ps(sums), _mm512_set1_ps(scales.scale * x_scale), sum);
+    if constexpr (loads_group_super_block_scales(kDtype)) {
+      // d_w * d_x from lane 2 row of (d, dmin of every row) * d_x: the product is the same for
+      // every row of a group and x, so it is made once per x row, one permute per weight row.
+      const Vector products = _mm512_mul_ps(scales.scales, _mm512_set1_ps(x_scale));
+      return _mm512_fmadd_ps(_mm512_cvtepi32_ps(sums),
+                             _mm512_permutexvar_ps(_mm512_set1_epi32(2 * scales.row), products),
+                             sum);
+    } else {
+      return _mm512_fmadd_ps(_mm512_cvtepi32_ps(sums), _mm512_set1_ps(scales.scale * x_scale), sum);
+    }
   }
+  // x's granule sums of a super-block: as stored (16 granules) for q2_K; for q4_K / q5_K summed
+  // per 32-value sub-block (granules 2j and 2j + 1), in lanes j and 8 + j.
   using GranuleSums = Vector;
-  static GranuleSums load_granule_sums(const float* sums) { return _mm512_loadu_ps(sums); }
+  template <DType kDtype>
+  static GranuleSums load_granule_sums(const float* sums) {
+    const Vector granules = _mm512_loadu_ps(sums);
+    if constexpr (loads_group_super_block_scales(kDtype)) {
+      const __m512i even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 0, 2, 4, 6, 8, 10, 12, 14);
+      const __m512i odd = _mm512_add_epi32(even, _mm512_set1_epi32(1));
+      return _mm512_add_ps(_mm512_permutexvar_ps(even, granules),
+                           _mm512_permutexvar_ps(odd, granules));
+    } else {
+      return granules;
+    }
+  }
+  template <DType kDtype>
   static Vector add_minimum_terms(const SuperBlockScales& scales, GranuleSums sums, Vector sum) {
-    return _mm512_fmadd_ps(scales.offsets, sums, sum);
+    if constexpr (loads_group_super_block_scales(kDtype)) {
+      // sum - offsets * sums in this row's 8 lanes.
+      return _mm512_mask3_fnmadd_ps(scales.offsets, sums, sum, scales.offset_lanes);
+    } else {
+      return _mm512_fmadd_ps(scales.offsets, sums, sum);
+    }
   }
   struct ActivationBlocks {
     IntegerVector values;
@@ -276,35 +349,16 @@ struct Simd : SimdAvx512 {
 
   template <DType kDtype>
   static SuperBlockScales load_super_block_scales(const std::byte* block) {
-    const SubBlockBytes bytes = sub_block_bytes<kDtype>(block);
-    const Vector integers = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(bytes.scales));
+    static_assert(!loads_group_super_block_scales(kDtype));
     SuperBlockScales scales;
-    if constexpr (sums_super_blocks_in_integers(kDtype)) {
-      // Laid out so that step k's scales are dword k of every 128-bit chunk (one in-lane
-      // vpshufd per step, load_super_block_step, rather than a cross-lane permute; the two
-      // measured alike on the machine of kernels.md). Chunk c covers lanes 4c-4c+3 of a step:
-      // sub-block step_x_blocks(k).lower for c < 2, .upper for c >= 2.
-      const __m128i order = _mm_setr_epi8(0, 1, 4, 5, 0, 1, 4, 5, 2, 3, 6, 7, 2, 3, 6, 7);
-      const __m512i integers = _mm512_cvtepi8_epi32(_mm_shuffle_epi8(bytes.scales, order));
-      // Both 16-bit halves of each lane: the (6-bit, non-negative) sub-block scale.
-      scales.integer_scales = _mm512_or_si512(integers, _mm512_slli_epi32(integers, 16));
+    if constexpr (kDtype == DType::kQ6_K) {
+      // The 16 signed scales as i16 (the vpdpwssd operand, spread per step by vpermw).
+      scales.integer_scales = _mm512_castsi256_si512(_mm256_cvtepi8_epi16(
+          _mm_loadu_si128(reinterpret_cast<const __m128i*>(block + offsetof(BlockQ6_K, scales)))));
       scales.scale = super_block_scale<kDtype>(block);
-    }
-    if constexpr (sub_blocks_per_super_block(kDtype) == 8 && has_weight_minimum(kDtype)) {
-      // q4_K / q5_K: lanes 0-7 the scales times d, lanes 8-15 the minimums times -dmin (the
-      // products rounded as ggml's dequantizer rounds d * scale and dmin * minimum); d and
-      // dmin are adjacent f16.
-      const __m128 both = _mm_cvtph_ps(_mm_cvtsi32_si128(static_cast<int>(load_u32(block))));
-      const __m512 multipliers = _mm512_mul_ps(
-          _mm512_permutexvar_ps(_mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1),
-                                _mm512_castps128_ps512(both)),
-          _mm512_setr_ps(1, 1, 1, 1, 1, 1, 1, 1, -1, -1, -1, -1, -1, -1, -1, -1));
-      scales.scales = _mm512_mul_ps(integers, multipliers);
-      // Granule i is in sub-block i / 2.
-      scales.offsets = _mm512_permutexvar_ps(
-          _mm512_setr_epi32(8, 8, 9, 9, 10, 10, 11, 11, 12, 12, 13, 13, 14, 14, 15, 15),
-          scales.scales);
     } else {
+      const SubBlockBytes bytes = sub_block_bytes<kDtype>(block);
+      const Vector integers = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(bytes.scales));
       scales.scales = _mm512_mul_ps(integers, _mm512_set1_ps(super_block_scale<kDtype>(block)));
       if constexpr (has_weight_minimum(kDtype)) {
         // q2_K: one minimum per 16-value sub-block, i.e. per granule.
@@ -313,6 +367,79 @@ struct Simd : SimdAvx512 {
       }
     }
     return scales;
+  }
+
+  // q4_K and q5_K unpack the scales of all the rows of a group at once
+  // (load_group_super_block_scales): per weight row, the ~20 operations of unpacking one row's
+  // 12 packed bytes, d and dmin were a third of the operations of a batch-1 super-block.
+  static constexpr bool loads_group_super_block_scales(DType dtype) {
+    return dtype == DType::kQ4_K || dtype == DType::kQ5_K;
+  }
+
+  // The vpermw index of step `step` of row `row`: dword lane i takes, in both 16-bit halves,
+  // word 16 (row % 2) + b of the row's widened scales (load_group_super_block_scales), b the
+  // lane's sub-block (step_x_blocks(step).lower for lanes 0-7, .upper for 8-15).
+  static __m512i step_scale_index(int row, int step) {
+    return _mm512_load_si512(kStepScaleIndices.words[row % 2][step]);
+  }
+
+  // Per weight row r of the group: its 16-byte header (d, dmin, the 12 packed bytes) in 128-bit
+  // chunk r, unpacked there into 8 scale bytes and 8 minimum bytes (ggml's
+  // k_quant_scale_and_minimum: from the packed words w0, w1, w2, [scales 0-3, scales 4-7,
+  // minimums 0-3, minimums 4-7] = [w0 & 63s, (w2 & 15s) | ((w0 >> 2) & 48s), w1 & 63s,
+  // ((w2 >> 4) & 15s) | ((w1 >> 2) & 48s)]). Row r's results depend on chunk r only, so a group
+  // of one row computes the same values as the first row of a group of four.
+  template <DType kDtype, int kGroup>
+  static void load_group_super_block_scales(const std::byte* const (&blocks)[kGroup],
+                                            SuperBlockScales (&scales)[kGroup]) {
+    static_assert(loads_group_super_block_scales(kDtype) && (kGroup == 1 || kGroup == 4));
+    const auto header = [&](int row) {
+      return _mm_loadu_si128(reinterpret_cast<const __m128i*>(blocks[row]));
+    };
+    __m512i headers = _mm512_castsi128_si512(header(0));
+    if constexpr (kGroup == 4) {
+      headers = _mm512_inserti32x4(headers, header(1), 1);
+      headers = _mm512_inserti32x4(headers, header(2), 2);
+      headers = _mm512_inserti32x4(headers, header(3), 3);
+    }
+    // Dwords 1-3 of each chunk are w0, w1, w2.
+    const __m512i low =
+        _mm512_and_si512(_mm512_srlv_epi32(_mm512_shuffle_epi32(headers, _MM_PERM_DCDB),
+                                           _mm512_set4_epi32(4, 0, 0, 0)),
+                         _mm512_set4_epi32(0x0f0f0f0f, 0x3f3f3f3f, 0x0f0f0f0f, 0x3f3f3f3f));
+    const __m512i high = _mm512_srli_epi32(_mm512_shuffle_epi32(headers, _MM_PERM_CCBB), 2);
+    // low | (high & mask)
+    const __m512i unpacked =
+        _mm512_ternarylogic_epi32(low, high, _mm512_set4_epi32(0x30303030, 0, 0x30303030, 0), 0xf8);
+    // d and dmin of row r in lanes 2r and 2r + 1.
+    const __m512 multipliers =
+        _mm512_castps256_ps512(_mm256_cvtph_ps(_mm512_castsi512_si128(_mm512_permutexvar_epi32(
+            _mm512_setr_epi32(0, 4, 8, 12, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0), headers))));
+    // Widened to words (vpermw; vpermb would need AVX-512 VBMI): rows 0 and 1 in the first
+    // vector, 2 and 3 in the second, row r's 8 scales from word 16 (r % 2), minimums from 8 more.
+    const __m512i words[2] = {_mm512_cvtepu8_epi16(_mm512_castsi512_si256(unpacked)),
+                              _mm512_cvtepu8_epi16(_mm512_extracti64x4_epi64(unpacked, 1))};
+    // Per row pair: the 16 minimums (as dwords) times dmin of their row (rounded as ggml's
+    // dequantizer rounds dmin * minimum).
+    Vector pair_offsets[2];
+    for (int pair = 0; pair < (kGroup + 1) / 2; ++pair) {
+      const __m512i minimums = _mm512_maskz_permutexvar_epi16(
+          0x55555555,
+          _mm512_setr_epi32(8, 9, 10, 11, 12, 13, 14, 15, 24, 25, 26, 27, 28, 29, 30, 31),
+          words[pair]);
+      const __m512i dmin_lanes =
+          _mm512_add_epi32(_mm512_setr_epi32(1, 1, 1, 1, 1, 1, 1, 1, 3, 3, 3, 3, 3, 3, 3, 3),
+                           _mm512_set1_epi32(4 * pair));
+      pair_offsets[pair] = _mm512_mul_ps(_mm512_cvtepi32_ps(minimums),
+                                         _mm512_permutexvar_ps(dmin_lanes, multipliers));
+    }
+    for (int row = 0; row < kGroup; ++row) {
+      scales[row].integer_scales = words[row / 2];
+      scales[row].row = row;
+      scales[row].scales = multipliers;
+      scales[row].offsets = pair_offsets[row / 2];
+      scales[row].offset_lanes = row % 2 == 0 ? 0x00ff : 0xff00;
+    }
   }
 
   // Step kStep covers x-blocks 2 kStep and 2 kStep + 1: lane i (4 values) is in sub-block
@@ -327,9 +454,15 @@ struct Simd : SimdAvx512 {
             : _mm512_add_epi32(_mm512_srli_epi32(lanes, 3), _mm512_set1_epi32(2 * kStep));
     WeightBlocks weights;
     weights.bytes = super_block_step_bytes<kDtype, kStep>(block);
-    if constexpr (sums_super_blocks_in_integers(kDtype)) {
+    if constexpr (kDtype == DType::kQ6_K) {
+      // Lane i: sub-block 4 kStep + i / 4's scale in its low 16 bits, 0 in the high ones.
+      const __m512i index =
+          _mm512_add_epi32(_mm512_srli_epi32(lanes, 2), _mm512_set1_epi32(4 * kStep));
       weights.integer_scales =
-          _mm512_shuffle_epi32(scales.integer_scales, static_cast<_MM_PERM_ENUM>(kStep * 0x55));
+          _mm512_maskz_permutexvar_epi16(0x55555555, index, scales.integer_scales);
+    } else if constexpr (loads_group_super_block_scales(kDtype)) {
+      weights.integer_scales =
+          _mm512_permutexvar_epi16(step_scale_index(scales.row, kStep), scales.integer_scales);
     } else {
       weights.scales = _mm512_permutexvar_ps(sub_block, scales.scales);
     }
@@ -339,9 +472,17 @@ struct Simd : SimdAvx512 {
   template <DType kDtype>
   static void accumulate_integers(const WeightBlocks& weights, const ActivationBlocks& x,
                                   IntegerVector& sum) {
-    static_assert(kDtype == DType::kQ4_K || kDtype == DType::kQ5_K);
-    sum = _mm512_dpwssd_epi32(sum, _mm512_maddubs_epi16(weights.bytes, x.values),
-                              weights.integer_scales);
+    if constexpr (kDtype == DType::kQ6_K) {
+      // Per lane the exact dot product of the 4 values (u - 32) and x (from x's correction),
+      // |dot| <= 4 * 32 * 127 < 2^15: its low 16 bits are it, times the scale in the low half
+      // of integer_scales (the high half 0).
+      sum = _mm512_dpwssd_epi32(sum, _mm512_dpbusd_epi32(x.corrections, weights.bytes, x.values),
+                                weights.integer_scales);
+    } else {
+      static_assert(kDtype == DType::kQ4_K || kDtype == DType::kQ5_K);
+      sum = _mm512_dpwssd_epi32(sum, _mm512_maddubs_epi16(weights.bytes, x.values),
+                                weights.integer_scales);
+    }
   }
 
   template <DType kDtype, bool kWhole>
