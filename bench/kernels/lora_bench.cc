@@ -263,14 +263,6 @@ void register_benchmarks() {
 // Folio's own flag, removed from argv before Google Benchmark parses the rest:
 //   --simd=portable|avx2 run the kernels at a lower SIMD level than the CPU's best
 int main(int argc, char** argv) {
-  int kept = 1;
-  for (int i = 1; i < argc; ++i) {
-    if (!folio::kernels::cpu::take_simd_flag(argv[i])) argv[kept++] = argv[i];
-  }
-  argc = kept;
-  benchmark::Initialize(&argc, argv);
-  folio::kernels::cpu::register_benchmarks();
-  benchmark::RunSpecifiedBenchmarks();
-  benchmark::Shutdown();
-  return 0;
+  return folio::kernels::cpu::run_kernel_benchmarks(argc, argv,
+                                                    folio::kernels::cpu::register_benchmarks);
 }
