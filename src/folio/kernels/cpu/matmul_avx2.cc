@@ -236,8 +236,8 @@ struct Simd : SimdAvx2 {
                                                 lane_scales);
   }
 
-  // Every super-block dtype is summed in f32 per step (matmul_body.inc): the integer sums are
-  // not implemented here.
+  // Every super-block dtype is summed in f32 per step (matmul_body.inc); summing in integers
+  // per super-block is the AVX-512 path's (docs/design/kernels.md lists AVX2's as open).
   static constexpr bool sums_super_blocks_in_integers(DType) { return false; }
   // Every super-block's scales are unpacked per weight row.
   static constexpr bool loads_group_super_block_scales(DType) { return false; }
