@@ -1,8 +1,9 @@
 // Matmul benchmarks on the weight shapes of two generated Llama-style models, against the
 // machine's read bandwidth measured in the same run.
 //
-// - read_bandwidth/threads:T: a STREAM-style SIMD sum over a 2 GiB buffer (far larger than
-//   the last-level cache), split over T threads of the pool. The baseline of the roofline.
+// - read_bandwidth/threads:T: a streaming sum over a 2 GiB buffer (far larger than the
+//   last-level cache; base/read_bandwidth.h), split over T threads of the pool. The baseline
+//   of the roofline.
 // - decode/<model>/<dtype>/batch:M/threads:T: every weight matrix of one forward pass (all
 //   layers' q, k, v, o, gate, up, down and the 32,000-row LM head) multiplied by M rows of x,
 //   i.e. one decode step of M sequences. Counters: tokens/s (M per step), GB/s of weight bytes
@@ -34,6 +35,7 @@
 #include <string>
 #include <vector>
 
+#include "folio/base/read_bandwidth.h"
 #include "folio/base/thread_pool.h"
 #include "folio/device/host_stream.h"
 #include "folio/kernels/cpu/matmul.h"
@@ -96,48 +98,9 @@ ThreadPool& pool_with(int threads) {
   return *pool;
 }
 
-__attribute__((target("avx512f"))) float sum_avx512(const std::byte* data, int64_t bytes) {
-  const auto* values = reinterpret_cast<const float*>(data);
-  __m512 sums[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(),
-                    _mm512_setzero_ps()};
-  for (int64_t i = 0; i < bytes / 4; i += 64) {
-    for (int j = 0; j < 4; ++j)
-      sums[j] = _mm512_add_ps(sums[j], _mm512_load_ps(values + i + 16 * j));
-  }
-  return _mm512_reduce_add_ps(
-      _mm512_add_ps(_mm512_add_ps(sums[0], sums[1]), _mm512_add_ps(sums[2], sums[3])));
-}
-
-float sum_portable(const std::byte* data, int64_t bytes) {
-  const auto* values = reinterpret_cast<const float*>(data);
-  float sums[16] = {};
-  for (int64_t i = 0; i < bytes / 4; i += 16) {
-    for (int j = 0; j < 16; ++j) sums[j] += values[i + j];
-  }
-  float total = 0.0f;
-  for (float sum : sums) total += sum;
-  return total;
-}
-
-// One pass of a parallel read over the whole buffer; returns bytes per second.
-double read_pass(ThreadPool& pool, const AlignedBuffer& buffer) {
-  const int threads = pool.num_threads();
-  const int64_t slice = buffer.bytes() / threads / 256 * 256;
-  const bool avx512 = __builtin_cpu_supports("avx512f");
-  std::vector<float> sums(threads);
-  const auto start = std::chrono::steady_clock::now();
-  pool.parallel_for(threads, [&](int64_t task, int) {
-    const std::byte* data = buffer.data() + task * slice;
-    sums[task] = avx512 ? sum_avx512(data, slice) : sum_portable(data, slice);
-  });
-  const double seconds =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  benchmark::DoNotOptimize(sums.data());
-  return static_cast<double>(slice) * threads / seconds;
-}
-
-const AlignedBuffer& bandwidth_buffer() {
-  static AlignedBuffer buffer(kBandwidthBufferBytes);
+// Made on first use (allocating and touching 2 GiB takes a while), read by every roofline.
+ReadBandwidthBuffer& bandwidth_buffer() {
+  static ReadBandwidthBuffer buffer(pool_with(2), kBandwidthBufferBytes);
   return buffer;
 }
 
@@ -145,14 +108,14 @@ const AlignedBuffer& bandwidth_buffer() {
 double measure_read_bandwidth(int threads) {
   double best = 0.0;
   for (int pass = 0; pass < 3; ++pass)
-    best = std::max(best, read_pass(pool_with(threads), bandwidth_buffer()));
+    best = std::max(best, bandwidth_buffer().read_pass(pool_with(threads)));
   return best;
 }
 
 void read_bandwidth(benchmark::State& state, int threads) {
   ThreadPool& pool = pool_with(threads);
-  const AlignedBuffer& buffer = bandwidth_buffer();
-  for (auto _ : state) benchmark::DoNotOptimize(read_pass(pool, buffer));
+  ReadBandwidthBuffer& buffer = bandwidth_buffer();
+  for (auto _ : state) benchmark::DoNotOptimize(buffer.read_pass(pool));
   state.SetBytesProcessed(state.iterations() * buffer.bytes());
 }
 

@@ -19,6 +19,19 @@ TEST(ReadBandwidthTest, MeasuresAFinitePositiveRate) {
   EXPECT_GT(bytes_per_second, 0.0);
 }
 
+// A buffer made on one pool is read by pools of other sizes, pass after pass.
+TEST(ReadBandwidthTest, OneBufferIsReadByPoolsOfAnySize) {
+  ThreadPool two(2);
+  ThreadPool one(1);
+  ReadBandwidthBuffer buffer(two, (int64_t{4} << 20) + 100);
+  EXPECT_EQ(buffer.bytes(), int64_t{4} << 20);  // whole 4 KiB slices
+  for (ThreadPool* pool : {&one, &two, &one}) {
+    const double bytes_per_second = buffer.read_pass(*pool);
+    EXPECT_TRUE(std::isfinite(bytes_per_second));
+    EXPECT_GT(bytes_per_second, 0.0);
+  }
+}
+
 TEST(ReadBandwidthDeathTest, RefusesABufferBelowOneMebibyte) {
   ThreadPool pool(1);
   ReadBandwidthOptions options;

@@ -30,33 +30,46 @@ __attribute__((target_clones("avx512f", "avx2", "default"))) uint64_t sum_words(
 
 }  // namespace
 
-double measure_read_bandwidth(ThreadPool& pool, const ReadBandwidthOptions& options) {
-  FOLIO_CHECK(options.buffer_bytes >= (int64_t{1} << 20) && options.passes >= 1,
-              "read bandwidth over {} bytes in {} passes", options.buffer_bytes, options.passes);
+ReadBandwidthBuffer::ReadBandwidthBuffer(ThreadPool& pool, int64_t bytes)
+    : bytes_(bytes / kSliceAlignment * kSliceAlignment) {
+  FOLIO_CHECK(bytes >= (int64_t{1} << 20), "read bandwidth over {} bytes", bytes);
+  const auto num_words = static_cast<size_t>(bytes_) / sizeof(uint64_t);
+  words_.reset(new uint64_t[num_words]);
+  // Nonzero bytes, so no page is the shared zero page; each thread touches its own part.
   const int threads = pool.num_threads();
-  const int64_t slice = options.buffer_bytes / threads / kSliceAlignment * kSliceAlignment;
-  const auto words_per_slice = slice / static_cast<int64_t>(sizeof(uint64_t));
-  std::unique_ptr<uint64_t[]> buffer(new uint64_t[static_cast<size_t>(words_per_slice * threads)]);
-  // Touched by the threads that read it (first touch places the pages near them), with nonzero
-  // bytes so no page is the shared zero page.
+  const int64_t part = bytes_ / threads / kSliceAlignment * kSliceAlignment;
   pool.parallel_for(threads, [&](int64_t task, int) {
-    std::memset(buffer.get() + task * words_per_slice, 1, static_cast<size_t>(slice));
+    const int64_t begin = task * part;
+    const int64_t end = task + 1 == threads ? bytes_ : begin + part;
+    std::memset(reinterpret_cast<std::byte*>(words_.get()) + begin, 1,
+                static_cast<size_t>(end - begin));
   });
+}
+
+double ReadBandwidthBuffer::read_pass(ThreadPool& pool) {
+  const int threads = pool.num_threads();
+  const int64_t slice = bytes_ / threads / kSliceAlignment * kSliceAlignment;
+  const auto words_per_slice = slice / static_cast<int64_t>(sizeof(uint64_t));
   std::vector<uint64_t> sums(static_cast<size_t>(threads));
-  double best = 0;
-  for (int pass = 0; pass < options.passes; ++pass) {
-    const auto start = std::chrono::steady_clock::now();
-    pool.parallel_for(threads, [&](int64_t task, int) {
-      sums[static_cast<size_t>(task)] =
-          sum_words(buffer.get() + task * words_per_slice, words_per_slice);
-    });
-    const double seconds =
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    best = std::max(best, static_cast<double>(slice) * threads / seconds);
-  }
+  const auto start = std::chrono::steady_clock::now();
+  pool.parallel_for(threads, [&](int64_t task, int) {
+    sums[static_cast<size_t>(task)] =
+        sum_words(words_.get() + task * words_per_slice, words_per_slice);
+  });
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   // The sums are used, so the reads cannot be optimized away.
   volatile uint64_t sink = 0;
   for (uint64_t sum : sums) sink = sink + sum;
+  return static_cast<double>(slice) * threads / seconds;
+}
+
+double measure_read_bandwidth(ThreadPool& pool, const ReadBandwidthOptions& options) {
+  FOLIO_CHECK(options.buffer_bytes >= (int64_t{1} << 20) && options.passes >= 1,
+              "read bandwidth over {} bytes in {} passes", options.buffer_bytes, options.passes);
+  ReadBandwidthBuffer buffer(pool, options.buffer_bytes);
+  double best = 0;
+  for (int pass = 0; pass < options.passes; ++pass) best = std::max(best, buffer.read_pass(pool));
   return best;
 }
 

@@ -6,12 +6,14 @@
 // The read: each thread sums (64-bit integer adds, which the compiler vectorizes freely) its
 // slice of a buffer far larger than the last-level cache, touched once before any timing; the
 // best of several passes is kept, as the roofline is what the memory system can deliver.
-// (bench/kernels/matmul_bench.cc measures the same with an AVX-512 float sum over 2 GiB.)
+// bench/kernels/matmul_bench.cc keeps one ReadBandwidthBuffer for its whole run and reads it
+// before each roofline figure; `folio bench` measures once, with measure_read_bandwidth.
 //
-// Thread-safety: uses the pool like any parallel_for caller.
+// Thread-safety: uses the pool like any parallel_for caller; one read of a buffer at a time.
 #pragma once
 
 #include <cstdint>
+#include <memory>
 
 #include "folio/base/thread_pool.h"
 
@@ -22,7 +24,23 @@ struct ReadBandwidthOptions {
   int passes = 3;
 };
 
-// Bytes per second, the best of options.passes parallel reads over the buffer on `pool`.
+// A buffer allocated and touched once (by the threads of the pool it is made with, so first
+// touch places its pages near them), then read as often as wanted.
+class ReadBandwidthBuffer {
+ public:
+  // Requires: bytes >= 1 MiB.
+  ReadBandwidthBuffer(ThreadPool& pool, int64_t bytes);
+
+  // One parallel read of the whole buffer on `pool` (any thread count): bytes per second.
+  double read_pass(ThreadPool& pool);
+  int64_t bytes() const { return bytes_; }
+
+ private:
+  int64_t bytes_;
+  std::unique_ptr<uint64_t[]> words_;
+};
+
+// Bytes per second, the best of options.passes parallel reads over a new buffer on `pool`.
 // Requires: buffer_bytes >= 1 MiB, passes >= 1.
 double measure_read_bandwidth(ThreadPool& pool, const ReadBandwidthOptions& options = {});
 
