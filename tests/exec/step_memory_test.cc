@@ -73,6 +73,14 @@ class StepMemoryTest : public ::testing::Test {
                                   testing::test_options(8, ExecutionMode::kEager));
   }
 
+  // A graph-mode executor on the shared test pool and the model's own KV cache: the reference
+  // an eager step's bits are compared with.
+  std::unique_ptr<Executor> reference_executor() {
+    return std::move(testing::make_executor(model_, model_.kv, threads_, *dedicated_.arena,
+                                            testing::test_options(8, ExecutionMode::kGraph)))
+        .value();
+  }
+
   testing::TestModelConfig config_;
   TestModelState model_;
   ThreadPool threads_{2};
@@ -84,10 +92,7 @@ TEST_F(StepMemoryTest, EagerStepsTakeTheirMemoryFromThePool) {
   testing::TestKvCache kv = model_.fresh_kv();
   std::unique_ptr<Executor> eager = std::move(eager_on(*host.pool, kv)).value();
   // A graph-mode executor on the shared test pool, fed the same steps: the reference.
-  std::unique_ptr<Executor> graph =
-      std::move(testing::make_executor(model_, model_.kv, threads_, *dedicated_.arena,
-                                       testing::test_options(8, ExecutionMode::kGraph)))
-          .value();
+  std::unique_ptr<Executor> graph = reference_executor();
 
   // Persistent inputs and outputs: pinned temporary pages, nothing else yet.
   memory::PoolStats stats = host.pool->stats();
@@ -150,10 +155,7 @@ TEST_F(StepMemoryTest, EagerStepsRunOnAFragmentedPool) {
   HostPool host = HostPool::create(4096);
   testing::TestKvCache kv = model_.fresh_kv();
   std::unique_ptr<Executor> eager = std::move(eager_on(*host.pool, kv)).value();
-  std::unique_ptr<Executor> graph =
-      std::move(testing::make_executor(model_, model_.kv, threads_, *dedicated_.arena,
-                                       testing::test_options(8, ExecutionMode::kGraph)))
-          .value();
+  std::unique_ptr<Executor> graph = reference_executor();
   std::vector<memory::PageAllocation> others;
   memory::PageAllocationRequest request;
   request.content = ContentType::kKvCache;
