@@ -15,6 +15,7 @@ namespace {
 
 using testing::EngineHarness;
 using testing::HarnessOptions;
+using testing::randomize_batching;
 using testing::Recorder;
 using testing::reference_greedy;
 using testing::toy_decode;
@@ -63,14 +64,7 @@ HarnessOptions random_options(SplitMix64& random) {
   options.num_pages = static_cast<int32_t>(4 + random.next() % 6);  // 32 to 72 blocks
   options.eos_token = random.next() % 2 == 0 ? std::optional<int32_t>(5) : std::nullopt;
   SchedulerOptions& scheduler = options.scheduler;
-  scheduler.max_num_sequences = static_cast<int32_t>(2 + random.next() % 24);
-  scheduler.max_num_batched_tokens =
-      scheduler.max_num_sequences + static_cast<int32_t>(random.next() % 80);
-  scheduler.chunked_prefill = random.next() % 3 != 0;
-  scheduler.prefill_chunk_size = static_cast<int32_t>(1 + random.next() % 32);
-  scheduler.max_preemptions = 1000000;
-  scheduler.aging_interval = std::chrono::milliseconds(1 + random.next() % 50);
-  scheduler.starvation_threshold = std::chrono::milliseconds(random.next() % 400);
+  randomize_batching(scheduler, random, 25, 80);
   // A runner with few logit rows per step cuts prompt-logprobs prefills into many chunks.
   if (random.next() % 2 == 0) {
     options.max_logit_rows = scheduler.max_num_sequences + static_cast<int32_t>(random.next() % 8);

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "folio/base/metrics.h"
+#include "folio/base/random.h"
 #include "folio/engine/engine.h"
 #include "folio/kv/block_copier.h"
 #include "folio/kv/block_manager.h"
@@ -24,6 +25,21 @@
 #include "testing/toy_step_runner.h"
 
 namespace folio::engine::testing {
+
+// Random batching options for the randomized engine tests: 2 to 1 + max_sequences sequences, a
+// token budget of that plus up to extra_tokens - 1, chunked prefill two times in three with
+// chunks of 1 to 32 tokens, aging and starvation times, and preemption never failing a request.
+inline void randomize_batching(SchedulerOptions& scheduler, SplitMix64& random,
+                               int32_t max_sequences, int32_t extra_tokens) {
+  scheduler.max_num_sequences = static_cast<int32_t>(2 + random.next() % (max_sequences - 1));
+  scheduler.max_num_batched_tokens =
+      scheduler.max_num_sequences + static_cast<int32_t>(random.next() % extra_tokens);
+  scheduler.chunked_prefill = random.next() % 3 != 0;
+  scheduler.prefill_chunk_size = static_cast<int32_t>(1 + random.next() % 32);
+  scheduler.max_preemptions = 1000000;
+  scheduler.aging_interval = std::chrono::milliseconds(1 + random.next() % 50);
+  scheduler.starvation_threshold = std::chrono::milliseconds(random.next() % 400);
+}
 
 // The toy detokenizer: token t spells one letter, or two for t >= 26, so text and tokens do not
 // line up one to one.

@@ -16,6 +16,7 @@ namespace {
 
 using testing::EngineHarness;
 using testing::HarnessOptions;
+using testing::randomize_batching;
 using testing::Recorder;
 using testing::reference_greedy;
 
@@ -38,14 +39,7 @@ Workload run_workload(uint64_t seed, PreemptionMode mode) {
   options.watermark = watermarks[random.next() % 5];
   SchedulerOptions& scheduler = options.scheduler;
   scheduler.preemption_mode = mode;
-  scheduler.max_num_sequences = static_cast<int32_t>(2 + random.next() % 6);
-  scheduler.max_num_batched_tokens =
-      scheduler.max_num_sequences + static_cast<int32_t>(random.next() % 64);
-  scheduler.chunked_prefill = random.next() % 3 != 0;
-  scheduler.prefill_chunk_size = static_cast<int32_t>(1 + random.next() % 32);
-  scheduler.max_preemptions = 1000000;
-  scheduler.aging_interval = std::chrono::milliseconds(1 + random.next() % 50);
-  scheduler.starvation_threshold = std::chrono::milliseconds(random.next() % 400);
+  randomize_batching(scheduler, random, 7, 64);
   std::unique_ptr<PreemptionCostModel> cost;
   if (mode != PreemptionMode::kRecompute) {
     options.swap_blocks = static_cast<int32_t>(4 + random.next() % 60);
