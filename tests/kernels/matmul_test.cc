@@ -90,6 +90,71 @@ TEST_F(MatmulTest, RowResultsDoNotDependOnTheOtherRowsOfTheBatch) {
   }
 }
 
+// A column's result depends only on its weight row: the same whatever rows of W surround it
+// (AVX-512's q8_0 kernel takes W in panels of 16 rows, the last one partial, and transposes
+// them in registers for one tile of x or into the scratch for more).
+TEST_F(MatmulTest, ColumnResultsDoNotDependOnTheOtherRowsOfTheWeight) {
+  device::HostStream stream(two_threads_);
+  constexpr int64_t kInputFeatures = 256;
+  constexpr int64_t kColumns = 45;
+  constexpr int64_t kFirst = 20;  // columns 20-44: a whole panel then a partial one
+  for (SimdLevel level : supported_simd_levels()) {
+    ScopedSimdLevel scoped(level);
+    for (DType dtype : kWeightDtypes) {
+      for (int64_t rows : {int64_t{1}, int64_t{5}, int64_t{19}}) {
+        SCOPED_TRACE(std::string(simd_level_name(level)) + " " + std::string(dtype_name(dtype)) +
+                     " M=" + std::to_string(rows));
+        const Problem whole(rows, kColumns, kInputFeatures, dtype, true, 11);
+        const std::vector<float> all = whole.run(stream);
+        Problem part = whole;
+        const int64_t weight_row_bytes = row_bytes(dtype, kInputFeatures);
+        part.output_features = kColumns - kFirst;
+        part.weight.assign(whole.weight.begin() + kFirst * weight_row_bytes, whole.weight.end());
+        part.bias.assign(whole.bias.begin() + kFirst, whole.bias.end());
+        part.widen();
+        const std::vector<float> some = part.run(stream);
+        for (int64_t row = 0; row < rows; ++row) {
+          ASSERT_EQ(std::memcmp(some.data() + row * part.output_features,
+                                all.data() + row * kColumns + kFirst,
+                                part.output_features * sizeof(float)),
+                    0)
+              << "row " << row;
+        }
+      }
+    }
+  }
+}
+
+// AMX tiles (16 rows of x at a time) give the VNNI tiles' results bit for bit: they only add
+// up the same exact integer block products faster.
+TEST_F(MatmulTest, AmxTilesGiveTheVnniResults) {
+  if (!cpu_has_amx_int8()) GTEST_SKIP() << "no AMX int8 on this CPU (or not granted by Linux)";
+  device::HostStream stream(two_threads_);
+  ScopedSimdLevel scoped(SimdLevel::kAvx512);
+  // 16 and 32 rows: whole AMX tiles; 17, 45: a VNNI tail; 300 x 1024: two passes.
+  const Shape shapes[] = {
+      {16, 37, 256}, {17, 70, 96}, {32, 16, 2048}, {45, 9, 288}, {300, 40, 1024}};
+  for (const Shape& shape : shapes) {
+    SCOPED_TRACE("M=" + std::to_string(shape.rows) + " N=" + std::to_string(shape.output_features) +
+                 " K=" + std::to_string(shape.input_features));
+    const Problem problem(shape.rows, shape.output_features, shape.input_features, DType::kQ8_0,
+                          true, 21);
+    std::vector<float> with_amx;
+    std::vector<float> without_amx;
+    {
+      ScopedAmxEnabled amx(true);
+      with_amx = problem.run(stream);
+    }
+    {
+      ScopedAmxEnabled amx(false);
+      without_amx = problem.run(stream);
+    }
+    ASSERT_EQ(with_amx.size(), without_amx.size());
+    EXPECT_EQ(std::memcmp(with_amx.data(), without_amx.data(), with_amx.size() * sizeof(float)), 0);
+    expect_matches_reference(problem, with_amx);
+  }
+}
+
 TEST_F(MatmulTest, Q8WeightsOfMinus128AreMultipliedExactly) {
   // ggml's quantizer never writes -128, but a q8_0 file may hold it: the AVX-512 (+128 offset)
   // and AVX2 (|w| with x's sign) tricks must both stay exact for it.
@@ -179,6 +244,10 @@ TEST_F(MatmulTest, WorkspaceSizeFollowsTheShapeAndThreadCount) {
   EXPECT_EQ(matmul_workspace_bytes(DType::kF16, 7, 256, 2), 2 * 4 * 256 * 4);
   // x as int8 values, int32 lane corrections and f32 lane scales: 3 bytes per value.
   EXPECT_EQ(matmul_workspace_bytes(DType::kQ4_0, 4, 256, 8), 3 * 4 * 256);
+  // q8_0 adds a transposed panel per thread: per 32-value block 16 rows x 32 bytes and 16 f32
+  // scales; nothing for no rows.
+  EXPECT_EQ(matmul_workspace_bytes(DType::kQ8_0, 4, 256, 2), 3 * 4 * 256 + 2 * 8 * (512 + 64));
+  EXPECT_EQ(matmul_workspace_bytes(DType::kQ8_0, 0, 256, 2), 0);
 }
 
 TEST(MatmulDeathTest, RejectsAnUndersizedWorkspace) {

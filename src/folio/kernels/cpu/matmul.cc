@@ -26,6 +26,7 @@ constexpr int64_t kMinTaskMultiplyAdds = 1 << 15;
 struct RowsLaunch {
   MatmulArguments arguments;
   SimdLevel level;
+  bool use_amx = false;  // q8_0 panels on AVX-512: amx_enabled() at launch
 };
 
 int64_t group_scratch_bytes(int64_t input_features) {
@@ -85,6 +86,21 @@ void quantized_rows_body(const RowsLaunch& launch, int64_t begin, int64_t end, i
     case SimdLevel::kAvx512:
       return internal::quantized_rows_avx512(arguments, activations, row_begin, row_end);
   }
+}
+
+// Items are panels of kQ8_0PanelColumns weight rows; the thread's panel scratch follows x's
+// quantized arrays in the workspace.
+void q8_0_panels_body(const RowsLaunch& launch, int64_t begin, int64_t end, int thread_index) {
+  const MatmulArguments& arguments = launch.arguments;
+  const internal::QuantizedActivationsLayout layout =
+      internal::quantized_activations_layout(arguments.num_rows, arguments.input_features);
+  const internal::QuantizedActivations activations{
+      reinterpret_cast<const int8_t*>(arguments.workspace + layout.values_offset),
+      reinterpret_cast<const int32_t*>(arguments.workspace + layout.corrections_offset),
+      reinterpret_cast<const float*>(arguments.workspace + layout.lane_scales_offset)};
+  std::byte* scratch = arguments.workspace + layout.total_bytes +
+                       thread_index * internal::q8_0_panel_scratch_bytes(arguments.input_features);
+  internal::q8_0_panel_rows_avx512(arguments, activations, begin, end, scratch, launch.use_amx);
 }
 
 // Items are tiles of y, column tile major. Every tile is one sgemm call of a shape fixed by
@@ -170,6 +186,11 @@ int64_t matmul_workspace_bytes(DType weight_dtype, int64_t num_rows, int64_t inp
     case DType::kBF16:
       return num_threads * group_scratch_bytes(input_features);
     case DType::kQ8_0:
+      // The panel scratch of AVX-512's q8_0 kernel, whatever the level: the size of a graph's
+      // workspace does not depend on the CPU it runs on.
+      if (num_rows == 0) return 0;
+      return internal::quantized_activations_layout(num_rows, input_features).total_bytes +
+             num_threads * internal::q8_0_panel_scratch_bytes(input_features);
     case DType::kQ4_0:
     case DType::kQ4_1:
     case DType::kQ5_0:
@@ -205,7 +226,8 @@ void matmul(device::HostStream& stream, const MatmulArguments& arguments) {
     return;
   }
 
-  const RowsLaunch launch{arguments, active_simd_level()};
+  const SimdLevel level = active_simd_level();
+  const RowsLaunch launch{arguments, level, level == SimdLevel::kAvx512 && amx_enabled()};
   const int64_t groups = ceil_div(arguments.output_features, kGroupRows);
   const int64_t group_multiply_adds = kGroupRows * arguments.input_features * rows;
   const int64_t grain = std::max<int64_t>(1, kMinTaskMultiplyAdds / group_multiply_adds);
@@ -214,6 +236,15 @@ void matmul(device::HostStream& stream, const MatmulArguments& arguments) {
         std::max<int64_t>(1, kMinTaskMultiplyAdds / arguments.input_features);
     stream.launch(device::HostKernel::make<RowsLaunch, quantize_activations_body>(
         "matmul_quantize_activations", launch, rows, quantize_grain));
+    if (dtype == DType::kQ8_0 && launch.level == SimdLevel::kAvx512) {
+      const int64_t panels = ceil_div(arguments.output_features, internal::kQ8_0PanelColumns);
+      const int64_t panel_multiply_adds =
+          internal::kQ8_0PanelColumns * arguments.input_features * rows;
+      stream.launch(device::HostKernel::make<RowsLaunch, q8_0_panels_body>(
+          "matmul_q8_0_panels", launch, panels,
+          std::max<int64_t>(1, kMinTaskMultiplyAdds / panel_multiply_adds)));
+      return;
+    }
     stream.launch(device::HostKernel::make<RowsLaunch, quantized_rows_body>("matmul_quantized",
                                                                             launch, groups, grain));
     return;

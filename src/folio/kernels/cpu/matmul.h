@@ -15,7 +15,10 @@
 //   each row of x to 8 bits (32-value blocks, scale amax / 127) into the workspace; the second
 //   decodes weight blocks in registers to small integers and per-4-value scales (and offsets,
 //   for the types with minimums), takes int8 dot products (AVX-512 VNNI, AVX2 maddubs, or
-//   portable) scaled by both scales and sums them in f32.
+//   portable) scaled by both scales and sums them in f32. q8_0 on AVX-512 has a kernel of its
+//   own: work items are panels of 16 weight rows, one output column per vector lane, the 8
+//   vpdpbusd of a 32-value block sharing one conversion and scale FMA
+//   (matmul_q8_0_avx512.cc).
 // - f32 weights with M >= kSgemmMinRows and K >= kSgemmMinInputFeatures: OpenBLAS sgemm on
 //   fixed 2-D tiles of y, one tile per work item, with OpenBLAS itself single-threaded: Folio's
 //   pool is the only source of threads (no oversubscription, the thread count is configured in one

@@ -58,6 +58,7 @@ struct Simd : SimdAvx2 {
   static constexpr int kFloatTileInputRows = 2;
   static constexpr int kQuantizedTileInputRows = 2;
   static constexpr int kQuantizedTileWeightRows = 2;
+  static constexpr bool kQ8_0InPanels = false;
   static constexpr int64_t kBlocksPerVector = 1;
   static constexpr int kStepsPerSuperBlock = 8;
 

@@ -50,36 +50,25 @@ inline __m512 weight_scales(const std::byte* block, int64_t block_bytes, bool wh
   return _mm512_permutexvar_ps(spread, _mm512_castps128_ps512(scales));
 }
 
-// The 64 weight values of two blocks as unsigned bytes in x's element order: q8_0 values
-// offset by +128 (XOR 0x80), q4_0 nibbles as stored (value + 8). Unused upper bytes are 0.
-template <DType kDtype>
-inline __m512i weight_bytes(const std::byte* block, bool whole) {
-  if constexpr (kDtype == DType::kQ8_0) {
-    constexpr int64_t kBytes = sizeof(BlockQ8_0);
-    const __m256i sign = _mm256_set1_epi8(static_cast<char>(0x80));
-    const __m256i first =
-        _mm256_xor_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(block + 2)), sign);
-    if (!whole) return _mm512_zextsi256_si512(first);
-    const __m256i second = _mm256_xor_si256(
-        _mm256_loadu_si256(reinterpret_cast<const __m256i*>(block + kBytes + 2)), sign);
-    return _mm512_inserti64x4(_mm512_castsi256_si512(first), second, 1);
-  } else {
-    constexpr int64_t kBytes = sizeof(BlockQ4_0);
-    const __m128i first = _mm_loadu_si128(reinterpret_cast<const __m128i*>(block + 2));
-    if (!whole) {
-      const __m256i both =
-          _mm256_inserti128_si256(_mm256_castsi128_si256(first), _mm_srli_epi16(first, 4), 1);
-      return _mm512_zextsi256_si512(_mm256_and_si256(both, _mm256_set1_epi8(0x0f)));
-    }
-    const __m128i second = _mm_loadu_si128(reinterpret_cast<const __m128i*>(block + kBytes + 2));
-    const __m256i packed = _mm256_inserti128_si256(_mm256_castsi128_si256(first), second, 1);
-    // Qwords [a0 a1 a0 a1 b0 b1 b0 b1], the second copy of each block shifted right by 4 so its
-    // bytes' low nibbles are the stored high nibbles (elements 16-31 of the block).
-    const __m512i doubled = _mm512_permutexvar_epi64(_mm512_set_epi64(3, 2, 3, 2, 1, 0, 1, 0),
-                                                     _mm512_castsi256_si512(packed));
-    const __m512i shifted = _mm512_srlv_epi64(doubled, _mm512_set_epi64(4, 4, 0, 0, 4, 4, 0, 0));
-    return _mm512_and_si512(shifted, _mm512_set1_epi8(0x0f));
+// The 64 weight values of two q4_0 blocks as unsigned bytes in x's element order: nibbles as
+// stored (value + 8). Unused upper bytes are 0. (q8_0 has its own kernel:
+// matmul_q8_0_avx512.cc.)
+inline __m512i q4_0_weight_bytes(const std::byte* block, bool whole) {
+  constexpr int64_t kBytes = sizeof(BlockQ4_0);
+  const __m128i first = _mm_loadu_si128(reinterpret_cast<const __m128i*>(block + 2));
+  if (!whole) {
+    const __m256i both =
+        _mm256_inserti128_si256(_mm256_castsi128_si256(first), _mm_srli_epi16(first, 4), 1);
+    return _mm512_zextsi256_si512(_mm256_and_si256(both, _mm256_set1_epi8(0x0f)));
   }
+  const __m128i second = _mm_loadu_si128(reinterpret_cast<const __m128i*>(block + kBytes + 2));
+  const __m256i packed = _mm256_inserti128_si256(_mm256_castsi128_si256(first), second, 1);
+  // Qwords [a0 a1 a0 a1 b0 b1 b0 b1], the second copy of each block shifted right by 4 so its
+  // bytes' low nibbles are the stored high nibbles (elements 16-31 of the block).
+  const __m512i doubled = _mm512_permutexvar_epi64(_mm512_set_epi64(3, 2, 3, 2, 1, 0, 1, 0),
+                                                   _mm512_castsi256_si512(packed));
+  const __m512i shifted = _mm512_srlv_epi64(doubled, _mm512_set_epi64(4, 4, 0, 0, 4, 4, 0, 0));
+  return _mm512_and_si512(shifted, _mm512_set1_epi8(0x0f));
 }
 
 #include "folio/kernels/cpu/matmul_weight_decode_avx2.inc"
@@ -91,7 +80,7 @@ inline __m512i concatenate(__m256i low, __m256i high) {
 }
 
 // The 16 nibble bytes of two 32-value blocks (element i < 16 the low nibble of byte i, i + 16
-// its high nibble) as 64 bytes in element order, as q4_0's weight_bytes.
+// its high nibble) as 64 bytes in element order, as q4_0_weight_bytes.
 inline __m512i nibble_pairs(const std::byte* first, const std::byte* second) {
   const __m256i packed = _mm256_inserti128_si256(
       _mm256_castsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(first))),
@@ -234,6 +223,7 @@ struct Simd : SimdAvx512 {
   static constexpr int kFloatTileInputRows = 4;
   static constexpr int kQuantizedTileInputRows = 4;
   static constexpr int kQuantizedTileWeightRows = 4;
+  static constexpr bool kQ8_0InPanels = true;
   static constexpr int64_t kBlocksPerVector = 2;
   static constexpr int kStepsPerSuperBlock = 4;
 
@@ -334,8 +324,8 @@ struct Simd : SimdAvx512 {
   static WeightBlocks load_weight_blocks(const std::byte* block) {
     constexpr int64_t kBlockBytes = dtype_info(kDtype).block_bytes;
     WeightBlocks weights;
-    if constexpr (kDtype == DType::kQ8_0 || kDtype == DType::kQ4_0) {
-      weights.bytes = weight_bytes<kDtype>(block, kWhole);
+    if constexpr (kDtype == DType::kQ4_0) {
+      weights.bytes = q4_0_weight_bytes(block, kWhole);
     } else {
       weights.bytes = decoded_weight_bytes<kDtype, kWhole>(block);
     }
@@ -609,6 +599,8 @@ void quantize_block(const float* input, int8_t* values, int32_t* corrections, fl
   } else if (term.scaled_sums) {
     _mm256_storeu_ps(reinterpret_cast<float*>(corrections),
                      _mm256_mul_ps(_mm256_set1_ps(scale), _mm256_cvtepi32_ps(sums)));
+  } else if (term.block_sums) {
+    corrections[0] = -term.offset * _mm512_reduce_add_epi32(_mm512_zextsi256_si512(sums));
   } else {
     _mm256_storeu_si256(reinterpret_cast<__m256i*>(corrections),
                         _mm256_mullo_epi32(sums, _mm256_set1_epi32(-term.offset)));

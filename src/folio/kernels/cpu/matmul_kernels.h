@@ -98,7 +98,15 @@ class Prefetch {
 //   row's K / 4 hold the f32 d * (sum of the q of 16 consecutive values) instead (the rest of
 //   the row's entries unused): their kernels add the minimum terms once per super-block, 16
 //   products, rather than once per step.
+//   For q8_0 (has_block_corrections) the first K / 32 entries of a row's K / 4 hold one
+//   correction per 32-value block instead, -128 * (sum of the block's q) (the rest unused): the
+//   AVX-512 panel kernel (matmul_q8_0_avx512.cc) starts each block's integer sum from it, and
+//   no other kernel reads q8_0's corrections (AVX2 uses the sign trick, portable signed bytes).
 // - lane_scales: the block's d repeated in each of its 8 lanes.
+// x's 32-bit lanes (groups of 4 values) per 32-value block: lane_scales has this many entries
+// per block.
+inline constexpr int64_t kLanesPerActivationBlock = kQuantBlockElements / 4;
+
 struct QuantizedActivations {
   const int8_t* values = nullptr;        // i8 [num_rows, K]
   const int32_t* corrections = nullptr;  // i32 [num_rows, K / 4]
@@ -164,6 +172,12 @@ constexpr bool has_weight_minimum(DType dtype) {
   return false;
 }
 
+// Whether x's corrections hold one entry per 32-value block for a weight dtype
+// (QuantizedActivations): q8_0, whose AVX-512 kernel sums a whole block in one integer lane.
+constexpr bool has_block_corrections(DType dtype) {
+  return dtype == DType::kQ8_0;
+}
+
 // Whether the matmul multiplies a weight dtype through x quantized to int8 (every quantized
 // weight dtype; f32 / f16 / bf16 take f32 dot products).
 constexpr bool uses_quantized_activations(DType dtype) {
@@ -206,7 +220,8 @@ constexpr bool has_super_block_activation_scale(DType dtype) {
 
 // What a block quantizer of x writes into the corrections (QuantizedActivations): -offset *
 // lane sum (8 entries); with scaled_sums the f32 bits of d * lane sum (8 entries); with
-// granule_sums the f32 bits of d * (sum of 16 q) (2 entries).
+// granule_sums the f32 bits of d * (sum of 16 q) (2 entries); with block_sums -offset * (sum
+// of the block's 32 q) (1 entry).
 // With super_block_scale, d is max_magnitude / 127 instead of the block's own amax / 127:
 // max_magnitude is the amax of the 256 values of the block's super-block, NaN when any of them
 // is inf or NaN (so that every block of that super-block gets a NaN d, and a kernel reading
@@ -216,12 +231,16 @@ struct LaneTerm {
   bool scaled_sums = false;
   bool granule_sums = false;
   bool super_block_scale = false;
+  bool block_sums = false;
   float max_magnitude = 0.0f;
 };
 constexpr LaneTerm lane_term(DType weight_dtype) {
-  return {weight_offset(weight_dtype),
-          has_weight_minimum(weight_dtype) && !has_granule_minimums(weight_dtype),
-          has_granule_minimums(weight_dtype), has_super_block_activation_scale(weight_dtype)};
+  return {.offset = weight_offset(weight_dtype),
+          .scaled_sums = has_weight_minimum(weight_dtype) && !has_granule_minimums(weight_dtype),
+          .granule_sums = has_granule_minimums(weight_dtype),
+          .super_block_scale = has_super_block_activation_scale(weight_dtype),
+          .block_sums = has_block_corrections(weight_dtype),
+          .max_magnitude = 0.0f};
 }
 
 // The max_magnitude of LaneTerm for the 256 values at `input`: their amax, NaN if any is not
@@ -266,9 +285,10 @@ void quantize_activation_rows(const MatmulArguments& arguments, std::byte* works
         // K is a multiple of 256 for the super-block dtypes.
         term.max_magnitude = max_magnitude(arguments.input + element);
       }
-      // Granule sums of a row start at the row's first entry.
-      int32_t* block_corrections =
-          term.granule_sums ? corrections + row_start / 4 + k / 16 : corrections + element / 4;
+      // Granule and block sums of a row start at the row's first entry.
+      int32_t* block_corrections = term.granule_sums ? corrections + row_start / 4 + k / 16
+                                   : term.block_sums ? corrections + row_start / 4 + k / 32
+                                                     : corrections + element / 4;
       quantize_block(arguments.input + element, values + element, block_corrections,
                      lane_scales + element / 4, term);
     }
@@ -296,6 +316,18 @@ void float_rows_portable(const MatmulArguments&, int64_t, int64_t, float*);
 void float_rows_avx2(const MatmulArguments&, int64_t, int64_t, float*);
 void float_rows_avx512(const MatmulArguments&, int64_t, int64_t, float*);
 void quantized_rows_portable(const MatmulArguments&, const QuantizedActivations&, int64_t, int64_t);
+
+// q8_0 on AVX-512 (matmul_q8_0_avx512.cc): weight rows in panels of kQ8_0PanelColumns, one
+// output column per lane; a work item is a panel, panels [panel_begin, panel_end) of W (the
+// last may be shorter). `scratch` holds q8_0_panel_scratch_bytes(K) bytes, 64-byte aligned,
+// the task's own (a panel transposed for the tiles of x when M exceeds one tile). With
+// use_amx (requires cpu_has_amx_int8()), tiles of 16 rows of x go through AMX, with the same
+// results.
+inline constexpr int64_t kQ8_0PanelColumns = 16;
+int64_t q8_0_panel_scratch_bytes(int64_t input_features);
+void q8_0_panel_rows_avx512(const MatmulArguments& arguments,
+                            const QuantizedActivations& activations, int64_t panel_begin,
+                            int64_t panel_end, std::byte* scratch, bool use_amx);
 void quantized_rows_avx2(const MatmulArguments&, const QuantizedActivations&, int64_t, int64_t);
 void quantized_rows_avx512(const MatmulArguments&, const QuantizedActivations&, int64_t, int64_t);
 

@@ -17,7 +17,6 @@ namespace folio::kernels::cpu::internal {
 namespace {
 
 constexpr int64_t kBlock = kQuantBlockElements;
-constexpr int64_t kLanesPerBlock = kBlock / 4;
 // The granule of sub-block scales: every dtype's scales are constant over 16 values.
 constexpr int64_t kScaleGranule = 16;
 
@@ -262,7 +261,12 @@ void quantize_activation_block(const float* input, int8_t* values, int32_t* corr
     // |input * inverse| <= 127 up to the rounding of the reciprocal, which roundf absorbs.
     values[i] = finite ? static_cast<int8_t>(std::roundf(input[i] * inverse)) : 0;
   }
-  for (int64_t lane = 0; lane < kLanesPerBlock; ++lane) {
+  if (term.block_sums) {
+    int32_t block_sum = 0;
+    for (int64_t i = 0; i < kBlock; ++i) block_sum += values[i];
+    corrections[0] = -term.offset * block_sum;
+  }
+  for (int64_t lane = 0; lane < kLanesPerActivationBlock; ++lane) {
     const int8_t* group = values + 4 * lane;
     const int32_t lane_sum = group[0] + group[1] + group[2] + group[3];
     if (term.granule_sums) {
@@ -276,7 +280,7 @@ void quantize_activation_block(const float* input, int8_t* values, int32_t* corr
     } else if (term.scaled_sums) {
       const float scaled_sum = scale * static_cast<float>(lane_sum);
       std::memcpy(&corrections[lane], &scaled_sum, sizeof(scaled_sum));
-    } else {
+    } else if (!term.block_sums) {
       corrections[lane] = -term.offset * lane_sum;
     }
     lane_scales[lane] = scale;
@@ -347,7 +351,8 @@ void quantized_rows_portable(const MatmulArguments& arguments,
         }
         int32_t dot = 0;
         for (int64_t i = 0; i < kBlock; ++i) dot += widened[i] * values[block * kBlock + i];
-        sum += weight_scale * lane_scales[block * kLanesPerBlock] * static_cast<float>(dot);
+        sum +=
+            weight_scale * lane_scales[block * kLanesPerActivationBlock] * static_cast<float>(dot);
       }
       arguments.output[row * arguments.output_features + column] = sum + bias;
     }

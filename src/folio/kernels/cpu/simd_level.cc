@@ -5,6 +5,10 @@
 #if defined(__x86_64__) || defined(__i386__)
 #include <cpuid.h>
 #endif
+#if defined(__linux__) && defined(__x86_64__)
+#include <sys/syscall.h>
+#include <unistd.h>
+#endif
 
 #include "folio/base/check.h"
 
@@ -43,6 +47,30 @@ std::atomic<SimdLevel>& active_level() {
   return level;
 }
 
+bool detect_amx_int8() {
+#if defined(__linux__) && defined(__x86_64__)
+  if (detected_simd_level() != SimdLevel::kAvx512) return false;
+  unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+  if (__get_cpuid_count(7, 0, &eax, &ebx, &ecx, &edx) == 0) return false;
+  constexpr unsigned kAmxTile = 1u << 24;  // CPUID.(7,0).EDX
+  constexpr unsigned kAmxInt8 = 1u << 25;
+  if ((edx & kAmxTile) == 0 || (edx & kAmxInt8) == 0) return false;
+  // Linux hands out the 8 KiB tile data state only on request; without it the first tile
+  // instruction faults.
+  constexpr long kRequestPermission = 0x1023;  // ARCH_REQ_XCOMP_PERM
+  constexpr long kTileData = 18;               // XFEATURE_XTILEDATA
+  return syscall(SYS_arch_prctl, kRequestPermission, kTileData) == 0;
+#else
+  return false;
+#endif
+}
+
+// Relaxed, as the level.
+std::atomic<bool>& amx_setting() {
+  static std::atomic<bool> enabled{cpu_has_amx_int8()};
+  return enabled;
+}
+
 }  // namespace
 
 std::string_view simd_level_name(SimdLevel level) {
@@ -79,6 +107,20 @@ void set_active_simd_level(SimdLevel level) {
               "SIMD level {} is not supported by this CPU (best: {})", simd_level_name(level),
               simd_level_name(detected_simd_level()));
   active_level().store(level, std::memory_order_relaxed);
+}
+
+bool cpu_has_amx_int8() {
+  static const bool available = detect_amx_int8();
+  return available;
+}
+
+bool amx_enabled() {
+  return amx_setting().load(std::memory_order_relaxed);
+}
+
+void set_amx_enabled(bool enabled) {
+  FOLIO_CHECK(!enabled || cpu_has_amx_int8(), "AMX int8 is not available on this CPU");
+  amx_setting().store(enabled, std::memory_order_relaxed);
 }
 
 }  // namespace folio::kernels::cpu

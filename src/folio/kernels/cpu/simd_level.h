@@ -38,6 +38,30 @@ SimdLevel active_simd_level();
 // For tests and benchmarks. Requires: level is supported by this CPU.
 void set_active_simd_level(SimdLevel level);
 
+// AMX int8 tiles (Sapphire Rapids and later) beside the AVX-512 level: q8_0's matmul takes its
+// tiles of 16 rows of x through them (matmul_q8_0_avx512.cc), with the same results bit for bit
+// as without, so they are a speed option rather than a level. Available when the CPU has
+// AMX-TILE and AMX-INT8 and Linux granted this process the tile data state
+// (arch_prctl(ARCH_REQ_XCOMP_PERM), asked once, here).
+bool cpu_has_amx_int8();
+// Whether kernels launched from now on use AMX: cpu_has_amx_int8() unless overridden. Read once
+// per launch, like the level (a captured launch keeps what it was captured with).
+bool amx_enabled();
+// For tests and benchmarks. Requires: !enabled or cpu_has_amx_int8().
+void set_amx_enabled(bool enabled);
+
+// Sets amx_enabled for its lifetime and restores the previous value after.
+class ScopedAmxEnabled {
+ public:
+  explicit ScopedAmxEnabled(bool enabled) : previous_(amx_enabled()) { set_amx_enabled(enabled); }
+  ~ScopedAmxEnabled() { set_amx_enabled(previous_); }
+  ScopedAmxEnabled(const ScopedAmxEnabled&) = delete;
+  ScopedAmxEnabled& operator=(const ScopedAmxEnabled&) = delete;
+
+ private:
+  bool previous_;
+};
+
 // Sets the active level for its lifetime and restores the previous one after.
 class ScopedSimdLevel {
  public:
