@@ -41,6 +41,7 @@
 #include "apps/folio/progress_bar.h"
 #include "folio/base/percentile.h"
 #include "folio/base/read_bandwidth.h"
+#include "folio/kernels/cpu/simd_level.h"
 
 namespace folio::app {
 namespace {
@@ -508,6 +509,7 @@ nlohmann::json bench_json(const BenchOptions& options, const BenchSummary& summa
       {"concurrency", options.concurrency},
       {"graphs", !options.engine.no_graphs},
       {"threads", summary.num_threads},
+      {"kernels", kernels::cpu::active_kernels_name()},
       {"errors", summary.num_errors},
       {"seconds", summary.seconds},
       {"prompt_tokens", summary.prompt_tokens},
@@ -583,9 +585,10 @@ void print_profile(const BenchSummary& summary) {
 
 // Prints the text report on stdout.
 void print_bench(const BenchOptions& options, const BenchSummary& summary) {
-  std::printf("folio bench: %lld requests, concurrency %d, graphs %s, %d threads\n",
+  std::printf("folio bench: %lld requests, concurrency %d, graphs %s, %d threads, %s kernels\n",
               static_cast<long long>(summary.num_requests), options.concurrency,
-              options.engine.no_graphs ? "off" : "on", summary.num_threads);
+              options.engine.no_graphs ? "off" : "on", summary.num_threads,
+              kernels::cpu::active_kernels_name().c_str());
   std::printf("  throughput      %.1f output tokens/s, %.1f total tokens/s (%.2f s, %lld errors)\n",
               summary.output_tokens_per_second, summary.total_tokens_per_second, summary.seconds,
               static_cast<long long>(summary.num_errors));

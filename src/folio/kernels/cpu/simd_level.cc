@@ -123,4 +123,11 @@ void set_amx_enabled(bool enabled) {
   amx_setting().store(enabled, std::memory_order_relaxed);
 }
 
+std::string active_kernels_name() {
+  const SimdLevel level = active_simd_level();
+  std::string name(simd_level_name(level));
+  if (level == SimdLevel::kAvx512 && amx_enabled()) name += "+amx";
+  return name;
+}
+
 }  // namespace folio::kernels::cpu

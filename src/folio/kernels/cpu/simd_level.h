@@ -13,6 +13,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 #include <string_view>
 #include <vector>
 
@@ -49,6 +50,10 @@ bool cpu_has_amx_int8();
 bool amx_enabled();
 // For tests and benchmarks. Requires: !enabled or cpu_has_amx_int8().
 void set_amx_enabled(bool enabled);
+
+// What kernels launched now run on, for reports: the active level's name, "+amx" when AMX is
+// enabled at the AVX-512 level ("avx512+amx").
+std::string active_kernels_name();
 
 // Sets amx_enabled for its lifetime and restores the previous value after.
 class ScopedAmxEnabled {
