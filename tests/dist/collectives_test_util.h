@@ -74,7 +74,9 @@ inline void expect_within_summation_bound(std::span<const float> result,
 }
 
 inline bool bit_equal(std::span<const float> a, std::span<const float> b) {
-  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size_bytes()) == 0;
+  // memcmp must not see the null pointer of an empty span.
+  return a.size() == b.size() &&
+         (a.empty() || std::memcmp(a.data(), b.data(), a.size_bytes()) == 0);
 }
 
 }  // namespace folio::dist::testing
