@@ -107,8 +107,8 @@ class InProcessMember final : public Collectives {
                             .input = reinterpret_cast<const std::byte*>(values.data())};
     if (values.empty()) return check_whole(call.op);
     FOLIO_RETURN_IF_ERROR(publish_and_wait(call));
-    scratch_.resize(values.size_bytes());
-    float* sum = reinterpret_cast<float*>(scratch_.data());
+    scratch_.resize(values.size());
+    float* sum = scratch_.data();
     const auto* first = reinterpret_cast<const float*>(inputs_[0]);
     std::copy(first, first + values.size(), sum);
     for (int member = 1; member < size(); ++member) {
@@ -247,7 +247,7 @@ class InProcessMember final : public Collectives {
   const int rank_;
   uint64_t step_ = 0;                     // the steps this member took
   std::vector<const std::byte*> inputs_;  // the members' buffers of the current call
-  std::vector<std::byte> scratch_;        // all_reduce_sum's result before it is written back
+  std::vector<float> scratch_;            // all_reduce_sum's result before it is written back
 };
 
 Status InProcessMember::send(std::span<const std::byte> bytes, int peer) {
