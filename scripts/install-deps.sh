@@ -9,6 +9,7 @@ packages=(
   build-essential cmake ninja-build pkg-config
   libgtest-dev libgmock-dev libbenchmark-dev
   libfmt-dev libspdlog-dev
+  libgloo-dev
   libopenblas-dev libopenblas0-pthread
   nlohmann-json3-dev libboost-dev libcpp-httplib-dev libcli11-dev
   clang libclang-rt-14-dev
