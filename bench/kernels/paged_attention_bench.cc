@@ -1,6 +1,8 @@
 // Paged attention on the CPU: decode (batch 1/8/32 at contexts 128/1024) and a 256-token
 // prefill, for a Llama-3-8B layer (32 query heads, 8 kv heads, head_dim 128, blocks of 16),
-// with f16 and f32 caches, on each SIMD path. Reports tokens/s and the KV bytes read per second.
+// with f16 and f32 caches, on each SIMD path; and the shipped "base" preset's layer (12 heads,
+// 12 kv heads, head_dim 64): a 512-token prefill and a batch-1 decode at context 512. Reports
+// tokens/s and the KV bytes read per second.
 //
 // Baseline, measured in the same run: BM_KvReadBaseline streams the same number of KV bytes
 // once (a vectorized sum of squares over a contiguous buffer, same threads), the memory-bound
@@ -27,7 +29,16 @@
 namespace folio::kernels::cpu {
 namespace {
 
-constexpr int32_t kHeads = 32, kKvHeads = 8, kHeadDim = 128, kBlockSize = 16;
+constexpr int32_t kBlockSize = 16;
+
+struct LayerShape {
+  int32_t heads;
+  int32_t kv_heads;
+  int32_t head_dim;
+};
+constexpr LayerShape kLlama3Layer{.heads = 32, .kv_heads = 8, .head_dim = 128};
+constexpr LayerShape kBaseLayer{.heads = 12, .kv_heads = 12, .head_dim = 64};
+constexpr int32_t kKvHeads = kLlama3Layer.kv_heads, kHeadDim = kLlama3Layer.head_dim;
 
 ThreadPool& pool() {
   static ThreadPool instance(ThreadPool::default_num_threads());
@@ -38,11 +49,13 @@ ThreadPool& pool() {
 // at the end of a `context`-token context.
 class AttentionStep {
  public:
-  AttentionStep(int32_t batch, int32_t context, int32_t query_length, DType dtype) : batch_(batch) {
+  AttentionStep(const LayerShape& shape, int32_t batch, int32_t context, int32_t query_length,
+                DType dtype)
+      : batch_(batch) {
     const int32_t blocks_per_sequence = (context + kBlockSize - 1) / kBlockSize;
     const int64_t num_blocks = int64_t{batch} * blocks_per_sequence;
     const int64_t block_bytes =
-        PagedKvLayout::compute_block_bytes(1, kBlockSize, kKvHeads, kHeadDim, dtype);
+        PagedKvLayout::compute_block_bytes(1, kBlockSize, shape.kv_heads, shape.head_dim, dtype);
     storage_.resize(static_cast<size_t>(num_blocks * block_bytes));
     std::mt19937 rng(1);
     std::uniform_real_distribution<float> uniform(-1.0f, 1.0f);
@@ -62,8 +75,8 @@ class AttentionStep {
                             .block_bytes = block_bytes,
                             .block_size = kBlockSize,
                             .num_layers = 1,
-                            .num_kv_heads = kKvHeads,
-                            .head_dim = kHeadDim,
+                            .num_kv_heads = shape.kv_heads,
+                            .head_dim = shape.head_dim,
                             .dtype = dtype};
     block_tables_.resize(num_blocks);
     std::iota(block_tables_.begin(), block_tables_.end(), 0);
@@ -74,17 +87,17 @@ class AttentionStep {
     for (int32_t s = 0; s < batch; ++s) {
       for (int32_t i = 0; i < query_length; ++i) positions_.push_back(context - query_length + i);
     }
-    query_.resize(int64_t{num_tokens_} * kHeads * kHeadDim);
+    query_.resize(int64_t{num_tokens_} * shape.heads * shape.head_dim);
     for (float& value : query_) value = uniform(rng);
     output_.resize(query_.size());
     workspace_.resize(paged_attention_workspace_bytes(layout_, pool().num_threads()));
     arguments_ = PagedAttentionArguments{.query = query_.data(),
                                          .output = output_.data(),
-                                         .query_row_stride = int64_t{kHeads} * kHeadDim,
+                                         .query_row_stride = int64_t{shape.heads} * shape.head_dim,
                                          .cache = layout_,
                                          .layer = 0,
                                          .num_tokens = num_tokens_,
-                                         .num_heads = kHeads,
+                                         .num_heads = shape.heads,
                                          .max_sequences = batch,
                                          .max_blocks_per_sequence = blocks_per_sequence,
                                          .num_sequences = &batch_,
@@ -112,15 +125,15 @@ class AttentionStep {
   PagedAttentionArguments arguments_{};
 };
 
-void run_attention(benchmark::State& state, SimdPath path, int32_t batch, int32_t context,
-                   int32_t query_length, DType dtype) {
+void run_attention(benchmark::State& state, const LayerShape& shape, SimdPath path, int32_t batch,
+                   int32_t context, int32_t query_length, DType dtype) {
   if (!simd_path_supported(path)) {
     state.SkipWithError("SIMD path not supported on this CPU");
     return;
   }
   const SimdPath previous = active_simd_path();
   set_simd_path_for_testing(path);
-  AttentionStep step(batch, context, query_length, dtype);
+  AttentionStep step(shape, batch, context, query_length, dtype);
   device::HostStream stream(pool());
   for (auto _ : state) {
     paged_attention(stream, step.arguments());
@@ -135,14 +148,27 @@ void run_attention(benchmark::State& state, SimdPath path, int32_t batch, int32_
 
 // Arguments: path, batch, context, dtype (0 = f32, 1 = f16).
 void BM_PagedAttentionDecode(benchmark::State& state) {
-  run_attention(state, static_cast<SimdPath>(state.range(0)), static_cast<int32_t>(state.range(1)),
-                static_cast<int32_t>(state.range(2)), 1,
+  run_attention(state, kLlama3Layer, static_cast<SimdPath>(state.range(0)),
+                static_cast<int32_t>(state.range(1)), static_cast<int32_t>(state.range(2)), 1,
                 state.range(3) == 1 ? DType::kF16 : DType::kF32);
 }
 
 // Arguments: path, dtype. One sequence, 256 query tokens, causal over itself.
 void BM_PagedAttentionPrefill(benchmark::State& state) {
-  run_attention(state, static_cast<SimdPath>(state.range(0)), 1, 256, 256,
+  run_attention(state, kLlama3Layer, static_cast<SimdPath>(state.range(0)), 1, 256, 256,
+                state.range(1) == 1 ? DType::kF16 : DType::kF32);
+}
+
+// Arguments: path, dtype. The base preset's layer: one 512-token prompt, causal over itself
+// (what `folio bench --prompt-len 512` runs per layer).
+void BM_PagedAttentionPrefillBase(benchmark::State& state) {
+  run_attention(state, kBaseLayer, static_cast<SimdPath>(state.range(0)), 1, 512, 512,
+                state.range(1) == 1 ? DType::kF16 : DType::kF32);
+}
+
+// Arguments: path, dtype. The base preset's layer: batch-1 decode at context 512.
+void BM_PagedAttentionDecodeBase(benchmark::State& state) {
+  run_attention(state, kBaseLayer, static_cast<SimdPath>(state.range(0)), 1, 512, 1,
                 state.range(1) == 1 ? DType::kF16 : DType::kF32);
 }
 
@@ -182,6 +208,14 @@ BENCHMARK(BM_PagedAttentionDecode)
     ->ArgNames({"path", "batch", "context", "f16"})
     ->UseRealTime();
 BENCHMARK(BM_PagedAttentionPrefill)
+    ->ArgsProduct({{0, 1, 2}, {1, 0}})
+    ->ArgNames({"path", "f16"})
+    ->UseRealTime();
+BENCHMARK(BM_PagedAttentionPrefillBase)
+    ->ArgsProduct({{0, 1, 2}, {1, 0}})
+    ->ArgNames({"path", "f16"})
+    ->UseRealTime();
+BENCHMARK(BM_PagedAttentionDecodeBase)
     ->ArgsProduct({{0, 1, 2}, {1, 0}})
     ->ArgNames({"path", "f16"})
     ->UseRealTime();

@@ -37,6 +37,28 @@ TEST_P(PagedAttentionDeterminismTest, BitIdenticalForAnyThreadCount) {
   }
 }
 
+// Prefill steps of several 16-token tiles per sequence, split between threads at any item:
+// slices begin and end inside a kv group and inside a sequence's run of tiles.
+TEST_P(PagedAttentionDeterminismTest, LongPromptsBitIdenticalForAnyThreadCount) {
+  ScopedSimdPath scoped(GetParam());
+  AttentionShape shape;
+  shape.num_kv_heads = 4;
+  shape.num_heads = 12;
+  shape.head_dim = 64;
+  AttentionHarness harness(shape, 3, 10, 150, /*workspace_threads=*/4);
+  std::mt19937 rng(31);
+  harness.load_step(rng, {{97, 97}, {150, 41}, {3, 1}});
+  ThreadPool one(1);
+  const std::vector<float> expected = run_attention_eager(one, harness);
+  expect_matches_reference(expected, harness, "one thread");
+  for (int threads : {2, 3, 4}) {
+    ThreadPool pool(threads);
+    const std::vector<float> output = run_attention_eager(pool, harness);
+    EXPECT_EQ(std::memcmp(output.data(), expected.data(), output.size() * sizeof(float)), 0)
+        << threads << " threads";
+  }
+}
+
 // The graph executor captures the launch once and replays it after rewriting the step buffers.
 // A replay must therefore compute with the values present at replay time: the same bits as an
 // eager launch over the new values, and the reference's answer.

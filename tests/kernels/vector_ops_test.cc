@@ -113,10 +113,11 @@ TEST_P(VectorOpsTest, ExpOfMinusInfinityIsZero) {
 TEST_P(VectorOpsTest, KeyScoresEqualScaledDotExactly) {
   // The attention kernel's results must not depend on how heads and keys are tiled: every score
   // is bit-identical to scale * dot(query, key), for any number of queries (more than one
-  // pass's worth too) and keys.
+  // pass's worth too) and keys: rows of up to 40 keys reach the reduced tiles of every width
+  // (16 keys of 1 query, 8 of 2, 4 of 4 on AVX-512) and their left-over keys.
   for (int64_t head_dim : {13, 40, 64, 128}) {
     const int64_t key_stride = head_dim * 3;
-    const int64_t max_keys = 11, max_queries = 10, score_stride = 12;
+    const int64_t max_keys = 40, max_queries = 10, score_stride = 41;
     const std::vector<float> queries = random_floats(rng_, max_queries * head_dim, -2.0f, 2.0f);
     const std::vector<float> keys = random_floats(rng_, max_keys * key_stride);
     std::vector<uint16_t> keys_f16(keys.size());

@@ -14,14 +14,30 @@ namespace {
 
 constexpr int64_t kWorkspaceAlignment = 64;
 
+// Step tokens per work item: consecutive tokens of one sequence share each K/V row loaded (in
+// prefill every query of a tile reads the same keys), and 16 of them bring K/V reads from L2
+// down to a sixteenth per query.
+constexpr int32_t kTileTokens = 16;
 // Query heads of one kv group processed in one pass over the K/V rows (8 covers every Llama,
 // Mistral and Qwen2 ratio; larger groups take several passes).
 constexpr int32_t kMaxHeadsPerPass = 8;
+// Queries (tokens x heads) of one pass: bounds the per-thread scratch, which stays in L1.
+constexpr int32_t kMaxQueriesPerPass = std::max(kTileTokens, kMaxHeadsPerPass);
 
-int64_t workspace_bytes_per_thread(const PagedKvLayout& cache) {
-  const int64_t bytes =
-      int64_t{kMaxHeadsPerPass} * cache.block_size * static_cast<int64_t>(sizeof(float));
+int64_t aligned(int64_t bytes) {
   return (bytes + kWorkspaceAlignment - 1) / kWorkspaceAlignment * kWorkspaceAlignment;
+}
+
+// A thread's scratch: f32 scores [kMaxQueriesPerPass, block_size], then f32 queries and f32
+// accumulators, each [kMaxQueriesPerPass, head_dim].
+int64_t scores_bytes(const PagedKvLayout& cache) {
+  return aligned(int64_t{kMaxQueriesPerPass} * cache.block_size * int64_t{sizeof(float)});
+}
+int64_t rows_bytes(const PagedKvLayout& cache) {
+  return aligned(int64_t{kMaxQueriesPerPass} * cache.head_dim * int64_t{sizeof(float)});
+}
+int64_t workspace_bytes_per_thread(const PagedKvLayout& cache) {
+  return scores_bytes(cache) + 2 * rows_bytes(cache);
 }
 
 // The sequence owning step token `token`: the largest s with query_start[s] <= token (empty
@@ -41,38 +57,51 @@ int32_t find_sequence(const int32_t* query_start, int32_t num_sequences, int64_t
   return low;
 }
 
-// A run of query heads of one token that share a kv head: heads [first_head, first_head +
-// num_heads), whose queries and outputs are consecutive rows of head_dim values.
-struct HeadRun {
-  const float* queries;  // f32 [num_heads, head_dim]
-  float* outputs;        // f32 [num_heads, head_dim]
+// One pass over a sequence's K/V rows: step tokens [first_token, first_token + num_tokens) of
+// sequence `sequence`, query heads [first_head, first_head + num_heads) of kv head `kv_head`.
+// Its queries are numbered token-major: query i * num_heads + h is token first_token + i, head
+// first_head + h.
+struct QueryTile {
+  int64_t first_token;
+  int32_t num_tokens;
+  int32_t first_head;
   int32_t num_heads;
   int32_t kv_head;
+  int32_t sequence;
 };
 
-// scores[h * block_size + t] = scale * q_h . k_t for `count` consecutive key rows.
+// A thread's slice of the workspace.
+struct Scratch {
+  float* scores;        // f32 [kMaxQueriesPerPass, block_size]
+  float* queries;       // f32 [kMaxQueriesPerPass, head_dim]: the tile's queries, contiguous
+  float* accumulators;  // f32 [kMaxQueriesPerPass, head_dim]: unnormalized outputs
+};
+
+// scores[q * block_size + t] = scale * q . k_t for `count` consecutive key rows.
 void block_scores(const VectorOps& ops, const PagedKvLayout& cache, const std::byte* keys,
-                  const HeadRun& run, int64_t count, float scale, float* scores) {
+                  const float* queries, int32_t num_queries, int64_t count, float scale,
+                  float* scores) {
   if (cache.dtype == DType::kF16) {
-    ops.key_scores_f16(scores, cache.block_size, run.queries, cache.head_dim, run.num_heads,
+    ops.key_scores_f16(scores, cache.block_size, queries, cache.head_dim, num_queries,
                        reinterpret_cast<const uint16_t*>(keys), cache.token_stride(), count,
                        cache.head_dim, scale);
   } else {
-    ops.key_scores_f32(scores, cache.block_size, run.queries, cache.head_dim, run.num_heads,
+    ops.key_scores_f32(scores, cache.block_size, queries, cache.head_dim, num_queries,
                        reinterpret_cast<const float*>(keys), cache.token_stride(), count,
                        cache.head_dim, scale);
   }
 }
 
-// outputs[h] += sum_t weights[h * block_size + t] * v_t.
+// accumulators[q] += sum_t weights[q * block_size + t] * v_t.
 void block_accumulate(const VectorOps& ops, const PagedKvLayout& cache, const std::byte* values,
-                      const HeadRun& run, int64_t count, const float* weights) {
+                      float* accumulators, const float* weights, int32_t num_queries,
+                      int64_t count) {
   if (cache.dtype == DType::kF16) {
-    ops.accumulate_values_f16(run.outputs, cache.head_dim, weights, cache.block_size, run.num_heads,
+    ops.accumulate_values_f16(accumulators, cache.head_dim, weights, cache.block_size, num_queries,
                               reinterpret_cast<const uint16_t*>(values), cache.token_stride(),
                               count, cache.head_dim);
   } else {
-    ops.accumulate_values_f32(run.outputs, cache.head_dim, weights, cache.block_size, run.num_heads,
+    ops.accumulate_values_f32(accumulators, cache.head_dim, weights, cache.block_size, num_queries,
                               reinterpret_cast<const float*>(values), cache.token_stride(), count,
                               cache.head_dim);
   }
@@ -105,51 +134,165 @@ KeyRange visible_keys(const PagedAttentionArguments& arguments, int64_t token, i
   return {begin, std::min(position + 1, context_length)};
 }
 
-// Online softmax over the visible keys, block by block, for every head of `run`. Each head's
-// arithmetic is the same whatever run it is part of (VectorOps' tiles are per-element chains),
-// so outputs do not depend on how items were split between threads.
-void attend(const PagedAttentionArguments& arguments, const VectorOps& ops, float scale,
-            const HeadRun& run, KeyRange keys, const int32_t* block_table, float* scores) {
+// One query's online-softmax state: the running maximum m and running sum l.
+struct SoftmaxState {
+  float running_max = -std::numeric_limits<float>::infinity();
+  float running_sum = 0.0f;
+};
+
+// One query's online-softmax step over its `count` scores of a block: soft cap, block maximum,
+// rescale of l and of the accumulator by exp(m_old - m_new) when the maximum grows, then the
+// scores become the weights exp(s - m) and l grows by their sum.
+void softmax_step(const VectorOps& ops, float soft_cap, float* scores, int64_t count,
+                  float* accumulator, int64_t head_dim, SoftmaxState& state) {
+  if (soft_cap > 0.0f) soft_cap_scores(soft_cap, scores, count);
+  const float block_max = ops.maximum(scores, count);
+  if (block_max > state.running_max) {
+    if (state.running_max != -std::numeric_limits<float>::infinity()) {
+      const float correction = std::exp(state.running_max - block_max);
+      state.running_sum *= correction;
+      ops.scale(accumulator, correction, head_dim);
+    }
+    state.running_max = block_max;
+  }
+  state.running_sum += ops.exp_shifted_sum(scores, scores, 1.0f, state.running_max, count);
+}
+
+// Online softmax over the visible keys, block by block, for every query of `tile`. The tile's
+// queries share each block's K/V loads (one key_scores call over the union of what they see,
+// one accumulate call per run of tokens that see the same part of the block), but each query's
+// arithmetic is exactly what it would be alone: its scores are the same dot-product chains,
+// and its softmax steps and accumulation run over the same blocks, the same key ranges and in
+// the same order. Outputs therefore do not depend on the tiling, the partition or the thread.
+void attend_tile(const PagedAttentionArguments& arguments, const VectorOps& ops, float scale,
+                 const QueryTile& tile, const Scratch& scratch) {
   const PagedKvLayout& cache = arguments.cache;
   const int64_t block_size = cache.block_size;
   const int64_t head_dim = cache.head_dim;
-  std::fill(run.outputs, run.outputs + run.num_heads * head_dim, 0.0f);
-  if (keys.end <= keys.begin) return;  // nothing visible (inconsistent metadata): zero output
+  const int32_t num_queries = tile.num_tokens * tile.num_heads;
+  FOLIO_DCHECK(tile.num_tokens <= kTileTokens && num_queries <= kMaxQueriesPerPass,
+               "tile of {} tokens x {} heads", tile.num_tokens, tile.num_heads);
+  KeyRange keys[kTileTokens];
+  KeyRange all{std::numeric_limits<int64_t>::max(), 0};  // the union of the non-empty ranges
+  for (int32_t i = 0; i < tile.num_tokens; ++i) {
+    const int64_t token = tile.first_token + i;
+    keys[i] = visible_keys(arguments, token, tile.sequence);
+    if (keys[i].begin < keys[i].end) {
+      all = {std::min(all.begin, keys[i].begin), std::max(all.end, keys[i].end)};
+    }
+    const float* row = arguments.query + token * arguments.query_row_stride;
+    std::memcpy(scratch.queries + int64_t{i} * tile.num_heads * head_dim,
+                row + int64_t{tile.first_head} * head_dim,
+                static_cast<size_t>(tile.num_heads * head_dim) * sizeof(float));
+  }
+  std::fill(scratch.accumulators, scratch.accumulators + num_queries * head_dim, 0.0f);
+  SoftmaxState states[kMaxQueriesPerPass];
 
-  const int64_t head_offset = int64_t{run.kv_head} * head_dim * cache.element_bytes();
-  float running_max[kMaxHeadsPerPass];
-  float running_sum[kMaxHeadsPerPass];
-  std::fill(running_max, running_max + run.num_heads, -std::numeric_limits<float>::infinity());
-  std::fill(running_sum, running_sum + run.num_heads, 0.0f);
-  for (int64_t logical = keys.begin / block_size; logical * block_size < keys.end; ++logical) {
-    const int64_t first = std::max(keys.begin, logical * block_size);
-    const int64_t count = std::min(keys.end, (logical + 1) * block_size) - first;
+  const int32_t* block_table =
+      arguments.block_tables + int64_t{tile.sequence} * arguments.max_blocks_per_sequence;
+  const int64_t head_offset = int64_t{tile.kv_head} * head_dim * cache.element_bytes();
+  for (int64_t logical = all.begin / block_size; logical * block_size < all.end; ++logical) {
+    const int64_t block_begin = logical * block_size;
+    const int64_t first = std::max(all.begin, block_begin);
+    const int64_t last = std::min(all.end, block_begin + block_size);
     const int64_t physical = block_table[logical];
     FOLIO_DCHECK(physical >= 0, "logical block {} maps to {}", logical, physical);
-    const int64_t slot = physical * block_size + (first - logical * block_size);
-    block_scores(ops, cache, cache.key_pointer(arguments.layer, slot) + head_offset, run, count,
-                 scale, scores);
-    for (int32_t h = 0; h < run.num_heads; ++h) {
-      float* head_scores = scores + h * block_size;
-      if (arguments.logit_soft_cap > 0.0f)
-        soft_cap_scores(arguments.logit_soft_cap, head_scores, count);
-      const float block_max = ops.maximum(head_scores, count);
-      if (block_max > running_max[h]) {
-        if (running_max[h] != -std::numeric_limits<float>::infinity()) {
-          const float correction = std::exp(running_max[h] - block_max);
-          running_sum[h] *= correction;
-          ops.scale(run.outputs + h * head_dim, correction, head_dim);
-        }
-        running_max[h] = block_max;
+    const auto slot = [&](int64_t position) {
+      return physical * block_size + (position - block_begin);
+    };
+    block_scores(ops, cache, cache.key_pointer(arguments.layer, slot(first)) + head_offset,
+                 scratch.queries, num_queries, last - first, scale, scratch.scores);
+    // The part of this block each token sees, and runs of tokens that see the same part.
+    for (int32_t i = 0; i < tile.num_tokens;) {
+      const int64_t begin = std::max(keys[i].begin, block_begin);
+      const int64_t end = std::min(keys[i].end, block_begin + block_size);
+      int32_t run_end = i + 1;
+      while (run_end < tile.num_tokens && std::max(keys[run_end].begin, block_begin) == begin &&
+             std::min(keys[run_end].end, block_begin + block_size) == end) {
+        ++run_end;
       }
-      running_sum[h] += ops.exp_shifted_sum(head_scores, head_scores, 1.0f, running_max[h], count);
+      if (begin < end) {
+        const int32_t run_first_query = i * tile.num_heads;
+        const int32_t run_queries = (run_end - i) * tile.num_heads;
+        float* run_scores = scratch.scores + run_first_query * block_size + (begin - first);
+        float* run_accumulators = scratch.accumulators + run_first_query * head_dim;
+        for (int32_t q = 0; q < run_queries; ++q) {
+          softmax_step(ops, arguments.logit_soft_cap, run_scores + q * block_size, end - begin,
+                       run_accumulators + q * head_dim, head_dim, states[run_first_query + q]);
+        }
+        block_accumulate(ops, cache,
+                         cache.value_pointer(arguments.layer, slot(begin)) + head_offset,
+                         run_accumulators, run_scores, run_queries, end - begin);
+      }
+      i = run_end;
     }
-    block_accumulate(ops, cache, cache.value_pointer(arguments.layer, slot) + head_offset, run,
-                     count, scores);
   }
-  for (int32_t h = 0; h < run.num_heads; ++h) {
-    ops.scale(run.outputs + h * head_dim, 1.0f / running_sum[h], head_dim);
+
+  const int32_t num_heads = arguments.num_heads;
+  for (int32_t q = 0; q < num_queries; ++q) {
+    const int32_t i = q / tile.num_heads;
+    float* accumulator = scratch.accumulators + int64_t{q} * head_dim;
+    // A query that sees nothing (inconsistent metadata) keeps its zero output.
+    if (keys[i].begin < keys[i].end) ops.scale(accumulator, 1.0f / states[q].running_sum, head_dim);
+    const int64_t head = tile.first_head + q % tile.num_heads;
+    std::memcpy(arguments.output + ((tile.first_token + i) * num_heads + head) * head_dim,
+                accumulator, static_cast<size_t>(head_dim) * sizeof(float));
   }
+}
+
+// Heads [first_head, first_head + num_heads) of kv head `kv_head` for the step tokens
+// [tile_begin, tile_end): the tokens are split where sequences (or padding) begin, and each
+// piece is attended in passes of at most kMaxQueriesPerPass queries.
+struct TileHeads {
+  int64_t tile_begin;
+  int64_t tile_end;
+  int32_t first_head;
+  int32_t num_heads;
+  int32_t kv_head;
+};
+
+void attend_tile_heads(const PagedAttentionArguments& arguments, const VectorOps& ops, float scale,
+                       const TileHeads& work, int32_t num_sequences, int64_t num_real_tokens,
+                       const Scratch& scratch) {
+  const int64_t head_dim = arguments.cache.head_dim;
+  for (int64_t token = work.tile_begin; token < work.tile_end;) {
+    if (token >= num_real_tokens) {  // padding from here on
+      for (; token < work.tile_end; ++token) {
+        float* row = arguments.output + (token * arguments.num_heads + work.first_head) * head_dim;
+        std::fill(row, row + work.num_heads * head_dim, 0.0f);
+      }
+      break;
+    }
+    const int32_t sequence = find_sequence(arguments.query_start, num_sequences, token);
+    const int64_t piece_end =
+        std::min<int64_t>({work.tile_end, arguments.query_start[sequence + 1], num_real_tokens});
+    const auto num_tokens = static_cast<int32_t>(piece_end - token);
+    const int32_t heads_per_pass =
+        std::clamp(kMaxQueriesPerPass / num_tokens, int32_t{1}, kMaxHeadsPerPass);
+    for (int32_t head = work.first_head; head < work.first_head + work.num_heads;
+         head += heads_per_pass) {
+      const QueryTile tile{
+          .first_token = token,
+          .num_tokens = num_tokens,
+          .first_head = head,
+          .num_heads = std::min(heads_per_pass, work.first_head + work.num_heads - head),
+          .kv_head = work.kv_head,
+          .sequence = sequence};
+      attend_tile(arguments, ops, scale, tile, scratch);
+    }
+    token = piece_end;
+  }
+}
+
+int64_t num_tiles(int32_t num_tokens) {
+  return (int64_t{num_tokens} + kTileTokens - 1) / kTileTokens;
+}
+
+// The tile of the index-th item of a kv head: 0, tiles - 1, 1, tiles - 2, ... In a causal
+// prefill a tile's work grows with its position, so consecutive pairs of items cost about the
+// same and any contiguous slice of items gets its share of the work.
+int64_t interleaved_tile(int64_t index, int64_t tiles) {
+  return index % 2 == 0 ? index / 2 : tiles - 1 - index / 2;
 }
 
 void paged_attention_items(const PagedAttentionArguments& arguments, const VectorOps& ops,
@@ -164,39 +307,37 @@ void paged_attention_items(const PagedAttentionArguments& arguments, const Vecto
   FOLIO_CHECK(arguments.query_start[0] == 0 && num_real_tokens <= arguments.num_tokens,
               "paged_attention: query_start spans [{}, {}) in a step of {} tokens",
               arguments.query_start[0], num_real_tokens, arguments.num_tokens);
-  const int64_t head_dim = arguments.cache.head_dim;
-  const float scale =
-      arguments.scale > 0.0f ? arguments.scale : 1.0f / std::sqrt(static_cast<float>(head_dim));
-  auto* scores = reinterpret_cast<float*>(
-      arguments.workspace + thread_index * workspace_bytes_per_thread(arguments.cache));
+  const PagedKvLayout& cache = arguments.cache;
+  const float scale = arguments.scale > 0.0f ? arguments.scale
+                                             : 1.0f / std::sqrt(static_cast<float>(cache.head_dim));
+  std::byte* slice = arguments.workspace + thread_index * workspace_bytes_per_thread(cache);
+  const Scratch scratch{
+      .scores = reinterpret_cast<float*>(slice),
+      .queries = reinterpret_cast<float*>(slice + scores_bytes(cache)),
+      .accumulators = reinterpret_cast<float*>(slice + scores_bytes(cache) + rows_bytes(cache))};
 
-  const int32_t group_size = arguments.num_heads / arguments.cache.num_kv_heads;
-  int64_t previous_token = -1;
-  int32_t sequence = 0;
+  // Item (kv_head * tiles + index) * group_size + head_in_group, tile interleaved_tile(index): a
+  // slice covers consecutive heads of one kv group on one tile, then another tile of the same
+  // kv head; kv heads are the outer order and tiles interleave early and late ones, so the
+  // HostStream's equal slices get about equal shares of a causal prefill's work (later tokens
+  // see more keys) rather than the early or the late tokens.
+  const int32_t group_size = arguments.num_heads / cache.num_kv_heads;
+  const int64_t tiles = num_tiles(arguments.num_tokens);
   for (int64_t item = begin; item < end;) {
-    const int64_t token = item / arguments.num_heads;
-    const auto head = static_cast<int32_t>(item % arguments.num_heads);
-    // The heads from here to the end of this kv group, the pass size or the range.
-    const auto num_heads = static_cast<int32_t>(
-        std::min<int64_t>({group_size - head % group_size, kMaxHeadsPerPass, end - item}));
-    const HeadRun run{
-        .queries = arguments.query + token * arguments.query_row_stride + head * head_dim,
-        .outputs = arguments.output + item * head_dim,
-        .num_heads = num_heads,
-        .kv_head = head / group_size};
+    const auto head_in_group = static_cast<int32_t>(item % group_size);
+    const int64_t group_item = item / group_size;
+    const int64_t tile = interleaved_tile(group_item % tiles, tiles);
+    const auto kv_head = static_cast<int32_t>(group_item / tiles);
+    const auto num_heads =
+        static_cast<int32_t>(std::min<int64_t>(group_size - head_in_group, end - item));
     item += num_heads;
-    if (token >= num_real_tokens) {  // padding
-      std::fill(run.outputs, run.outputs + num_heads * head_dim, 0.0f);
-      continue;
-    }
-    if (token != previous_token) {
-      sequence = find_sequence(arguments.query_start, num_sequences, token);
-      previous_token = token;
-    }
-    const int32_t* block_table =
-        arguments.block_tables + int64_t{sequence} * arguments.max_blocks_per_sequence;
-    attend(arguments, ops, scale, run, visible_keys(arguments, token, sequence), block_table,
-           scores);
+    const TileHeads work{
+        .tile_begin = tile * kTileTokens,
+        .tile_end = std::min<int64_t>(arguments.num_tokens, (tile + 1) * kTileTokens),
+        .first_head = kv_head * group_size + head_in_group,
+        .num_heads = num_heads,
+        .kv_head = kv_head};
+    attend_tile_heads(arguments, ops, scale, work, num_sequences, num_real_tokens, scratch);
   }
 }
 
@@ -233,7 +374,7 @@ void paged_attention(device::HostStream& stream, const PagedAttentionArguments& 
       "paged_attention: workspace for {} threads, the stream's pool has {}",
       arguments.workspace_threads, stream.pool().num_threads());
   stream.launch(make_vector_kernel<PagedAttentionArguments, &paged_attention_items>(
-      "paged_attention", arguments, int64_t{arguments.num_tokens} * arguments.num_heads, 1));
+      "paged_attention", arguments, num_tiles(arguments.num_tokens) * arguments.num_heads, 1));
 }
 
 }  // namespace folio::kernels::cpu

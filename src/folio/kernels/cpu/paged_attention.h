@@ -12,22 +12,29 @@
 //
 // Grouped-query attention: query head h reads kv head h / (num_heads / num_kv_heads).
 //
-// Work partition: items are (token, head) pairs, token-major, num_tokens * num_heads of them,
-// fixed by the padded step size, so a captured launch stays valid whatever the batch looks like.
-// Each item finds its sequence by binary search in query_start. Consecutive heads of one kv
-// group inside a slice (up to 8) share one pass over the K/V rows. Per head, the sequence's
-// blocks are walked in order with a numerically stable online softmax: per block, scores
-// s_j = scale * q . k_j (soft-capped when logit_soft_cap > 0), a running maximum m, running sum l
-// and output accumulator o rescaled by exp(m_old - m_new) when the maximum grows, o += sum_j
-// exp(s_j - m) v_j; finally o / l. A head's arithmetic is the same whichever heads share its pass
-// (VectorOps' tiles compute each element as one fixed chain), so the output is bit-identical for
-// any thread count.
+// Work partition: the step's padded tokens are cut into tiles of 16 consecutive tokens, and
+// items are (kv head, tile, head of the kv group), kv-head-major: num_heads * ceil(num_tokens /
+// 16) of them, fixed by the padded step size, so a captured launch stays valid whatever the
+// batch looks like. A slice of items covers, per tile, some heads of one kv group; at run time
+// the tile's tokens are split where sequences (found by binary search in query_start) and
+// padding begin, and each piece (up to 16 tokens of one sequence) is attended in passes of at
+// most 16 queries (tokens x heads; up to 8 heads of a group for a single decode token) that
+// share every K/V row they load: in prefill each key is read once per 16 queries instead of
+// once per query. Per query, the sequence's blocks are walked in order with a numerically
+// stable online softmax: per block, scores s_j = scale * q . k_j (soft-capped when
+// logit_soft_cap > 0), a running maximum m, running sum l and output accumulator o rescaled by
+// exp(m_old - m_new) when the maximum grows, o += sum_j exp(s_j - m) v_j; finally o / l. A
+// query's arithmetic is the same whichever queries share its pass (VectorOps' tiles compute each
+// element as one fixed chain; queries of a pass that see different parts of a block, such as
+// the diagonal block of a causal prefill, accumulate in separate calls), so the output is
+// bit-identical for any thread count and equal between a whole prefill, a chunked one and a
+// decode of the same token.
 //
 // Everything that changes from step to step (num_sequences, query_start, seq_lens,
 // block_tables, positions, and the query and cache contents) is read through pointers when the
 // kernel runs, so a captured launch replays correctly after the engine rewrites those buffers.
-// Scratch space (a block of scores for up to 8 heads, per thread) comes from the caller's
-// workspace.
+// Scratch space (per thread: a block of scores, the queries and the accumulators of one pass)
+// comes from the caller's workspace.
 #pragma once
 
 #include <cstddef>

@@ -41,6 +41,30 @@ struct Simd : SimdAvx2 {
     const Vector underflow = _mm256_cmp_ps(x, broadcast(-87.33654475f), _CMP_LT_OQ);
     return _mm256_andnot_ps(underflow, result);
   }
+
+  // Lane p of the result is reduce_add(v[p]), bit for bit: the same pairing tree as
+  // reduce_add (lanes i and i + 4, then i and i + 2, then i and i + 1; addition is commutative,
+  // so only the pairing matters), applied to kWidth vectors at once while transposing them.
+  [[gnu::always_inline]] static Vector reduce_add_lanes(const Vector* v) {
+    // The tree leaves the sum of its input n = 2j + k in lane 4k + j; feeding it
+    // v[4 (n % 2) + n / 2] as input n puts reduce_add(v[p]) in lane p.
+    const auto input = [&](int n) { return v[4 * (n % 2) + n / 2]; };
+    Vector halves[4];  // halves[m]: inputs 2m and 2m + 1, four partial sums each
+    for (int m = 0; m < 4; ++m) {
+      const Vector a = input(2 * m);
+      const Vector b = input(2 * m + 1);
+      halves[m] = add(_mm256_permute2f128_ps(a, b, 0x20), _mm256_permute2f128_ps(a, b, 0x31));
+    }
+    Vector quarters[2];
+    for (int m = 0; m < 2; ++m) {
+      const Vector a = halves[2 * m];
+      const Vector b = halves[2 * m + 1];
+      quarters[m] = add(_mm256_shuffle_ps(a, b, _MM_SHUFFLE(1, 0, 1, 0)),
+                        _mm256_shuffle_ps(a, b, _MM_SHUFFLE(3, 2, 3, 2)));
+    }
+    return add(_mm256_shuffle_ps(quarters[0], quarters[1], _MM_SHUFFLE(2, 0, 2, 0)),
+               _mm256_shuffle_ps(quarters[0], quarters[1], _MM_SHUFFLE(3, 1, 3, 1)));
+  }
 };
 
 #include "folio/kernels/cpu/vector_ops_body.inc"

@@ -49,6 +49,39 @@ struct Simd : SimdAvx512 {
     const __mmask16 underflow = _mm512_cmp_ps_mask(x, broadcast(-87.33654475f), _CMP_LT_OQ);
     return _mm512_mask_mov_ps(result, underflow, zero());
   }
+
+  // Lane p of the result is reduce_add(v[p]), bit for bit: the same pairing tree as
+  // _mm512_reduce_add_ps (lanes i and i + 8, then i and i + 4, then i and i + 2, then i and
+  // i + 1; addition is commutative, so only the pairing matters), applied to kWidth vectors at
+  // once while transposing them: 15 additions and 30 shuffles instead of kWidth horizontal sums.
+  [[gnu::always_inline]] static Vector reduce_add_lanes(const Vector* v) {
+    // The tree leaves the sum of its input n = 4j + k in lane 4k + j; feeding it
+    // v[4 (n % 4) + n / 4] as input n puts reduce_add(v[p]) in lane p.
+    const auto input = [&](int n) { return v[4 * (n % 4) + n / 4]; };
+    Vector halves[8];  // halves[m]: inputs 2m and 2m + 1, eight partial sums each
+    for (int m = 0; m < 8; ++m) {
+      const Vector a = input(2 * m);
+      const Vector b = input(2 * m + 1);
+      halves[m] = add(_mm512_shuffle_f32x4(a, b, _MM_SHUFFLE(1, 0, 1, 0)),
+                      _mm512_shuffle_f32x4(a, b, _MM_SHUFFLE(3, 2, 3, 2)));
+    }
+    Vector quarters[4];  // quarters[m]: inputs 4m .. 4m + 3, four partial sums each
+    for (int m = 0; m < 4; ++m) {
+      const Vector a = halves[2 * m];
+      const Vector b = halves[2 * m + 1];
+      quarters[m] = add(_mm512_shuffle_f32x4(a, b, _MM_SHUFFLE(2, 0, 2, 0)),
+                        _mm512_shuffle_f32x4(a, b, _MM_SHUFFLE(3, 1, 3, 1)));
+    }
+    Vector eighths[2];
+    for (int m = 0; m < 2; ++m) {
+      const Vector a = quarters[2 * m];
+      const Vector b = quarters[2 * m + 1];
+      eighths[m] = add(_mm512_shuffle_ps(a, b, _MM_SHUFFLE(1, 0, 1, 0)),
+                       _mm512_shuffle_ps(a, b, _MM_SHUFFLE(3, 2, 3, 2)));
+    }
+    return add(_mm512_shuffle_ps(eighths[0], eighths[1], _MM_SHUFFLE(2, 0, 2, 0)),
+               _mm512_shuffle_ps(eighths[0], eighths[1], _MM_SHUFFLE(3, 1, 3, 1)));
+  }
 };
 
 #include "folio/kernels/cpu/vector_ops_body.inc"

@@ -20,6 +20,10 @@ struct Simd : SimdPortable {
   static Vector exp(const Vector& value) {
     return map([&](int64_t i) { return std::exp(value.lane[i]); });
   }
+  // Lane p of the result is reduce_add(v[p]).
+  static Vector reduce_add_lanes(const Vector* v) {
+    return map([&](int64_t i) { return reduce_add(v[i]); });
+  }
 };
 
 #include "folio/kernels/cpu/vector_ops_body.inc"
