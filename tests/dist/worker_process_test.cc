@@ -103,6 +103,13 @@ class WorkerProcess {
   const std::string& output() const { return text_; }
 
   void signal(int number) { ASSERT_EQ(kill(pid_, number), 0); }
+  // After SIGSTOP: returns once the process is stopped (the signal is delivered asynchronously,
+  // so a call right after kill() could still be answered).
+  void wait_until_stopped() {
+    int status = 0;
+    ASSERT_EQ(waitpid(pid_, &status, WUNTRACED), pid_);
+    ASSERT_TRUE(WIFSTOPPED(status)) << status;
+  }
   // The raw wait status.
   int wait() {
     int status = 0;
@@ -185,6 +192,7 @@ TEST(WorkerProcessTest, StoppedWorkerFailsTheNextCallAtItsDeadline) {
   auto client = WorkerClient::connect(address, {}, options);
   ASSERT_TRUE(client.ok()) << client.status();
   worker.signal(SIGSTOP);
+  worker.wait_until_stopped();
   auto round_trip = (*client)->ping();
   ASSERT_FALSE(round_trip.ok());
   EXPECT_EQ(round_trip.status().code(), StatusCode::kDeadlineExceeded) << round_trip.status();
