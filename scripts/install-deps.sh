@@ -10,6 +10,7 @@ packages=(
   libgtest-dev libgmock-dev libbenchmark-dev
   libfmt-dev libspdlog-dev
   libgloo-dev
+  libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   libopenblas-dev libopenblas0-pthread
   nlohmann-json3-dev libboost-dev libcpp-httplib-dev libcli11-dev
   clang libclang-rt-14-dev

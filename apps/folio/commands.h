@@ -29,5 +29,7 @@ void add_generate_command(CLI::App& app);
 void add_bench_command(CLI::App& app);
 void add_perplexity_command(CLI::App& app);
 void add_serve_command(CLI::App& app);
+void add_worker_command(CLI::App& app);
+void add_workers_check_command(CLI::App& app);
 
 }  // namespace folio::app

@@ -20,6 +20,8 @@ int main(int argc, char** argv) {
   folio::app::add_bench_command(app);
   folio::app::add_perplexity_command(app);
   folio::app::add_serve_command(app);
+  folio::app::add_worker_command(app);
+  folio::app::add_workers_check_command(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& error) {

@@ -1,0 +1,99 @@
+// folio worker: a worker process of a scale-out group (issue 15). It serves the control plane
+// (dist::WorkerService) on --listen HOST:PORT until SIGINT or SIGTERM, and declares its memory
+// budget, threads and model (-m, hashed at start) to coordinators that connect. Prints one line
+// on stderr once it listens ("folio worker: listening on HOST:PORT ..."), which scripts and
+// tests wait for. So far it answers the handshake and Pings; running steps comes with the next
+// slices (docs/design/dist.md, "Plan").
+#include <pthread.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <csignal>
+#include <cstdio>
+#include <thread>
+
+#include "apps/folio/commands.h"
+#include "apps/folio/model_hash.h"
+#include "folio/dist/worker_service.h"
+
+namespace folio::app {
+namespace {
+
+struct WorkerOptions {
+  std::string listen_address;
+  uint64_t memory_budget_bytes = 0;  // 0: the machine's physical memory
+  uint32_t threads = 0;              // 0: the machine's hardware threads
+  std::string model_path;
+  int32_t shutdown_grace_ms = 2000;
+};
+
+uint64_t physical_memory_bytes() {
+  const long pages = sysconf(_SC_PHYS_PAGES);
+  const long page_size = sysconf(_SC_PAGESIZE);
+  if (pages <= 0 || page_size <= 0) return 0;
+  return static_cast<uint64_t>(pages) * static_cast<uint64_t>(page_size);
+}
+
+void run_worker(const WorkerOptions& options) {
+  // Block the shutdown signals in every thread started from here on (gRPC's included), and wait
+  // for them below.
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGINT);
+  sigaddset(&signals, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+  std::signal(SIGPIPE, SIG_IGN);
+
+  dist::WorkerServiceOptions service_options;
+  service_options.listen_address = options.listen_address;
+  service_options.memory_budget_bytes =
+      options.memory_budget_bytes != 0 ? options.memory_budget_bytes : physical_memory_bytes();
+  service_options.threads =
+      options.threads != 0 ? options.threads : std::max(1u, std::thread::hardware_concurrency());
+  if (!options.model_path.empty()) {
+    Result<dist::ModelIdentity> model = model_identity(options.model_path);
+    check_command(model.status());
+    service_options.model = *model;
+  }
+  Result<std::unique_ptr<dist::WorkerService>> service =
+      dist::WorkerService::start(service_options);
+  check_command(service.status());
+  std::fprintf(
+      stderr,
+      "folio worker: listening on %s (incarnation %016llx, memory %llu bytes, %u "
+      "threads, model %s)\n",
+      (*service)->address().c_str(), static_cast<unsigned long long>((*service)->incarnation()),
+      static_cast<unsigned long long>(service_options.memory_budget_bytes), service_options.threads,
+      service_options.model.hash.empty()
+          ? "none"
+          : (service_options.model.name + " " + service_options.model.hash).c_str());
+  std::fflush(stderr);
+  int received = 0;
+  sigwait(&signals, &received);
+  std::fprintf(stderr, "folio worker: signal %d, shutting down\n", received);
+  (*service)->shutdown(std::chrono::milliseconds(options.shutdown_grace_ms));
+  std::fprintf(stderr, "folio worker: stopped\n");
+}
+
+}  // namespace
+
+void add_worker_command(CLI::App& app) {
+  auto options = std::make_shared<WorkerOptions>();
+  CLI::App* command =
+      app.add_subcommand("worker", "Serve as a worker of a scale-out group (control plane)");
+  command->add_option("--listen", options->listen_address, "HOST:PORT to listen on (port 0: any)")
+      ->required();
+  command->add_option("--memory", options->memory_budget_bytes,
+                      "Memory budget to declare, bytes (default: the machine's physical memory)");
+  command->add_option("--threads", options->threads,
+                      "Compute threads to declare (default: the machine's hardware threads)");
+  command->add_option("-m,--model", options->model_path,
+                      "Model file this worker holds; its hash is checked at the handshake");
+  command
+      ->add_option("--shutdown-grace-ms", options->shutdown_grace_ms,
+                   "Milliseconds calls in flight get to finish on SIGINT/SIGTERM")
+      ->capture_default_str();
+  command->callback([options] { run_worker(*options); });
+}
+
+}  // namespace folio::app

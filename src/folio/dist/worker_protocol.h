@@ -1,0 +1,23 @@
+// The control plane's protocol revision and the identity of a model as the coordinator and its
+// workers compare it. The wire schema is src/folio/dist/worker.proto (package folio.dist.v1);
+// docs/design/dist.md states the versioning rule: the package carries the major version, and
+// `kProtocolVersion` the revision within it, which must be equal on both sides of a handshake.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+namespace folio::dist {
+
+// Bumped whenever a message of worker.proto changes meaning; a worker refuses a coordinator of
+// another revision (and the coordinator a worker of another) instead of guessing.
+inline constexpr uint32_t kProtocolVersion = 1;
+
+// The model a process holds, as the handshake compares it. `hash` is "fnv1a64:<16 hex digits>"
+// of the model file's bytes (apps/folio computes it); empty when the process has no model.
+struct ModelIdentity {
+  std::string hash;
+  std::string name;
+};
+
+}  // namespace folio::dist

@@ -1,0 +1,71 @@
+// WorkerService: the worker's side of the control plane, the gRPC service `Worker` of
+// worker.proto served on HOST:PORT. It answers the coordinator's handshake (Hello) with what
+// this worker declares (incarnation, memory budget, threads, host name, model hash) and answers
+// Ping at once, for link latency measurement. Later slices add the calls that run steps.
+//
+// Terms:
+// - Incarnation: a random non-zero 64-bit number drawn when the service starts. A worker that
+//   restarts at the same address is another incarnation; the coordinator tells them apart by it.
+// - Protocol version: a Hello whose protocol_version differs from this service's is refused
+//   with FAILED_PRECONDITION and a message naming both versions (docs/design/dist.md).
+//
+// gRPC stays behind this header (the implementation is private to folio_dist), so users of the
+// layer need neither gRPC's headers nor its build flags.
+//
+// Thread safety: the handlers run on gRPC's threads and read only what start() fixed;
+// shutdown() and the destructor may be called from any one thread.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "folio/base/result.h"
+#include "folio/dist/worker_protocol.h"
+
+namespace folio::dist {
+
+struct WorkerServiceOptions {
+  // HOST:PORT to listen on; port 0 picks a free port (see WorkerService::port()).
+  std::string listen_address = "127.0.0.1:0";
+  // Tests set another to check the refusal; production leaves the default.
+  uint32_t protocol_version = kProtocolVersion;
+  // What the worker declares it may use (bytes) and its compute threads.
+  uint64_t memory_budget_bytes = 0;
+  uint32_t threads = 1;
+  // The model this worker holds; empty hash when none.
+  ModelIdentity model;
+  // The shortest interval between keepalive pings the service accepts from a coordinator
+  // without data in flight (gRPC's default, 5 min, would make it hang up on the coordinator's
+  // 10 s keepalive with "too many pings").
+  std::chrono::milliseconds min_keepalive_interval{5000};
+};
+
+class WorkerService {
+ public:
+  // Starts serving. kInvalidArgument for a malformed address, kUnavailable when it cannot be
+  // bound (in use, not an address of this machine).
+  static Result<std::unique_ptr<WorkerService>> start(WorkerServiceOptions options);
+
+  ~WorkerService();
+  WorkerService(const WorkerService&) = delete;
+  WorkerService& operator=(const WorkerService&) = delete;
+
+  // The port bound (the chosen one when the options asked for port 0).
+  int port() const;
+  // "HOST:PORT" with the bound port, for clients on this machine.
+  const std::string& address() const;
+  uint64_t incarnation() const;
+
+  // Stops accepting calls; calls in flight get until `grace` to finish, then are cancelled.
+  // Idempotent; the destructor calls it with no grace.
+  void shutdown(std::chrono::milliseconds grace);
+
+ private:
+  struct State;
+  explicit WorkerService(std::unique_ptr<State> state);
+  std::unique_ptr<State> state_;
+};
+
+}  // namespace folio::dist
