@@ -10,6 +10,7 @@
 
 #include "apps/folio/commands.h"
 #include "apps/folio/engine_options.h"
+#include "apps/folio/shutdown_signals.h"
 #include "folio/server/server.h"
 
 namespace folio::app {
@@ -67,15 +68,7 @@ Result<server::ServerOptions> server_options(const ServeOptions& options) {
 }
 
 void run_serve(const ServeOptions& options) {
-  // Block the shutdown signals in every thread started from here on, and wait for them below.
-  sigset_t signals;
-  sigemptyset(&signals);
-  sigaddset(&signals, SIGINT);
-  sigaddset(&signals, SIGTERM);
-  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
-  // A client that vanishes mid-write must be an error on that socket, not the end of the
-  // process.
-  std::signal(SIGPIPE, SIG_IGN);
+  ShutdownSignals shutdown_signals;  // before any thread starts
   // Each connection is a descriptor: the soft limit (often 1024) would cap --max-connections
   // long before memory does, so take the hard limit.
   rlimit open_files{};
@@ -114,8 +107,7 @@ void run_serve(const ServeOptions& options) {
         options.allow_lora_loading ? "on (/v1/load_lora_adapter)" : "off (--allow-lora-loading)");
   }
   std::fflush(stderr);
-  int received = 0;
-  sigwait(&signals, &received);
+  const int received = shutdown_signals.wait();
   std::fprintf(stderr, "folio serve: signal %d, shutting down (requests in flight: %lld)\n",
                received, static_cast<long long>((*server)->num_in_flight()));
   (*server)->shutdown(std::chrono::seconds(options.shutdown_grace_seconds));

@@ -14,6 +14,7 @@
 
 #include "apps/folio/commands.h"
 #include "apps/folio/model_hash.h"
+#include "apps/folio/shutdown_signals.h"
 #include "folio/dist/worker_service.h"
 
 namespace folio::app {
@@ -35,14 +36,7 @@ uint64_t physical_memory_bytes() {
 }
 
 void run_worker(const WorkerOptions& options) {
-  // Block the shutdown signals in every thread started from here on (gRPC's included), and wait
-  // for them below.
-  sigset_t signals;
-  sigemptyset(&signals);
-  sigaddset(&signals, SIGINT);
-  sigaddset(&signals, SIGTERM);
-  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
-  std::signal(SIGPIPE, SIG_IGN);
+  ShutdownSignals shutdown_signals;  // before any thread starts (gRPC's included)
 
   dist::WorkerServiceOptions service_options;
   service_options.listen_address = options.listen_address;
@@ -68,8 +62,7 @@ void run_worker(const WorkerOptions& options) {
           ? "none"
           : (service_options.model.name + " " + service_options.model.hash).c_str());
   std::fflush(stderr);
-  int received = 0;
-  sigwait(&signals, &received);
+  const int received = shutdown_signals.wait();
   std::fprintf(stderr, "folio worker: signal %d, shutting down\n", received);
   (*service)->shutdown(std::chrono::milliseconds(options.shutdown_grace_ms));
   std::fprintf(stderr, "folio worker: stopped\n");

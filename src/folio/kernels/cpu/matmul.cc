@@ -68,14 +68,18 @@ void float_rows_body(const RowsLaunch& launch, int64_t begin, int64_t end, int t
   }
 }
 
-void quantized_rows_body(const RowsLaunch& launch, int64_t begin, int64_t end, int thread_index) {
-  const MatmulArguments& arguments = launch.arguments;
+// x quantized by the first launch, in the workspace's arrays.
+internal::QuantizedActivations quantized_activations_of(const MatmulArguments& arguments) {
   const internal::QuantizedActivationsLayout layout =
       internal::quantized_activations_layout(arguments.num_rows, arguments.input_features);
-  const internal::QuantizedActivations activations{
-      reinterpret_cast<const int8_t*>(arguments.workspace + layout.values_offset),
-      reinterpret_cast<const int32_t*>(arguments.workspace + layout.corrections_offset),
-      reinterpret_cast<const float*>(arguments.workspace + layout.lane_scales_offset)};
+  return {reinterpret_cast<const int8_t*>(arguments.workspace + layout.values_offset),
+          reinterpret_cast<const int32_t*>(arguments.workspace + layout.corrections_offset),
+          reinterpret_cast<const float*>(arguments.workspace + layout.lane_scales_offset)};
+}
+
+void quantized_rows_body(const RowsLaunch& launch, int64_t begin, int64_t end, int thread_index) {
+  const MatmulArguments& arguments = launch.arguments;
+  const internal::QuantizedActivations activations = quantized_activations_of(arguments);
   const int64_t row_begin = begin * kGroupRows;
   const int64_t row_end = std::min(end * kGroupRows, arguments.output_features);
   switch (launch.level) {
@@ -92,14 +96,12 @@ void quantized_rows_body(const RowsLaunch& launch, int64_t begin, int64_t end, i
 // quantized arrays in the workspace.
 void q8_0_panels_body(const RowsLaunch& launch, int64_t begin, int64_t end, int thread_index) {
   const MatmulArguments& arguments = launch.arguments;
-  const internal::QuantizedActivationsLayout layout =
-      internal::quantized_activations_layout(arguments.num_rows, arguments.input_features);
-  const internal::QuantizedActivations activations{
-      reinterpret_cast<const int8_t*>(arguments.workspace + layout.values_offset),
-      reinterpret_cast<const int32_t*>(arguments.workspace + layout.corrections_offset),
-      reinterpret_cast<const float*>(arguments.workspace + layout.lane_scales_offset)};
-  std::byte* scratch = arguments.workspace + layout.total_bytes +
-                       thread_index * internal::q8_0_panel_scratch_bytes(arguments.input_features);
+  const internal::QuantizedActivations activations = quantized_activations_of(arguments);
+  std::byte* scratch =
+      arguments.workspace +
+      internal::quantized_activations_layout(arguments.num_rows, arguments.input_features)
+          .total_bytes +
+      thread_index * internal::q8_0_panel_scratch_bytes(arguments.input_features);
   internal::q8_0_panel_rows_avx512(arguments, activations, begin, end, scratch, launch.use_amx);
 }
 

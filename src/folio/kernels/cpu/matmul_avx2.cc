@@ -27,12 +27,6 @@
 #include "folio/kernels/cpu/simd_target.h"
 #include "folio/tensor/quantize.h"
 
-// GCC 12 warns inside its own intrinsics (_mm512_undefined_ps and friends) when they are
-// inlined into target-specific functions (GCC bug 105593, fixed in GCC 13).
-#if defined(__GNUC__) && !defined(__clang__) && __GNUC__ < 13
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#endif
 
 FOLIO_SIMD_TARGET_BEGIN("avx2,fma,f16c")
 

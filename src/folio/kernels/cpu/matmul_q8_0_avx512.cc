@@ -36,12 +36,6 @@
 #include "folio/tensor/quant_blocks.h"
 #include "folio/tensor/quantize.h"
 
-// GCC 12 warns inside its own intrinsics when they are inlined into target-specific functions
-// (GCC bug 105593, fixed in GCC 13), as in matmul_avx512.cc.
-#if defined(__GNUC__) && !defined(__clang__) && __GNUC__ < 13
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#endif
 
 FOLIO_SIMD_TARGET_BEGIN("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,fma,f16c")
 
