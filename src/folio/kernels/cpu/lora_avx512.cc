@@ -13,7 +13,6 @@
 #include "folio/kernels/cpu/simd_target.h"
 #include "folio/kernels/lora.h"
 
-
 FOLIO_SIMD_TARGET_BEGIN("avx512f,avx512bw,avx512vl,fma,f16c")
 
 namespace folio::kernels::cpu::internal {

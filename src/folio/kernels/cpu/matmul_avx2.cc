@@ -27,7 +27,6 @@
 #include "folio/kernels/cpu/simd_target.h"
 #include "folio/tensor/quantize.h"
 
-
 FOLIO_SIMD_TARGET_BEGIN("avx2,fma,f16c")
 
 namespace folio::kernels::cpu::internal {

@@ -25,7 +25,6 @@
 #include "folio/kernels/cpu/simd_target.h"
 #include "folio/tensor/quantize.h"
 
-
 FOLIO_SIMD_TARGET_BEGIN("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,fma,f16c")
 
 namespace folio::kernels::cpu::internal {
