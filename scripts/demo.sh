@@ -98,6 +98,22 @@ kill "$serve_pid"
 wait "$serve_pid" || true
 trap - EXIT
 
+section "folio worker + workers-check: the gRPC control plane (handshake, model hash, latency)"
+worker_log="$build/worker-demo.log"
+"$folio" worker --listen 127.0.0.1:0 -m "$model" 2>"$worker_log" &
+worker_pid=$!
+trap 'kill "$worker_pid" 2>/dev/null || true' EXIT
+worker_address=""
+for _ in $(seq 1 300); do
+  worker_address=$(sed -n 's/^folio worker: listening on \([^ ]*\).*/\1/p' "$worker_log")
+  [ -n "$worker_address" ] && break
+  sleep 0.1
+done
+"$folio" workers-check --workers "$worker_address" -m "$model" || true
+kill "$worker_pid"
+wait "$worker_pid" || true
+trap - EXIT
+
 section "folio bench: 64 requests, concurrency 16, graphs on"
 "$folio" bench -m "$model" --requests 64 --concurrency 16 --prompt-len 16:96 --output-len 16:48 \
   --shared-prefix 32 -q --json "$build/bench-graphs.json"
