@@ -1,9 +1,6 @@
 // gloo members as real processes over loopback: this test process is rank 0, the others are
 // dist_collectives_peer processes started with posix_spawn (no fork of a threaded process).
-#include <signal.h>
-#include <spawn.h>
 #include <sys/wait.h>
-#include <unistd.h>
 
 #include <gtest/gtest.h>
 
@@ -15,9 +12,8 @@
 #include "collectives_script.h"
 #include "collectives_test_util.h"
 #include "folio/dist/gloo_collectives.h"
+#include "testing/child_process.h"
 #include "testing/collective_groups.h"
-
-extern char** environ;
 
 namespace folio::dist::testing {
 namespace {
@@ -25,40 +21,17 @@ namespace {
 using folio::testing::TemporaryDirectory;
 using namespace std::chrono_literals;
 
-// A peer process, killed and reaped at the end if still running.
-class PeerProcess {
+// A dist_collectives_peer process.
+class PeerProcess : public folio::testing::ChildProcess {
  public:
-  explicit PeerProcess(std::vector<std::string> arguments) {
-    arguments.insert(arguments.begin(), FOLIO_DIST_PEER_PATH);
-    std::vector<char*> argv;
-    for (std::string& argument : arguments) argv.push_back(argument.data());
-    argv.push_back(nullptr);
-    const int error = posix_spawn(&pid_, argv[0], nullptr, nullptr, argv.data(), environ);
-    EXPECT_EQ(error, 0) << "posix_spawn " << argv[0];
-    if (error != 0) pid_ = -1;
-  }
-  ~PeerProcess() {
-    if (pid_ > 0) {
-      kill(pid_, SIGKILL);
-      wait();
-    }
-  }
-  PeerProcess(const PeerProcess&) = delete;
-  PeerProcess& operator=(const PeerProcess&) = delete;
-
-  void signal(int number) { ASSERT_EQ(kill(pid_, number), 0); }
-  // The raw wait status; the peers bound their own waits by their group timeout.
-  int wait() {
-    int status = 0;
-    if (pid_ > 0) {
-      EXPECT_EQ(waitpid(pid_, &status, 0), pid_);
-      pid_ = -1;
-    }
-    return status;
-  }
+  explicit PeerProcess(std::vector<std::string> arguments)
+      : ChildProcess(with_binary(std::move(arguments)), /*capture_output=*/false) {}
 
  private:
-  pid_t pid_ = -1;
+  static std::vector<std::string> with_binary(std::vector<std::string> arguments) {
+    arguments.insert(arguments.begin(), FOLIO_DIST_PEER_PATH);
+    return arguments;
+  }
 };
 
 GlooGroupOptions parent_options(const std::string& store, int size,
@@ -131,6 +104,7 @@ TEST(GlooProcessTest, AStoppedPeerProcessTimesOut) {
   auto member = connect_gloo_group(parent_options(store.path(), 2, 2000ms));
   ASSERT_TRUE(member.ok()) << member.status();
   peer.signal(SIGSTOP);
+  peer.wait_until_stopped();
   std::vector<float> values(768, 1.0f);
   const Status reduced = (*member)->all_reduce_sum(values);
   EXPECT_EQ(reduced.code(), StatusCode::kDeadlineExceeded) << reduced;

@@ -2,12 +2,8 @@
 // "listening" line, answers the handshake with what its command line declared and the hash of
 // its model file, exits 0 on SIGTERM; killed or stopped, it gives the coordinator an error
 // within the call's deadline, not a hang.
-#include <fcntl.h>
-#include <poll.h>
 #include <signal.h>
-#include <spawn.h>
 #include <sys/wait.h>
-#include <unistd.h>
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -19,9 +15,8 @@
 
 #include "folio/base/random.h"
 #include "folio/dist/worker_client.h"
+#include "testing/child_process.h"
 #include "testing/collective_groups.h"
-
-extern char** environ;
 
 namespace folio::dist {
 namespace {
@@ -30,100 +25,35 @@ using namespace std::chrono_literals;
 using ::testing::HasSubstr;
 
 // A `folio` process (`folio worker ...` unless told otherwise) whose stdout and stderr this test
-// reads; killed and reaped at the end if still running.
-class WorkerProcess {
+// reads.
+class WorkerProcess : public folio::testing::ChildProcess {
  public:
-  explicit WorkerProcess(std::vector<std::string> arguments,
-                         const std::string& command = "worker") {
-    arguments.insert(arguments.begin(), {FOLIO_BINARY_PATH, command});
-    std::vector<char*> argv;
-    for (std::string& argument : arguments) argv.push_back(argument.data());
-    argv.push_back(nullptr);
-    int pipe_ends[2];
-    EXPECT_EQ(pipe2(pipe_ends, O_CLOEXEC), 0);
-    posix_spawn_file_actions_t actions;
-    posix_spawn_file_actions_init(&actions);
-    posix_spawn_file_actions_adddup2(&actions, pipe_ends[1], STDOUT_FILENO);
-    posix_spawn_file_actions_adddup2(&actions, pipe_ends[1], STDERR_FILENO);
-    const int error = posix_spawn(&pid_, argv[0], &actions, nullptr, argv.data(), environ);
-    posix_spawn_file_actions_destroy(&actions);
-    close(pipe_ends[1]);
-    output_ = pipe_ends[0];
-    EXPECT_EQ(error, 0) << "posix_spawn " << argv[0];
-    if (error != 0) pid_ = -1;
-  }
-  ~WorkerProcess() {
-    if (pid_ > 0) {
-      kill(pid_, SIGKILL);
-      wait();
-    }
-    close(output_);
-  }
-  WorkerProcess(const WorkerProcess&) = delete;
-  WorkerProcess& operator=(const WorkerProcess&) = delete;
+  explicit WorkerProcess(std::vector<std::string> arguments, const std::string& command = "worker")
+      : ChildProcess(with_binary(std::move(arguments), command), /*capture_output=*/true) {}
 
   // The address of the "folio worker: listening on ADDRESS (...)" line; empty when the process
   // ended or printed nothing of the kind within `timeout`.
   std::string wait_for_listening(std::chrono::milliseconds timeout) {
-    const auto deadline = std::chrono::steady_clock::now() + timeout;
-    const std::string marker = "folio worker: listening on ";
-    while (true) {
-      const size_t found = text_.find(marker);
-      if (found != std::string::npos) {
-        const size_t start = found + marker.size();
-        const size_t end = text_.find(' ', start);
-        if (end != std::string::npos) return text_.substr(start, end - start);
-      }
-      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
-          deadline - std::chrono::steady_clock::now());
-      if (left <= 0ms) return "";
-      pollfd descriptor{.fd = output_, .events = POLLIN, .revents = 0};
-      if (poll(&descriptor, 1, static_cast<int>(left.count())) <= 0) return "";
-      char buffer[4096];
-      const ssize_t read_bytes = read(output_, buffer, sizeof buffer);
-      if (read_bytes <= 0) return "";
-      text_.append(buffer, static_cast<size_t>(read_bytes));
-    }
-  }
-  // Reads until the process closes its output or `timeout` passes; false on the timeout.
-  bool read_to_end(std::chrono::milliseconds timeout) {
-    const auto deadline = std::chrono::steady_clock::now() + timeout;
-    while (true) {
-      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
-          deadline - std::chrono::steady_clock::now());
-      if (left <= 0ms) return false;
-      pollfd descriptor{.fd = output_, .events = POLLIN, .revents = 0};
-      if (poll(&descriptor, 1, static_cast<int>(left.count())) <= 0) return false;
-      char buffer[4096];
-      const ssize_t read_bytes = read(output_, buffer, sizeof buffer);
-      if (read_bytes <= 0) return true;
-      text_.append(buffer, static_cast<size_t>(read_bytes));
-    }
-  }
-  const std::string& output() const { return text_; }
-
-  void signal(int number) { ASSERT_EQ(kill(pid_, number), 0); }
-  // After SIGSTOP: returns once the process is stopped (the signal is delivered asynchronously,
-  // so a call right after kill() could still be answered).
-  void wait_until_stopped() {
-    int status = 0;
-    ASSERT_EQ(waitpid(pid_, &status, WUNTRACED), pid_);
-    ASSERT_TRUE(WIFSTOPPED(status)) << status;
-  }
-  // The raw wait status.
-  int wait() {
-    int status = 0;
-    if (pid_ > 0) {
-      EXPECT_EQ(waitpid(pid_, &status, 0), pid_);
-      pid_ = -1;
-    }
-    return status;
+    std::string address;
+    read_until(timeout, [&](const std::string& text) {
+      const std::string marker = "folio worker: listening on ";
+      const size_t found = text.find(marker);
+      if (found == std::string::npos) return false;
+      const size_t start = found + marker.size();
+      const size_t end = text.find(' ', start);
+      if (end == std::string::npos) return false;
+      address = text.substr(start, end - start);
+      return true;
+    });
+    return address;
   }
 
  private:
-  pid_t pid_ = -1;
-  int output_ = -1;
-  std::string text_;
+  static std::vector<std::string> with_binary(std::vector<std::string> arguments,
+                                              const std::string& command) {
+    arguments.insert(arguments.begin(), {FOLIO_BINARY_PATH, command});
+    return arguments;
+  }
 };
 
 // The model file's hash as the worker must report it: FNV-1a 64 of its bytes (base/random.h's
