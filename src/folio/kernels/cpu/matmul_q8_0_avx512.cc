@@ -2,9 +2,10 @@
 // lane. The row kernels of matmul_body.inc hold a pair (weight row, row of x) per vector and
 // pay a conversion, a scale multiply and an FMA for every 64 products, plus a horizontal sum
 // at the end; with a column per lane, the 8 vpdpbusd of a block (32 values x 16 columns) share
-// one conversion, multiply and FMA, and x's 4-value groups are broadcast from memory into the
-// vpdpbusd itself. Prefill and batched decode ran at about 5% of the VNNI peak before (perf:
-// 67-72% of a q8_0 prefill in quantized_tile), and this is the kernel they needed.
+// one conversion, multiply and FMA, and x's 4-value groups are broadcast loads (load ports
+// only). Before, q8_0 prefill reached about 14% of the VNNI peak on 2 threads and batched
+// decode under 4% (docs/notes/speed-vs-llama-cpp.md, batch-scaling.md; perf: 67-72% of a q8_0
+// prefill in quantized_tile).
 //
 // Arithmetic (the definition every M and tile shape computes, so a row's result never depends
 // on the batch): per output element, over the blocks b of K in order,
