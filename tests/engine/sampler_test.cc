@@ -6,11 +6,13 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <map>
 #include <numeric>
 #include <set>
 
 #include "folio/base/random.h"
+#include "folio/kernels/cpu/vector_ops.h"
 
 namespace folio::engine {
 namespace {
@@ -52,33 +54,48 @@ TEST(GreedyTest, PicksTheLowestIndexAmongEqualMaximaAndNeverNaN) {
   EXPECT_EQ(greedy_token(nothing).status().code(), StatusCode::kInvalidArgument);
 }
 
-TEST(GreedyTest, AgreesWithASequentialScanOnRandomRows) {
-  SplitMix64 random(5);
+TEST(GreedyTest, AgreesWithASequentialScanOnRandomRowsOnEverySimdPath) {
   const float nan = std::nanf("");
   const float inf = std::numeric_limits<float>::infinity();
-  for (int trial = 0; trial < 500; ++trial) {
-    const size_t size = 1 + random.next() % 70;
-    std::vector<float> logits(size);
-    for (float& logit : logits) {
-      const uint64_t kind = random.next() % 10;
-      // Few distinct values, so ties are common; some NaN and infinities.
-      logit = kind == 0                     ? nan
-              : kind == 1                   ? -inf
-              : kind == 2 && trial % 7 == 0 ? inf
-                                            : static_cast<float>(random.next() % 5);
-    }
-    int32_t expected = -1;
-    for (size_t index = 0; index < size; ++index) {
-      if (logits[index] > (expected < 0 ? -inf : logits[expected])) {
-        expected = static_cast<int32_t>(index);
+  for (const kernels::cpu::SimdPath path :
+       {kernels::cpu::SimdPath::kPortable, kernels::cpu::SimdPath::kAvx2,
+        kernels::cpu::SimdPath::kAvx512}) {
+    if (!kernels::cpu::simd_path_supported(path)) continue;
+    const kernels::cpu::SimdPath previous = kernels::cpu::active_simd_path();
+    kernels::cpu::set_simd_path_for_testing(path);
+    SplitMix64 random(5);
+    for (int trial = 0; trial < 600; ++trial) {
+      // Short rows and rows of several of greedy_token's chunks (256), with partial ones.
+      const size_t size = 1 + random.next() % (trial % 3 == 0 ? 1300 : 70);
+      std::vector<float> logits(size);
+      // Few distinct values, so ties are common (also across chunks); some NaN and infinities,
+      // and some rows where one region is all NaN or -infinity.
+      const uint64_t blank_begin = random.next() % size;
+      const uint64_t blank_end = blank_begin + random.next() % (size - blank_begin + 1);
+      for (size_t index = 0; index < size; ++index) {
+        const uint64_t kind = random.next() % 10;
+        float& logit = logits[index];
+        logit = index >= blank_begin && index < blank_end ? (kind % 2 == 0 ? nan : -inf)
+                : kind == 0                               ? nan
+                : kind == 1                               ? -inf
+                : kind == 2 && trial % 7 == 0             ? inf
+                                                          : static_cast<float>(random.next() % 5);
+      }
+      int32_t expected = -1;
+      for (size_t index = 0; index < size; ++index) {
+        if (logits[index] > (expected < 0 ? -inf : logits[expected])) {
+          expected = static_cast<int32_t>(index);
+        }
+      }
+      const Result<int32_t> token = greedy_token(logits);
+      if (expected < 0) {
+        EXPECT_FALSE(token.ok());
+      } else {
+        EXPECT_EQ(*token, expected)
+            << "trial " << trial << " path " << kernels::cpu::simd_path_name(path);
       }
     }
-    const Result<int32_t> token = greedy_token(logits);
-    if (expected < 0) {
-      EXPECT_FALSE(token.ok());
-    } else {
-      EXPECT_EQ(*token, expected) << "trial " << trial;
-    }
+    kernels::cpu::set_simd_path_for_testing(previous);
   }
 }
 

@@ -1,11 +1,14 @@
-// Stop strings on streamed text, and the span text decoder: hand cases plus randomized streams
-// checked against matching on the whole text.
+// Stop strings on streamed text, and the text decoders (span and incremental): hand cases plus
+// randomized streams checked against matching on the whole text.
 #include "folio/engine/stop_string_matcher.h"
 
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include "folio/base/random.h"
 #include "folio/engine/text_decoder.h"
+#include "folio/tokenizer/spm_vocabulary_builder.h"
+#include "folio/tokenizer/tokenizer.h"
 
 namespace folio::engine {
 namespace {
@@ -184,6 +187,56 @@ TEST(TextDecoderTest, SpanDecoderRejectsOutputThatIsNotPrefixStable) {
   std::unique_ptr<TextDecoder> decoder = make_span_text_decoder_factory(decode)();
   EXPECT_EQ(*decoder->push(0), "ab");
   EXPECT_EQ(decoder->push(1).status().code(), StatusCode::kFailedPrecondition);
+}
+
+TEST(TextDecoderTest, TokenizerDecoderStreamsExactlyWhatTheSpanDecoderStreams) {
+  // The engine's decoder (constant work per token) against the span decoder over the whole
+  // decode (the definition): the same delta at every push and the same rest at finish, for
+  // random streams rich in byte tokens (split and ill-formed UTF-8), words, control tokens and
+  // "▁" spaces, with and without the leading-space strip.
+  const tokenizer::Tokenizer tokenizer =
+      *tokenizer::Tokenizer::from_vocabulary(*tokenizer::build_llama_vocabulary(32000));
+  std::vector<int32_t> byte_tokens;
+  for (int byte = 0; byte < 256; ++byte) {
+    byte_tokens.push_back(*tokenizer.find_piece(fmt::format("<0x{:02X}>", byte)));
+  }
+  SplitMix64 random(11);
+  for (int trial = 0; trial < 300; ++trial) {
+    tokenizer::DecodeOptions options;
+    options.strip_leading_space = trial % 2 == 0;
+    options.render_special = trial % 5 == 0;
+    std::unique_ptr<TextDecoder> incremental =
+        make_tokenizer_text_decoder_factory(&tokenizer, options)();
+    std::unique_ptr<TextDecoder> span = make_span_text_decoder_factory(
+        [&](std::span<const int32_t> ids) { return tokenizer.decode(ids, options).value(); })();
+    const int length = 1 + static_cast<int>(random.next() % 40);
+    for (int index = 0; index < length; ++index) {
+      const uint64_t kind = random.next() % 4;
+      const int32_t token =
+          kind <= 1   ? byte_tokens[random.next() % (kind == 0 ? 256 : 128)]  // bytes, often ASCII
+          : kind == 2 ? static_cast<int32_t>(random.next() % 3)               // <unk>, <s>, </s>
+                      : static_cast<int32_t>(random.next() % tokenizer.vocab_size());
+      const Result<std::string> expected = span->push(token);
+      ASSERT_TRUE(expected.ok()) << expected.status().to_string();
+      const Result<std::string> delta = incremental->push(token);
+      ASSERT_TRUE(delta.ok()) << delta.status().to_string();
+      EXPECT_EQ(*delta, *expected) << "trial " << trial << " token " << index;
+    }
+    EXPECT_EQ(incremental->finish(), span->finish()) << "trial " << trial;
+  }
+}
+
+TEST(TextDecoderTest, TokenizerDecoderRefusesAnIdOutsideTheVocabularyAndStaysUsable) {
+  const tokenizer::Tokenizer tokenizer =
+      *tokenizer::Tokenizer::from_vocabulary(*tokenizer::build_llama_vocabulary(32000));
+  std::unique_ptr<TextDecoder> decoder = make_tokenizer_text_decoder_factory(&tokenizer, {})();
+  const int32_t e_acute_lead = *tokenizer.find_piece("<0xC3>");
+  const int32_t e_acute_tail = *tokenizer.find_piece("<0xA9>");
+  EXPECT_EQ(*decoder->push(e_acute_lead), "");
+  EXPECT_EQ(decoder->push(32000).status().code(), StatusCode::kOutOfRange);
+  EXPECT_EQ(decoder->push(-1).status().code(), StatusCode::kOutOfRange);
+  EXPECT_EQ(*decoder->push(e_acute_tail), "\xC3\xA9");
+  EXPECT_EQ(decoder->finish(), "");
 }
 
 }  // namespace

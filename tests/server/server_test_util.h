@@ -62,11 +62,9 @@ inline engine::ModelEngineOptions tiny_engine_options() {
 
 // The engine's text decoder over a tokenizer, exactly as ModelEngine builds it.
 inline engine::TextDecoderFactory tokenizer_text_decoder(const tokenizer::Tokenizer* tokenizer) {
-  return engine::make_span_text_decoder_factory([tokenizer](std::span<const int32_t> ids) {
-    tokenizer::DecodeOptions options;
-    options.strip_leading_space = false;
-    return tokenizer->decode(ids, options).value();
-  });
+  tokenizer::DecodeOptions options;
+  options.strip_leading_space = false;
+  return engine::make_tokenizer_text_decoder_factory(tokenizer, options);
 }
 
 // An engine over a small paged KV cache whose runner is the toy model or any other, with the

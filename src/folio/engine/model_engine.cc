@@ -240,17 +240,11 @@ Result<std::unique_ptr<ModelEngine>> ModelEngine::create(std::unique_ptr<model::
   parts.registry = &bundle->registry_;
   parts.adapters = bundle->adapters_.get();
   parts.profile = bundle->profile_.get();
-  const tokenizer::Tokenizer* tokenizer = &bundle->model_->tokenizer();
+  // Generated text continues the prompt, so a leading space is kept.
+  tokenizer::DecodeOptions decode_options;
+  decode_options.strip_leading_space = false;
   parts.text_decoder_factory =
-      make_span_text_decoder_factory([tokenizer](std::span<const int32_t> ids) {
-        // The sampler only draws ids inside the vocabulary, so decoding cannot fail. Generated
-        // text continues the prompt, so a leading space is kept.
-        tokenizer::DecodeOptions options;
-        options.strip_leading_space = false;
-        Result<std::string> text = tokenizer->decode(ids, options);
-        FOLIO_CHECK(text.ok(), "decoding generated tokens: {}", text.status().to_string());
-        return std::move(*text);
-      });
+      make_tokenizer_text_decoder_factory(&bundle->model_->tokenizer(), decode_options);
   FOLIO_ASSIGN_OR_RETURN(bundle->engine_, Engine::create(engine_options, parts));
   return bundle;
 }

@@ -5,6 +5,8 @@
 #include <iterator>
 #include <limits>
 
+#include "folio/kernels/cpu/vector_ops.h"
+
 namespace folio::engine {
 
 namespace {
@@ -78,46 +80,32 @@ void apply_penalties(std::span<float> logits, const SamplingParams& params,
 }
 
 Result<int32_t> greedy_token(std::span<const float> logits) {
-  // One pass over eight independent lanes (no loop-carried dependency, so the compiler can
-  // vectorize it): lane l keeps the largest value among indices = l mod 8 and, through the
-  // strict `>`, the first index holding it; a NaN never wins `>`. The lanes then combine to the
-  // largest value and, among lanes holding it, the lowest index: the same token as one
-  // sequential scan keeping the first strictly greater value.
-  constexpr size_t kLanes = 8;
-  float lane_max[kLanes];
-  int32_t lane_index[kLanes];
-  std::fill(std::begin(lane_max), std::end(lane_max), -std::numeric_limits<float>::infinity());
-  std::fill(std::begin(lane_index), std::end(lane_index), -1);
+  // Two passes, both vectorized on the CPU's widest path: the largest value of each chunk
+  // (VectorOps::maximum, which skips NaN), keeping the first chunk whose maximum is strictly
+  // greater than every earlier one; then the first index of that chunk holding the value. That
+  // is the token of one sequential scan keeping the first strictly greater value: no earlier
+  // chunk holds the value, and within the chunk the first equal index wins. The engine's own
+  // scalar-compiled loop took about 40 us per 32,000-entry row, a quarter of a tiny model's
+  // per-token overhead; the vectorized maximum takes a few.
+  constexpr size_t kChunk = 256;
+  const kernels::cpu::VectorOps& ops = kernels::cpu::vector_ops();
   const size_t size = logits.size();
-  const size_t full = size - size % kLanes;
-  for (size_t base = 0; base < full; base += kLanes) {
-    for (size_t lane = 0; lane < kLanes; ++lane) {
-      const float value = logits[base + lane];
-      const bool greater = value > lane_max[lane];
-      lane_max[lane] = greater ? value : lane_max[lane];
-      lane_index[lane] = greater ? static_cast<int32_t>(base + lane) : lane_index[lane];
-    }
-  }
-  for (size_t index = full; index < size; ++index) {
-    const size_t lane = index - full;
-    if (logits[index] > lane_max[lane]) {
-      lane_max[lane] = logits[index];
-      lane_index[lane] = static_cast<int32_t>(index);
-    }
-  }
-  int32_t best = -1;
   float best_logit = -std::numeric_limits<float>::infinity();
-  for (size_t lane = 0; lane < kLanes; ++lane) {
-    if (lane_index[lane] < 0) continue;
-    if (lane_max[lane] > best_logit || (lane_max[lane] == best_logit && lane_index[lane] < best)) {
-      best_logit = lane_max[lane];
-      best = lane_index[lane];
+  size_t best_chunk = size;
+  for (size_t begin = 0; begin < size; begin += kChunk) {
+    const auto count = static_cast<int64_t>(std::min(kChunk, size - begin));
+    const float chunk_maximum = ops.maximum(logits.data() + begin, count);
+    if (chunk_maximum > best_logit) {
+      best_logit = chunk_maximum;
+      best_chunk = begin;
     }
   }
-  if (best < 0) {
+  if (best_chunk == size) {
     return invalid_argument("no finite logit among {} (all NaN or -infinity)", logits.size());
   }
-  return best;
+  size_t index = best_chunk;
+  while (logits[index] != best_logit) ++index;
+  return static_cast<int32_t>(index);
 }
 
 Result<int32_t> Sampler::sample(std::span<float> logits, const SamplingParams& params,

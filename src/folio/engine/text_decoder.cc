@@ -1,8 +1,11 @@
 #include "folio/engine/text_decoder.h"
 
+#include <algorithm>
 #include <string_view>
 #include <utility>
 #include <vector>
+
+#include "folio/base/check.h"
 
 namespace folio::engine {
 
@@ -124,7 +127,63 @@ class SpanTextDecoder final : public TextDecoder {
   size_t emitted_bytes_ = 0;  // prefix of decoded_ already returned
 };
 
+// The span decoder's rule applied to a stream instead of the whole text. Decoding the ids so far
+// gives what the incremental decoder released plus what it holds (held()); that text only grows
+// (the span decoder requires it). The tokenizer holds back by its own rule, which may keep bytes
+// the span rule already calls final (an ill-formed lead byte followed by another lead byte), so
+// the view is computed over released and held bytes alike: `unreleased_` are released bytes not
+// yet returned, `ahead_` counts held bytes already returned, skipped when they are released.
+class IncrementalTextDecoder final : public TextDecoder {
+ public:
+  IncrementalTextDecoder(const tokenizer::Tokenizer& tokenizer,
+                         const tokenizer::DecodeOptions& options)
+      : decoder_(tokenizer, options) {}
+
+  Result<std::string> push(int32_t token) override {
+    FOLIO_ASSIGN_OR_RETURN(std::string released, decoder_.push(token));
+    take_released(released);
+    const std::string_view held = decoder_.held();
+    // Invariant: bytes are returned ahead of their release only once every released byte was.
+    FOLIO_DCHECK(ahead_ == 0 || unreleased_.empty());
+    const std::string view = unreleased_ + std::string(held.substr(std::min(ahead_, held.size())));
+    const size_t final_bytes = view.size() - incomplete_utf8_suffix(view);
+    std::string delta = replace_invalid_utf8(std::string_view(view).substr(0, final_bytes));
+    if (final_bytes <= unreleased_.size()) {
+      unreleased_.erase(0, final_bytes);
+    } else {
+      ahead_ += final_bytes - unreleased_.size();
+      unreleased_.clear();
+    }
+    return delta;
+  }
+
+  std::string finish() override {
+    take_released(decoder_.finish());
+    std::string rest = replace_invalid_utf8(unreleased_);
+    unreleased_.clear();
+    return rest;
+  }
+
+ private:
+  void take_released(std::string_view released) {
+    const size_t skipped = std::min(ahead_, released.size());
+    ahead_ -= skipped;
+    unreleased_.append(released.substr(skipped));
+  }
+
+  tokenizer::IncrementalDecoder decoder_;
+  std::string unreleased_;  // released by decoder_, not yet returned
+  size_t ahead_ = 0;        // bytes returned while decoder_ still held them
+};
+
 }  // namespace
+
+TextDecoderFactory make_tokenizer_text_decoder_factory(const tokenizer::Tokenizer* tokenizer,
+                                                       const tokenizer::DecodeOptions& options) {
+  return [tokenizer, options]() -> std::unique_ptr<TextDecoder> {
+    return std::make_unique<IncrementalTextDecoder>(*tokenizer, options);
+  };
+}
 
 TextDecoderFactory make_span_text_decoder_factory(
     std::function<std::string(std::span<const int32_t>)> decode) {

@@ -114,6 +114,9 @@ class IncrementalDecoder {
   Result<std::string> push(TokenId id);
   // Whatever is held back (an unfinished character's bytes, as they are).
   std::string finish();
+  // What finish() would return now, without ending the stream: decode() of the ids pushed so
+  // far is the concatenation of every push() and held().
+  std::string_view held() const { return pending_; }
 
  private:
   const Tokenizer* tokenizer_;
