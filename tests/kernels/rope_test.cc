@@ -3,6 +3,7 @@
 // millions; plus a captured launch that follows new positions on replay.
 #include "folio/kernels/cpu/rope.h"
 
+#include <algorithm>
 #include <cmath>
 #include <numbers>
 #include <random>
@@ -210,6 +211,108 @@ TEST(RopeReplayTest, CapturedLaunchUsesThePositionsPresentAtReplay) {
     const std::vector<float> row(query.begin() + token * kHeadDim,
                                  query.begin() + (token + 1) * kHeadDim);
     expect_near_all(row, expected, kTolerance, 0.0, "replayed token " + std::to_string(token));
+  }
+}
+
+// The kernel's own arithmetic, written out without any reuse between calls: what every call
+// must return bit for bit, whatever the calls before it on the same thread were.
+void uncached_rope(const cpu::RopeArguments& arguments, const float* query_in, const float* key_in,
+                   std::vector<float>& query_out, std::vector<float>& key_out) {
+  const int32_t pairs = arguments.rotary_dim / 2;
+  query_out.assign(query_in, query_in + arguments.num_tokens * arguments.query_row_stride);
+  key_out.assign(key_in, key_in + arguments.num_tokens * arguments.key_row_stride);
+  for (int64_t token = 0; token < arguments.num_tokens; ++token) {
+    const double scaled_position = static_cast<double>(arguments.positions[token]) *
+                                   static_cast<double>(arguments.position_scale);
+    const auto rotate = [&](float* head) {
+      for (int32_t i = 0; i < pairs; ++i) {
+        double inverse_frequency =
+            std::pow(static_cast<double>(arguments.theta_base), -2.0 * i / arguments.rotary_dim);
+        if (arguments.frequency_factors) inverse_frequency /= arguments.frequency_factors[i];
+        const double angle = scaled_position * inverse_frequency;
+        const double cosine = std::cos(angle) * arguments.magnitude_scale;
+        const double sine = std::sin(angle) * arguments.magnitude_scale;
+        float* first = head + (arguments.style == RopeStyle::kNormal ? 2 * i : i);
+        float* second = first + (arguments.style == RopeStyle::kNormal ? 1 : pairs);
+        const double x0 = *first, x1 = *second;
+        *first = static_cast<float>(x0 * cosine - x1 * sine);
+        *second = static_cast<float>(x0 * sine + x1 * cosine);
+      }
+    };
+    for (int32_t head = 0; head < arguments.num_heads; ++head) {
+      rotate(query_out.data() + token * arguments.query_row_stride + head * arguments.head_dim);
+    }
+    for (int32_t head = 0; head < arguments.num_kv_heads; ++head) {
+      rotate(key_out.data() + token * arguments.key_row_stride + head * arguments.head_dim);
+    }
+  }
+}
+
+TEST(RopeAngleReuseTest, EveryCallEqualsAFreshComputationWhateverCameBefore) {
+  // The kernel keeps the last position's angles per thread (a step's layers repeat them). Calls
+  // that change one input at a time (theta, rotary dim, position and magnitude scale, the factor
+  // values behind the same pointer, the positions) must each give the fresh result bit for bit.
+  constexpr int32_t kHeadDim = 32;
+  std::mt19937 rng(21);
+  std::vector<float> factors(kHeadDim / 2, 1.0f);
+  std::vector<int32_t> positions = {7};
+  std::vector<float> query(2 * kHeadDim * 3), key(kHeadDim * 3);
+  const std::vector<float> query_in = random_floats(rng, static_cast<int64_t>(query.size()));
+  const std::vector<float> key_in = random_floats(rng, static_cast<int64_t>(key.size()));
+  cpu::RopeArguments arguments{.query = query.data(),
+                               .key = key.data(),
+                               .query_row_stride = 2 * kHeadDim,
+                               .key_row_stride = kHeadDim,
+                               .positions = positions.data(),
+                               .num_tokens = 1,
+                               .num_heads = 2,
+                               .num_kv_heads = 1,
+                               .head_dim = kHeadDim,
+                               .rotary_dim = kHeadDim,
+                               .style = RopeStyle::kNeox};
+  std::vector<float> expected_query, expected_key;
+  for (int call = 0; call < 400; ++call) {
+    switch (rng() % 8) {
+      case 0:
+        arguments.theta_base = rng() % 2 ? 10000.0f : 500000.0f;
+        break;
+      case 1:
+        arguments.rotary_dim = rng() % 2 ? kHeadDim : kHeadDim / 2;
+        break;
+      case 2:
+        arguments.position_scale = rng() % 2 ? 1.0f : 0.25f;
+        break;
+      case 3:
+        arguments.magnitude_scale = rng() % 2 ? 1.0f : 1.125f;
+        break;
+      case 4:
+        arguments.frequency_factors = rng() % 2 ? factors.data() : nullptr;
+        break;
+      case 5:
+        factors[rng() % factors.size()] = 1.0f + static_cast<float>(rng() % 4);
+        break;
+      case 6:
+        positions = {static_cast<int32_t>(rng() % 3), static_cast<int32_t>(rng() % 3),
+                     static_cast<int32_t>(rng() % 3)};
+        arguments.positions = positions.data();
+        arguments.num_tokens = 1 + static_cast<int64_t>(rng() % 3);
+        break;
+      default:
+        arguments.style = rng() % 2 ? RopeStyle::kNeox : RopeStyle::kNormal;
+        break;
+    }
+    std::copy(query_in.begin(), query_in.end(), query.begin());
+    std::copy(key_in.begin(), key_in.end(), key.begin());
+    cpu::rope_body(arguments, 0, arguments.num_tokens, 0);
+    uncached_rope(arguments, query_in.data(), key_in.data(), expected_query, expected_key);
+    ASSERT_EQ(std::vector<float>(query.begin(),
+                                 query.begin() + static_cast<int64_t>(expected_query.size())),
+              expected_query)
+        << "call " << call;
+    ASSERT_EQ(
+        std::vector<float>(key.begin(), key.begin() + static_cast<int64_t>(expected_key.size())),
+        expected_key)
+        << "call " << call;
   }
 }
 
