@@ -98,7 +98,7 @@ Status ModelEngine::build_executor(const ModelEngineOptions& options) {
     executor_options.profile = profile_.get();
   }
   exec::ExecutorResources resources{*thread_pool_, *arena_, *pool_, model_->weights(),
-                                    exec::KvCacheBinding{numbers, num_blocks}};
+                                    exec::KvCacheBinding{numbers, num_blocks, 0}};
   model::LlamaGraphOptions graph_options;
   if (options.adapters) {
     lora::AdapterManagerOptions adapter_options = options.adapter_options;
