@@ -2,8 +2,8 @@
 // (dist::WorkerService) on --listen HOST:PORT until SIGINT or SIGTERM, and declares its memory
 // budget, threads and model (-m, hashed at start) to coordinators that connect. Prints one line
 // on stderr once it listens ("folio worker: listening on HOST:PORT ..."), which scripts and
-// tests wait for. So far it answers the handshake and Pings; running steps comes with the next
-// slices (docs/design/dist.md, "Plan").
+// tests wait for. With a model it runs one pipeline stage a coordinator prepares on it
+// (PrepareStage, RunStage: docs/design/dist.md, "Pipeline stages").
 #include <pthread.h>
 #include <unistd.h>
 
@@ -48,6 +48,7 @@ void run_worker(const WorkerOptions& options) {
     Result<dist::ModelIdentity> model = model_identity(options.model_path);
     check_command(model.status());
     service_options.model = *model;
+    service_options.model_path = options.model_path;
   }
   Result<std::unique_ptr<dist::WorkerService>> service =
       dist::WorkerService::start(service_options);
@@ -81,7 +82,8 @@ void add_worker_command(CLI::App& app) {
   command->add_option("--threads", options->threads,
                       "Compute threads to declare (default: the machine's hardware threads)");
   command->add_option("-m,--model", options->model_path,
-                      "Model file this worker holds; its hash is checked at the handshake");
+                      "Model file this worker holds; its hash is checked at the handshake and "
+                      "it runs the pipeline stages coordinators prepare");
   command
       ->add_option("--shutdown-grace-ms", options->shutdown_grace_ms,
                    "Milliseconds calls in flight get to finish on SIGINT/SIGTERM")
