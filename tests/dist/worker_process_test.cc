@@ -246,5 +246,30 @@ TEST(WorkerProcessTest, PipelineOfTwoRealWorkersGivesTheLogitsOfOneProcess) {
   EXPECT_THAT(std::string(lost.status().message()), HasSubstr("pipeline stage 1"));
 }
 
+// The whole command: `folio generate --local-workers 2` (two worker processes on free loopback
+// ports, the layers split by the plan, stopped at exit) writes the same greedy text as one
+// process, on the shipped demo model.
+TEST(WorkerProcessTest, GenerateOverLocalWorkersWritesTheTextOfOneProcess) {
+  const std::string model = std::string(FOLIO_SOURCE_DIR) + "/models/demo/kjv-f16.gguf";
+  auto generate = [&](std::vector<std::string> extra) {
+    std::vector<std::string> arguments = {"-m", model,           "-p", "In the beginning", "-n",
+                                          "24", "--temperature", "0",  "--threads",        "2",
+                                          "-q"};
+    arguments.insert(arguments.end(), extra.begin(), extra.end());
+    WorkerProcess process(arguments, "generate");
+    EXPECT_TRUE(process.read_to_end(120s)) << process.output();
+    const int status = process.wait();
+    EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << process.output();
+    return process.output();
+  };
+  const std::string alone = generate({});
+  const std::string pipelined = generate({"--local-workers", "2", "--local-worker-threads", "2"});
+  const size_t summary = alone.rfind("[");  // the summary line on stderr, last
+  ASSERT_NE(summary, std::string::npos) << alone;
+  EXPECT_THAT(alone, HasSubstr("24 generated"));
+  EXPECT_EQ(pipelined.substr(0, summary), alone.substr(0, summary)) << pipelined;
+  EXPECT_THAT(pipelined, HasSubstr("24 generated"));
+}
+
 }  // namespace
 }  // namespace folio::dist
