@@ -9,6 +9,7 @@
 #include <cstring>
 #include <fstream>
 #include <memory>
+#include <ostream>
 #include <string>
 #include <vector>
 
@@ -97,6 +98,11 @@ struct RemoteCase {
   std::vector<int64_t> cuts;
   bool use_graphs;
 };
+
+// gtest prints the case by its name (its bytes otherwise).
+void PrintTo(const RemoteCase& test, std::ostream* out) {
+  *out << test.name;
+}
 
 class PipelineRemoteTest : public ::testing::TestWithParam<RemoteCase> {};
 

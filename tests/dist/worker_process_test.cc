@@ -271,5 +271,34 @@ TEST(WorkerProcessTest, GenerateOverLocalWorkersWritesTheTextOfOneProcess) {
   EXPECT_THAT(pipelined, HasSubstr("24 generated"));
 }
 
+// `folio plan` prints the split and the bytes at the cut, and fails (non-zero, saying so) when
+// the workers' memory cannot hold the model; `folio generate --workers` with a worker that is not
+// there fails before serving, naming it.
+TEST(WorkerProcessTest, PlanPrintsTheSplitAndUnreachableWorkersFailBeforeServing) {
+  const std::string model = std::string(FOLIO_SOURCE_DIR) + "/models/demo/kjv-f16.gguf";
+  WorkerProcess plan({"-m", model, "--workers", "2"}, "plan");
+  ASSERT_TRUE(plan.read_to_end(60s)) << plan.output();
+  int status = plan.wait();
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << plan.output();
+  EXPECT_THAT(plan.output(), HasSubstr("pipeline of 2 stages"));
+  EXPECT_THAT(plan.output(), HasSubstr("worker1"));
+  EXPECT_THAT(plan.output(), HasSubstr("1024 bytes per token"));  // hidden 256, f32
+
+  WorkerProcess too_small({"-m", model, "--worker-memory", "1000000,1000000"}, "plan");
+  ASSERT_TRUE(too_small.read_to_end(60s)) << too_small.output();
+  status = too_small.wait();
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) != 0) << too_small.output();
+  EXPECT_THAT(too_small.output(), HasSubstr("does not fit 2 workers"));
+
+  // Port 1 on loopback: nothing listens there.
+  WorkerProcess generate(
+      {"-m", model, "-p", "In the beginning", "-n", "4", "-q", "--workers", "127.0.0.1:1"},
+      "generate");
+  ASSERT_TRUE(generate.read_to_end(60s)) << generate.output();
+  status = generate.wait();
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) != 0) << generate.output();
+  EXPECT_THAT(generate.output(), HasSubstr("worker 127.0.0.1:1 is unreachable"));
+}
+
 }  // namespace
 }  // namespace folio::dist

@@ -6,6 +6,7 @@
 // what earlier steps wrote into each stage's cache.
 #include <cstring>
 #include <memory>
+#include <ostream>
 #include <utility>
 #include <vector>
 
@@ -92,6 +93,11 @@ struct PipelineCase {
   std::vector<int64_t> cuts;  // stage boundaries after layer 0: {2} is PP=2 over [0,2), [2,4)
   exec::ExecutionMode mode;
 };
+
+// gtest prints the case by its name (its bytes otherwise).
+void PrintTo(const PipelineCase& test, std::ostream* out) {
+  *out << test.name;
+}
 
 class LlamaPipelineTest : public ::testing::TestWithParam<PipelineCase> {};
 
