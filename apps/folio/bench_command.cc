@@ -599,6 +599,16 @@ void print_bench(const BenchOptions& options, const BenchSummary& summary) {
               summary.ttft_ms.p99);
   std::printf("  TPOT            p50 %.2f ms, p99 %.2f ms\n", summary.tpot_ms.p50,
               summary.tpot_ms.p99);
+  if (const std::optional<dist::PipelineTraffic> traffic = pipeline_traffic()) {
+    const double tokens = static_cast<double>(std::max<int64_t>(1, traffic->tokens));
+    std::printf(
+        "  pipeline        %lld steps, %.0f bytes on the wire per step token (%.0f sent, "
+        "%.0f received)\n",
+        static_cast<long long>(traffic->steps),
+        static_cast<double>(traffic->request_bytes + traffic->reply_bytes) / tokens,
+        static_cast<double>(traffic->request_bytes) / tokens,
+        static_cast<double>(traffic->reply_bytes) / tokens);
+  }
   std::printf("  preemptions     %lld (%lld by swap); prefix hit rate %.1f%%\n",
               static_cast<long long>(summary.preemptions),
               static_cast<long long>(summary.preemptions_by_swap), 100 * summary.prefix_hit_rate);

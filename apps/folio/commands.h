@@ -31,5 +31,6 @@ void add_perplexity_command(CLI::App& app);
 void add_serve_command(CLI::App& app);
 void add_worker_command(CLI::App& app);
 void add_workers_check_command(CLI::App& app);
+void add_plan_command(CLI::App& app);
 
 }  // namespace folio::app

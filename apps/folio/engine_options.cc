@@ -6,12 +6,132 @@
 #include <cstdlib>
 #include <filesystem>
 
+#include "apps/folio/local_workers.h"
+#include "apps/folio/model_hash.h"
 #include "apps/folio/progress_bar.h"
+#include "folio/base/mutex.h"
+#include "folio/dist/pipeline_plan.h"
+#include "folio/dist/pipeline_step_runner.h"
 
 namespace folio::app {
+namespace {
+
+// The local workers of --local-workers: started with the engine, stopped when the process
+// ends (static destruction after the command returns, or the workers' --parent-pid when it
+// dies).
+std::unique_ptr<LocalWorkers>& local_worker_group() {
+  static std::unique_ptr<LocalWorkers> group;
+  return group;
+}
+
+// What the pipeline runner of this process's engine sent and received, as of its last step;
+// nullopt without workers. Written by the engine's thread, read by the command's.
+struct RecordedTraffic {
+  Mutex mutex;
+  std::optional<dist::PipelineTraffic> traffic FOLIO_GUARDED_BY(mutex);
+};
+RecordedTraffic& recorded_traffic() {
+  static RecordedTraffic recorded;
+  return recorded;
+}
+
+// The engine's runner over the pipeline: the PipelineStepRunner, recording its traffic after
+// every step for pipeline_traffic() (the engine owns the runner and may be gone when a command
+// prints its report).
+class TrafficRecordingRunner final : public engine::StepRunner {
+ public:
+  explicit TrafficRecordingRunner(std::unique_ptr<dist::PipelineStepRunner> runner)
+      : runner_(std::move(runner)) {
+    record();
+  }
+  Result<ir::StepOutput> run(const ir::StepBatch& step) override {
+    Result<ir::StepOutput> output = runner_->run(step);
+    record();
+    return output;
+  }
+  int32_t vocab_size() const override { return runner_->vocab_size(); }
+  int32_t max_logit_rows() const override { return runner_->max_logit_rows(); }
+
+ private:
+  void record() {
+    RecordedTraffic& recorded = recorded_traffic();
+    const MutexLock lock(recorded.mutex);
+    recorded.traffic = runner_->traffic();
+  }
+  std::unique_ptr<dist::PipelineStepRunner> runner_;
+};
+
+// The engine's remote runner over `addresses`: connects to each (handshake, model hash), plans
+// the layer split by the IR's decode costs within each worker's declared memory, and prepares
+// one stage per worker. Each stage's pool holds its layers' share of the engine's KV blocks
+// and, for activations and captured graphs, half of this process's memory budget.
+engine::RemoteRunnerFactory pipeline_runner_factory(std::vector<std::string> addresses,
+                                                    std::string model_path, model::LlamaShape shape,
+                                                    int64_t activation_bytes, bool quiet) {
+  return [addresses = std::move(addresses), model_path = std::move(model_path), shape,
+          activation_bytes, quiet](
+             const engine::RemoteStepSetup& setup) -> Result<std::unique_ptr<engine::StepRunner>> {
+    FOLIO_ASSIGN_OR_RETURN(const dist::ModelIdentity identity, model_identity(model_path));
+    std::vector<std::unique_ptr<dist::WorkerClient>> clients;
+    std::vector<dist::PipelineWorker> workers;
+    for (const std::string& address : addresses) {
+      FOLIO_ASSIGN_OR_RETURN(std::unique_ptr<dist::WorkerClient> client,
+                             dist::WorkerClient::connect(address, identity));
+      const uint64_t memory = client->info().memory_budget_bytes;
+      workers.push_back({address, memory > 0 ? std::optional<int64_t>(static_cast<int64_t>(memory) -
+                                                                      activation_bytes)
+                                             : std::nullopt});
+      clients.push_back(std::move(client));
+    }
+    FOLIO_ASSIGN_OR_RETURN(const dist::PipelineModelCost cost,
+                           dist::llama_pipeline_cost(shape, setup.kv_dtype, 512));
+    const dist::PipelinePlanOptions plan_options{
+        .balance = dist::PipelineBalance::kDecode,
+        .kv_tokens = setup.num_kv_blocks * setup.block_size};
+    FOLIO_ASSIGN_OR_RETURN(const dist::PipelinePlan plan,
+                           dist::plan_pipeline(cost, workers, plan_options));
+    if (!quiet) std::fputs(plan.to_string().c_str(), stderr);
+    std::vector<dist::PipelineStageSpec> specs;
+    for (const dist::PipelineStagePlan& stage : plan.stages) {
+      dist::PipelineStageSpec spec;
+      spec.first_layer = stage.first_layer;
+      spec.end_layer = stage.end_layer;
+      spec.num_kv_blocks = setup.num_kv_blocks;
+      spec.block_size = setup.block_size;
+      spec.max_blocks_per_sequence = setup.max_blocks_per_sequence;
+      spec.kv_dtype = setup.kv_dtype;
+      spec.first_dummy_block = setup.first_dummy_block;
+      spec.num_dummy_blocks = setup.num_dummy_blocks;
+      spec.bucket_ladder = setup.bucket_ladder;
+      spec.max_num_tokens = setup.max_num_tokens;
+      spec.max_sequences = setup.max_sequences;
+      spec.max_logit_rows = setup.max_logit_rows;
+      spec.use_graphs = setup.use_graphs;
+      spec.pool_bytes = stage.kv_bytes + activation_bytes;
+      specs.push_back(std::move(spec));
+    }
+    FOLIO_ASSIGN_OR_RETURN(
+        std::unique_ptr<dist::PipelineStepRunner> runner,
+        dist::PipelineStepRunner::create(std::move(clients), std::move(specs), identity.hash));
+    return std::unique_ptr<engine::StepRunner>(
+        std::make_unique<TrafficRecordingRunner>(std::move(runner)));
+  };
+}
+
+}  // namespace
 
 void add_engine_options(CLI::App& command, EngineCommandOptions& options) {
   command.add_option("-m,--model", options.model_path, "GGUF model file")->required();
+  command
+      .add_option("--workers", options.workers,
+                  "Pipeline parallelism: run the layers on these `folio worker -m MODEL` "
+                  "addresses, HOST:PORT,... in pipeline order")
+      ->delimiter(',');
+  command.add_option("--local-workers", options.local_workers,
+                     "Pipeline parallelism over this many `folio worker` processes started on "
+                     "free loopback ports for this command");
+  command.add_option("--local-worker-threads", options.local_worker_threads,
+                     "Compute threads of each local worker (0: --threads)");
   command.add_option("--threads", options.threads, "Compute threads (0: all cores)");
   command
       .add_option("--memory-mib", options.memory_mib,
@@ -266,6 +386,26 @@ Result<std::unique_ptr<engine::ModelEngine>> start_model_engine(
   if (!options.quiet && !options.no_graphs) {
     std::fprintf(stderr, "capturing decode graphs ...\n");
   }
+  if (!options.workers.empty() && options.local_workers > 0) {
+    return invalid_argument("give --workers or --local-workers, not both");
+  }
+  std::vector<std::string> worker_addresses = options.workers;
+  if (options.local_workers > 0) {
+    const int32_t threads =
+        options.local_worker_threads > 0 ? options.local_worker_threads : options.threads;
+    FOLIO_ASSIGN_OR_RETURN(
+        local_worker_group(),
+        LocalWorkers::start(options.local_workers, options.model_path, threads, 0));
+    worker_addresses = local_worker_group()->addresses();
+    if (!options.quiet) {
+      std::fprintf(stderr, "started %d local workers\n", options.local_workers);
+    }
+  }
+  if (!worker_addresses.empty()) {
+    engine_options.remote_runner =
+        pipeline_runner_factory(worker_addresses, options.model_path, model->shape(),
+                                engine_options.memory_budget_bytes / 2, options.quiet);
+  }
   if (customize) customize(engine_options);
   Result<std::unique_ptr<engine::ModelEngine>> bundle =
       engine::ModelEngine::create(std::move(model), engine_options);
@@ -289,6 +429,12 @@ Result<std::unique_ptr<engine::ModelEngine>> start_model_engine(
         static_cast<long long>(options.memory_mib), seconds);
   }
   return bundle;
+}
+
+std::optional<dist::PipelineTraffic> pipeline_traffic() {
+  RecordedTraffic& recorded = recorded_traffic();
+  const MutexLock lock(recorded.mutex);
+  return recorded.traffic;
 }
 
 Result<int64_t> resolve_adapter(engine::ModelEngine& model_engine, const std::string& name) {

@@ -4,11 +4,13 @@
 
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include <CLI/CLI.hpp>
 
+#include "folio/dist/pipeline_step_runner.h"
 #include "folio/engine/model_engine.h"
 
 namespace folio::app {
@@ -51,6 +53,12 @@ struct EngineCommandOptions {
   bool adapters = false;
   int64_t lora_hot_mib = 0;  // 0: as much of the pool as it gives
   int64_t lora_warm_mib = 256;
+  // Pipeline parallelism (issue 15): run the model's layers on these `folio worker` addresses
+  // (HOST:PORT, in pipeline order), or on this many local worker processes started for the
+  // command and stopped at its end. Empty / 0: this process runs every layer.
+  std::vector<std::string> workers;
+  int32_t local_workers = 0;
+  int32_t local_worker_threads = 0;  // 0: --threads
 };
 
 struct AdapterSpec {
@@ -73,6 +81,10 @@ void add_engine_options(CLI::App& command, EngineCommandOptions& options);
 Result<std::unique_ptr<engine::ModelEngine>> start_model_engine(
     const EngineCommandOptions& options,
     const std::function<void(engine::ModelEngineOptions&)>& customize = nullptr);
+
+// What crossed the wire between this process and its pipeline workers so far (serialized gRPC
+// messages), when the engine started with --workers or --local-workers; nullopt otherwise.
+std::optional<dist::PipelineTraffic> pipeline_traffic();
 
 // The adapter a command runs with: `name` ("base" for none); empty: the only registered
 // adapter when exactly one is, else the base model. kNotFound naming the registered ones.

@@ -22,6 +22,7 @@ int main(int argc, char** argv) {
   folio::app::add_serve_command(app);
   folio::app::add_worker_command(app);
   folio::app::add_workers_check_command(app);
+  folio::app::add_plan_command(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& error) {

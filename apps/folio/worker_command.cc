@@ -2,9 +2,10 @@
 // (dist::WorkerService) on --listen HOST:PORT until SIGINT or SIGTERM, and declares its memory
 // budget, threads and model (-m, hashed at start) to coordinators that connect. Prints one line
 // on stderr once it listens ("folio worker: listening on HOST:PORT ..."), which scripts and
-// tests wait for. So far it answers the handshake and Pings; running steps comes with the next
-// slices (docs/design/dist.md, "Plan").
+// tests wait for. With a model it runs one pipeline stage a coordinator prepares on it
+// (PrepareStage, RunStage: docs/design/dist.md, "Pipeline stages").
 #include <pthread.h>
+#include <sys/prctl.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -26,6 +27,7 @@ struct WorkerOptions {
   uint32_t threads = 0;              // 0: the machine's hardware threads
   std::string model_path;
   int32_t shutdown_grace_ms = 2000;
+  int64_t parent_pid = 0;  // 0: live on without a parent
 };
 
 uint64_t physical_memory_bytes() {
@@ -37,6 +39,14 @@ uint64_t physical_memory_bytes() {
 
 void run_worker(const WorkerOptions& options) {
   ShutdownSignals shutdown_signals;  // before any thread starts (gRPC's included)
+  if (options.parent_pid != 0) {
+    // SIGTERM, which shutdown_signals waits for, when the process that started this one ends
+    // (`--local-workers`); a parent gone before this call is seen by getppid() after it.
+    if (prctl(PR_SET_PDEATHSIG, SIGTERM) != 0 || getppid() != options.parent_pid) {
+      check_command(
+          failed_precondition("folio worker: parent process {} is gone", options.parent_pid));
+    }
+  }
 
   dist::WorkerServiceOptions service_options;
   service_options.listen_address = options.listen_address;
@@ -48,6 +58,7 @@ void run_worker(const WorkerOptions& options) {
     Result<dist::ModelIdentity> model = model_identity(options.model_path);
     check_command(model.status());
     service_options.model = *model;
+    service_options.model_path = options.model_path;
   }
   Result<std::unique_ptr<dist::WorkerService>> service =
       dist::WorkerService::start(service_options);
@@ -81,11 +92,15 @@ void add_worker_command(CLI::App& app) {
   command->add_option("--threads", options->threads,
                       "Compute threads to declare (default: the machine's hardware threads)");
   command->add_option("-m,--model", options->model_path,
-                      "Model file this worker holds; its hash is checked at the handshake");
+                      "Model file this worker holds; its hash is checked at the handshake and "
+                      "it runs the pipeline stages coordinators prepare");
   command
       ->add_option("--shutdown-grace-ms", options->shutdown_grace_ms,
                    "Milliseconds calls in flight get to finish on SIGINT/SIGTERM")
       ->capture_default_str();
+  command->add_option("--parent-pid", options->parent_pid,
+                      "Stop (as on SIGTERM) when this process, the one that started the worker, "
+                      "ends");
   command->callback([options] { run_worker(*options); });
 }
 

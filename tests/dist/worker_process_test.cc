@@ -9,14 +9,19 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <cstring>
 #include <fstream>
 #include <string>
 #include <vector>
 
 #include "folio/base/random.h"
+#include "folio/dist/pipeline_step_runner.h"
 #include "folio/dist/worker_client.h"
+#include "folio/gguf/gguf_writer.h"
+#include "folio/model/llama_model.h"
 #include "testing/child_process.h"
 #include "testing/collective_groups.h"
+#include "testing/pipeline_steps.h"
 
 namespace folio::dist {
 namespace {
@@ -158,6 +163,141 @@ TEST(WorkerProcessTest, MissingModelFileIsReportedAndExitsNonZero) {
   const int status = worker.wait();
   EXPECT_THAT(worker.output(), HasSubstr("/nonexistent/model.gguf"));
   EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) != 0) << status;
+}
+
+// Pipeline parallelism across real processes: two `folio worker` processes hold a generated
+// model file; a PipelineStepRunner in this process prepares layers [0, 2) on one and [2, 4) on
+// the other and relays every step of the script through them. The logits are bit-equal to the
+// whole model run in this process with the same thread count.
+TEST(WorkerProcessTest, PipelineOfTwoRealWorkersGivesTheLogitsOfOneProcess) {
+  using Script = folio::testing::PipelineStepScript;
+  folio::testing::TemporaryDirectory directory;
+  const std::string path = directory.path() + "/pipeline-model.gguf";
+  model::LlamaShape shape;
+  shape.num_layers = 4;
+  shape.weight_dtype = DType::kQ8_0;
+  Result<gguf::GgufWriter> writer = model::make_random_llama_writer(shape, 43);
+  ASSERT_TRUE(writer.ok()) << writer.status();
+  Result<std::vector<uint8_t>> bytes = writer->write_to_buffer();
+  ASSERT_TRUE(bytes.ok()) << bytes.status();
+  std::ofstream(path, std::ios::binary)
+      .write(reinterpret_cast<const char*>(bytes->data()),
+             static_cast<std::streamsize>(bytes->size()));
+  const std::string hash = fmt::format("fnv1a64:{:016x}", fnv1a64(*bytes));
+
+  WorkerProcess first({"--listen", "127.0.0.1:0", "--threads", "2", "-m", path});
+  WorkerProcess second({"--listen", "127.0.0.1:0", "--threads", "2", "-m", path});
+  const std::string first_address = first.wait_for_listening(60s);
+  const std::string second_address = second.wait_for_listening(60s);
+  ASSERT_FALSE(first_address.empty()) << first.output();
+  ASSERT_FALSE(second_address.empty()) << second.output();
+  std::vector<std::unique_ptr<WorkerClient>> clients;
+  for (const std::string& address : {first_address, second_address}) {
+    Result<std::unique_ptr<WorkerClient>> client =
+        WorkerClient::connect(address, ModelIdentity{.hash = hash, .name = "pipeline-model.gguf"});
+    ASSERT_TRUE(client.ok()) << client.status();
+    clients.push_back(std::move(client).value());
+  }
+  auto spec_of = [](int64_t first_layer, int64_t end_layer) {
+    PipelineStageSpec spec;
+    spec.first_layer = first_layer;
+    spec.end_layer = end_layer;
+    spec.num_kv_blocks = Script::kNumBlocks;
+    spec.block_size = Script::kBlockSize;
+    spec.max_blocks_per_sequence = Script::kMaxBlocksPerSequence;
+    spec.kv_dtype = DType::kF16;
+    spec.first_dummy_block = Script::kFirstDummyBlock;
+    spec.num_dummy_blocks = Script::kNumDummyBlocks;
+    spec.bucket_ladder = {1, 2, 4, 8, 16, 32};
+    spec.max_sequences = Script::kMaxSequences;
+    spec.max_logit_rows = 8;
+    spec.pool_bytes = int64_t{16} << 20;
+    return spec;
+  };
+  Result<std::unique_ptr<PipelineStepRunner>> runner =
+      PipelineStepRunner::create(std::move(clients), {spec_of(0, 2), spec_of(2, 4)}, hash);
+  ASSERT_TRUE(runner.ok()) << runner.status();
+
+  Result<std::unique_ptr<model::LlamaModel>> local = model::LlamaModel::open(path);
+  ASSERT_TRUE(local.ok()) << local.status();
+  Result<std::unique_ptr<PipelineStage>> whole = PipelineStage::create(**local, spec_of(0, 4), 2);
+  ASSERT_TRUE(whole.ok()) << whole.status();
+  folio::testing::PipelineStepMaker maker(static_cast<int32_t>(shape.vocab_size));
+  for (size_t index = 0; index < Script::steps().size(); ++index) {
+    const folio::testing::PipelineStepArrays arrays = maker.make(index);
+    Result<ir::StepOutput> expected = (*whole)->run(arrays.batch(), {});
+    ASSERT_TRUE(expected.ok()) << expected.status();
+    Result<ir::StepOutput> actual = (*runner)->run(arrays.batch());
+    ASSERT_TRUE(actual.ok()) << actual.status();
+    ASSERT_EQ(actual->logits.size(), expected->logits.size());
+    EXPECT_EQ(
+        std::memcmp(actual->logits.data(), expected->logits.data(), expected->logits.size_bytes()),
+        0)
+        << "step " << index;
+  }
+  // A worker that is gone fails the next step with an error naming it, within the deadline.
+  second.signal(SIGKILL);
+  second.wait();
+  folio::testing::PipelineStepMaker again(static_cast<int32_t>(shape.vocab_size));
+  const folio::testing::PipelineStepArrays arrays = again.make(0);
+  Result<ir::StepOutput> lost = (*runner)->run(arrays.batch());
+  ASSERT_EQ(lost.status().code(), StatusCode::kUnavailable) << lost.status();
+  EXPECT_THAT(std::string(lost.status().message()), HasSubstr(second_address));
+  EXPECT_THAT(std::string(lost.status().message()), HasSubstr("pipeline stage 1"));
+}
+
+// The whole command: `folio generate --local-workers 2` (two worker processes on free loopback
+// ports, the layers split by the plan, stopped at exit) writes the same greedy text as one
+// process, on the shipped demo model.
+TEST(WorkerProcessTest, GenerateOverLocalWorkersWritesTheTextOfOneProcess) {
+  const std::string model = std::string(FOLIO_SOURCE_DIR) + "/models/demo/kjv-f16.gguf";
+  auto generate = [&](std::vector<std::string> extra) {
+    std::vector<std::string> arguments = {"-m", model,           "-p", "In the beginning", "-n",
+                                          "24", "--temperature", "0",  "--threads",        "2",
+                                          "-q"};
+    arguments.insert(arguments.end(), extra.begin(), extra.end());
+    WorkerProcess process(arguments, "generate");
+    EXPECT_TRUE(process.read_to_end(120s)) << process.output();
+    const int status = process.wait();
+    EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << process.output();
+    return process.output();
+  };
+  const std::string alone = generate({});
+  const std::string pipelined = generate({"--local-workers", "2", "--local-worker-threads", "2"});
+  const size_t summary = alone.rfind("[");  // the summary line on stderr, last
+  ASSERT_NE(summary, std::string::npos) << alone;
+  EXPECT_THAT(alone, HasSubstr("24 generated"));
+  EXPECT_EQ(pipelined.substr(0, summary), alone.substr(0, summary)) << pipelined;
+  EXPECT_THAT(pipelined, HasSubstr("24 generated"));
+}
+
+// `folio plan` prints the split and the bytes at the cut, and fails (non-zero, saying so) when
+// the workers' memory cannot hold the model; `folio generate --workers` with a worker that is not
+// there fails before serving, naming it.
+TEST(WorkerProcessTest, PlanPrintsTheSplitAndUnreachableWorkersFailBeforeServing) {
+  const std::string model = std::string(FOLIO_SOURCE_DIR) + "/models/demo/kjv-f16.gguf";
+  WorkerProcess plan({"-m", model, "--workers", "2"}, "plan");
+  ASSERT_TRUE(plan.read_to_end(60s)) << plan.output();
+  int status = plan.wait();
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << plan.output();
+  EXPECT_THAT(plan.output(), HasSubstr("pipeline of 2 stages"));
+  EXPECT_THAT(plan.output(), HasSubstr("worker1"));
+  EXPECT_THAT(plan.output(), HasSubstr("1024 bytes per token"));  // hidden 256, f32
+
+  WorkerProcess too_small({"-m", model, "--worker-memory", "1000000,1000000"}, "plan");
+  ASSERT_TRUE(too_small.read_to_end(60s)) << too_small.output();
+  status = too_small.wait();
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) != 0) << too_small.output();
+  EXPECT_THAT(too_small.output(), HasSubstr("does not fit 2 workers"));
+
+  // Port 1 on loopback: nothing listens there.
+  WorkerProcess generate(
+      {"-m", model, "-p", "In the beginning", "-n", "4", "-q", "--workers", "127.0.0.1:1"},
+      "generate");
+  ASSERT_TRUE(generate.read_to_end(60s)) << generate.output();
+  status = generate.wait();
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) != 0) << generate.output();
+  EXPECT_THAT(generate.output(), HasSubstr("worker 127.0.0.1:1 is unreachable"));
 }
 
 }  // namespace

@@ -245,7 +245,7 @@ class ForwardHarness {
     options.num_dummy_blocks = 2;
     options.bucket_ladder = {1, 2, 4, 8, 16, 32};
     exec::ExecutorResources resources{pool_, *arena_, *page_pool_, model_->weights(),
-                                      exec::KvCacheBinding{layout, kNumBlocks}};
+                                      exec::KvCacheBinding{layout, kNumBlocks, 0}};
     LlamaGraphOptions graph_options;
     if (adapter != nullptr) {
       FOLIO_RETURN_IF_ERROR(bind_adapter(shape, *adapter, format, resources));

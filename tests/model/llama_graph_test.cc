@@ -4,10 +4,12 @@
 #include <ranges>
 #include <vector>
 
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include "folio/gguf/gguf_file.h"
 #include "folio/gguf/gguf_writer.h"
+#include "folio/ir/dump.h"
 #include "folio/ir/verify.h"
 
 namespace folio::model {
@@ -112,6 +114,97 @@ TEST(LlamaGraphTest, RejectsBadStepShapes) {
   shape.num_heads = 3;  // 64 is not a multiple of 3
   EXPECT_EQ(build_llama_step_graph(shape, small_step(), small_kv_cache(shape)).status().code(),
             StatusCode::kInvalidArgument);
+}
+
+// Pipeline stages (LlamaGraphOptions::first_layer, end_layer): the whole model as one explicit
+// stage is the default graph; stages of a 4-layer model read and write the residual stream at
+// their cuts, hold the KV caches of their layers only and together run the whole graph's ops.
+TEST(LlamaGraphTest, StagesSplitTheWholeGraphAtLayerCuts) {
+  LlamaShape shape;
+  shape.num_layers = 4;
+  const ir::StepShape step = small_step();
+  Result<ir::Graph> whole = build_llama_step_graph(shape, step, small_kv_cache(shape));
+  ASSERT_TRUE(whole.ok()) << whole.status();
+  LlamaGraphOptions one_stage;
+  one_stage.first_layer = 0;
+  one_stage.end_layer = 4;
+  Result<ir::Graph> explicit_whole =
+      build_llama_step_graph(shape, step, small_kv_cache(shape), one_stage);
+  ASSERT_TRUE(explicit_whole.ok()) << explicit_whole.status();
+  EXPECT_EQ(ir::dump_graph(*explicit_whole), ir::dump_graph(*whole));
+
+  const std::pair<int64_t, int64_t> ranges[] = {{0, 1}, {1, 3}, {3, 4}};
+  std::vector<std::string> stage_ops;
+  for (const auto& [first, end] : ranges) {
+    LlamaGraphOptions options;
+    options.first_layer = first;
+    options.end_layer = end;
+    ir::KvCacheShape kv_cache = small_kv_cache(shape);
+    kv_cache.geometry = llama_stage_kv_cache_geometry(shape, end - first, 16, DType::kF32);
+    Result<ir::Graph> graph = build_llama_step_graph(shape, step, kv_cache, options);
+    ASSERT_TRUE(graph.ok()) << graph.status();
+    EXPECT_TRUE(ir::verify(*graph).ok()) << ir::verify(*graph);
+    const bool first_stage = first == 0, last_stage = end == 4;
+    EXPECT_EQ(graph->find_tensor(ir::kInputTokenIds).has_value(), first_stage);
+    EXPECT_EQ(graph->find_tensor(ir::kInputHidden).has_value(), !first_stage);
+    EXPECT_EQ(graph->find_tensor(ir::kInputLogitIndices).has_value(), last_stage);
+    EXPECT_EQ(graph->find_tensor(ir::kOutputLogits).has_value(), last_stage);
+    if (!first_stage) {
+      const ir::TensorInfo& in = graph->tensor(*graph->find_tensor(ir::kInputHidden));
+      EXPECT_EQ(in.residency, ir::Residency::kInput);
+      EXPECT_EQ(in.dtype, DType::kF32);
+      EXPECT_EQ(in.shape, (ir::Shape{step.num_tokens, shape.hidden_size}));
+    }
+    if (!last_stage) {
+      std::optional<ir::TensorId> out = graph->find_tensor(ir::kOutputHidden);
+      ASSERT_TRUE(out.has_value());
+      EXPECT_EQ(graph->tensor(*out).residency, ir::Residency::kOutput);
+      EXPECT_EQ(graph->tensor(*out).shape, (ir::Shape{step.num_tokens, shape.hidden_size}));
+    }
+    std::vector<std::string> caches;
+    for (const ir::TensorInfo& tensor : graph->tensors()) {
+      if (tensor.residency == ir::Residency::kKvCache) caches.push_back(tensor.name);
+    }
+    std::vector<std::string> expected_caches;
+    for (int64_t layer = first; layer < end; ++layer) {
+      expected_caches.push_back(llama_key_cache_name(layer));
+      expected_caches.push_back(llama_value_cache_name(layer));
+    }
+    std::ranges::sort(caches);
+    std::ranges::sort(expected_caches);
+    EXPECT_EQ(caches, expected_caches);
+    for (const ir::Op& op : graph->ops()) {
+      // The hand-over add is the whole graph's residual add of the stage's last layer.
+      stage_ops.push_back(op.name == ir::kOutputHidden ? fmt::format("blk.{}.ffn_residual", end - 1)
+                                                       : op.name);
+    }
+  }
+  std::vector<std::string> whole_ops;
+  for (const ir::Op& op : whole->ops()) whole_ops.push_back(op.name);
+  EXPECT_EQ(stage_ops, whole_ops);
+}
+
+TEST(LlamaGraphTest, RejectsBadStages) {
+  LlamaShape shape;
+  shape.num_layers = 4;
+  const std::pair<int64_t, int64_t> bad_ranges[] = {{2, 2}, {3, 1}, {-1, 2}, {2, 5}};
+  for (const auto& [first, end] : bad_ranges) {
+    LlamaGraphOptions options;
+    options.first_layer = first;
+    options.end_layer = end;
+    Status status =
+        build_llama_step_graph(shape, small_step(), small_kv_cache(shape), options).status();
+    EXPECT_EQ(status.code(), StatusCode::kInvalidArgument) << first << ".." << end;
+    EXPECT_NE(status.message().find("not a non-empty range"), std::string_view::npos) << status;
+  }
+  // A stage's cache holds its layers only: the whole model's cache does not fit [1, 3).
+  LlamaGraphOptions options;
+  options.first_layer = 1;
+  options.end_layer = 3;
+  Status status =
+      build_llama_step_graph(shape, small_step(), small_kv_cache(shape), options).status();
+  EXPECT_EQ(status.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(status.message().find("layers [1, 3) need 2"), std::string_view::npos) << status;
 }
 
 }  // namespace

@@ -247,7 +247,7 @@ class ScriptedStepRunner final : public engine::StepRunner {
       logits_[row * static_cast<size_t>(vocab_size_) + static_cast<size_t>(token)] = 1.0f;
       ++row;
     }
-    return ir::StepOutput{logits_, step.num_logit_rows(), vocab_size_};
+    return ir::StepOutput{logits_, step.num_logit_rows(), vocab_size_, {}, 0};
   }
   int32_t vocab_size() const override { return vocab_size_; }
 

@@ -122,7 +122,7 @@ Result<ir::StepOutput> ToyStepRunner::run(const ir::StepBatch& step) {
                    std::span<float>(logits_).subspan(row * static_cast<size_t>(vocab_size_),
                                                      static_cast<size_t>(vocab_size_)));
   }
-  return ir::StepOutput{logits_, step.num_logit_rows(), vocab_size_};
+  return ir::StepOutput{logits_, step.num_logit_rows(), vocab_size_, {}, 0};
 }
 
 }  // namespace folio::engine::testing

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cstring>
 #include <vector>
 
 #include <grpcpp/grpcpp.h>
@@ -94,6 +95,9 @@ std::shared_ptr<grpc::Channel> make_channel(const std::string& address,
   arguments.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
   arguments.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 100);
   arguments.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
+  // Activations and logits of large steps exceed gRPC's default 4 MiB per message.
+  arguments.SetMaxReceiveMessageSize(-1);
+  arguments.SetMaxSendMessageSize(-1);
   // Each client its own connection: two workers' clients must not share (and lose) one.
   arguments.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
   return grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), arguments);
@@ -211,6 +215,81 @@ Result<LinkLatency> WorkerClient::measure_latency(int count) {
                      .median = round_trips[round_trips.size() / 2],
                      .min = round_trips.front(),
                      .max = round_trips.back()};
+}
+
+Result<PreparedStage> WorkerClient::prepare_stage(const PipelineStageSpec& spec,
+                                                  const std::string& model_hash) {
+  v1::PrepareStageRequest request;
+  request.set_model_hash(model_hash);
+  request.set_first_layer(static_cast<uint32_t>(spec.first_layer));
+  request.set_end_layer(static_cast<uint32_t>(spec.end_layer));
+  request.set_num_kv_blocks(static_cast<uint64_t>(spec.num_kv_blocks));
+  request.set_block_size(static_cast<uint32_t>(spec.block_size));
+  request.set_max_blocks_per_sequence(static_cast<uint32_t>(spec.max_blocks_per_sequence));
+  request.set_kv_dtype(std::string(dtype_name(spec.kv_dtype)));
+  request.set_first_dummy_block(static_cast<uint64_t>(spec.first_dummy_block));
+  request.set_num_dummy_blocks(static_cast<uint32_t>(spec.num_dummy_blocks));
+  for (int32_t bucket : spec.bucket_ladder) request.add_bucket_ladder(bucket);
+  request.set_max_num_tokens(static_cast<uint32_t>(spec.max_num_tokens));
+  request.set_max_sequences(static_cast<uint32_t>(spec.max_sequences));
+  request.set_max_logit_rows(static_cast<uint32_t>(spec.max_logit_rows));
+  request.set_use_graphs(spec.use_graphs);
+  request.set_pool_bytes(static_cast<uint64_t>(spec.pool_bytes));
+  v1::PrepareStageReply reply;
+  grpc::ClientContext context;
+  context.set_deadline(deadline_after(state_->options.prepare_timeout));
+  const grpc::Status status = state_->stub->PrepareStage(&context, request, &reply);
+  FOLIO_RETURN_IF_ERROR(
+      call_status(state_->info.address, "PrepareStage", status, state_->options.prepare_timeout));
+  return PreparedStage{.stage_id = reply.stage_id(),
+                       .hidden_input_size = reply.hidden_input_size(),
+                       .hidden_output_size = reply.hidden_output_size(),
+                       .vocab_size = static_cast<int32_t>(reply.vocab_size()),
+                       .weight_bytes = static_cast<int64_t>(reply.weight_bytes()),
+                       .kv_cache_bytes = static_cast<int64_t>(reply.kv_cache_bytes())};
+}
+
+Status WorkerClient::run_stage(uint64_t stage_id, const ir::StepBatch& step,
+                               std::span<const float> hidden_in, StageStepResult& result) {
+  v1::RunStageRequest request;
+  request.set_stage_id(stage_id);
+  auto copy = [](std::span<const int32_t> values, google::protobuf::RepeatedField<int32_t>* field) {
+    field->Add(values.begin(), values.end());
+  };
+  copy(step.token_ids, request.mutable_token_ids());
+  copy(step.positions, request.mutable_positions());
+  copy(step.slot_mapping, request.mutable_slot_mapping());
+  copy(step.query_start, request.mutable_query_start());
+  copy(step.seq_lens, request.mutable_seq_lens());
+  copy(step.block_tables, request.mutable_block_tables());
+  copy(step.logit_indices, request.mutable_logit_indices());
+  request.set_max_blocks_per_sequence(static_cast<uint32_t>(step.max_blocks_per_sequence));
+  if (!hidden_in.empty()) {
+    request.set_hidden_in(reinterpret_cast<const char*>(hidden_in.data()), hidden_in.size_bytes());
+  }
+  v1::RunStageReply reply;
+  grpc::ClientContext context;
+  context.set_deadline(deadline_after(state_->options.step_timeout));
+  const grpc::Status status = state_->stub->RunStage(&context, request, &reply);
+  FOLIO_RETURN_IF_ERROR(
+      call_status(state_->info.address, "RunStage", status, state_->options.step_timeout));
+  auto floats = [&](const std::string& bytes, std::vector<float>& out,
+                    std::string_view what) -> Status {
+    if (bytes.size() % sizeof(float) != 0) {
+      return data_loss("worker {} sent {} of {} bytes, not whole f32 values", state_->info.address,
+                       what, bytes.size());
+    }
+    out.resize(bytes.size() / sizeof(float));
+    if (!bytes.empty()) std::memcpy(out.data(), bytes.data(), bytes.size());
+    return Status();
+  };
+  FOLIO_RETURN_IF_ERROR(floats(reply.hidden_out(), result.hidden_out, "hidden_out"));
+  FOLIO_RETURN_IF_ERROR(floats(reply.logits(), result.logits, "logits"));
+  result.num_rows = static_cast<int32_t>(reply.num_rows());
+  result.vocab_size = static_cast<int32_t>(reply.vocab_size());
+  result.request_bytes = static_cast<int64_t>(request.ByteSizeLong());
+  result.reply_bytes = static_cast<int64_t>(reply.ByteSizeLong());
+  return Status();
 }
 
 }  // namespace folio::dist

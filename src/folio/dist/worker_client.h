@@ -31,10 +31,14 @@
 #include <chrono>
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <string>
+#include <vector>
 
 #include "folio/base/result.h"
+#include "folio/dist/pipeline_stage.h"
 #include "folio/dist/worker_protocol.h"
+#include "folio/ir/step_batch.h"
 
 namespace folio::dist {
 
@@ -47,6 +51,9 @@ struct WorkerClientOptions {
   std::chrono::milliseconds connect_timeout{2000};
   // Bounds every call after the handshake.
   std::chrono::milliseconds call_timeout{2000};
+  // Bounds PrepareStage (the worker opens its model and builds the stage) and each RunStage.
+  std::chrono::milliseconds prepare_timeout{60000};
+  std::chrono::milliseconds step_timeout{30000};
   std::chrono::milliseconds keepalive_time{10000};
   std::chrono::milliseconds keepalive_timeout{5000};
 };
@@ -70,6 +77,26 @@ struct LinkLatency {
   std::chrono::nanoseconds max{0};
 };
 
+// What a worker answered to PrepareStage.
+struct PreparedStage {
+  uint64_t stage_id = 0;
+  int64_t hidden_input_size = 0;   // 0: the first stage (it embeds token ids)
+  int64_t hidden_output_size = 0;  // 0: the last stage (it returns logits)
+  int32_t vocab_size = 0;          // logits columns, last stage only
+  int64_t weight_bytes = 0;
+  int64_t kv_cache_bytes = 0;
+};
+
+// One step's answer from a stage, with the sizes of both messages on the wire.
+struct StageStepResult {
+  std::vector<float> hidden_out;  // f32 [tokens, hidden_output_size]
+  std::vector<float> logits;      // f32 [num_rows, vocab_size]
+  int32_t num_rows = 0;
+  int32_t vocab_size = 0;
+  int64_t request_bytes = 0;
+  int64_t reply_bytes = 0;
+};
+
 class WorkerClient {
  public:
   // Connects to `address` (HOST:PORT) and does the handshake, comparing the worker's model with
@@ -90,6 +117,17 @@ class WorkerClient {
 
   // `count` Pings one after another. Requires: count > 0.
   Result<LinkLatency> measure_latency(int count);
+
+  // Prepares `spec` on the worker, which must hold the model of `model_hash` (empty: not
+  // checked). Errors name the worker: kFailedPrecondition (no model, another model, a model it
+  // cannot open), kResourceExhausted (the stage does not fit its memory budget),
+  // kInvalidArgument (a malformed spec), and the call errors above.
+  Result<PreparedStage> prepare_stage(const PipelineStageSpec& spec, const std::string& model_hash);
+  // Runs one step of stage `stage_id` with `hidden_in` (empty for the first stage) and fills
+  // `result` (its buffers are reused). kFailedPrecondition when the worker no longer holds the
+  // stage (it restarted or prepared another).
+  Status run_stage(uint64_t stage_id, const ir::StepBatch& step, std::span<const float> hidden_in,
+                   StageStepResult& result);
 
  private:
   struct State;

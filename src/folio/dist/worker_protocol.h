@@ -11,7 +11,8 @@ namespace folio::dist {
 
 // Bumped whenever a message of worker.proto changes meaning; a worker refuses a coordinator of
 // another revision (and the coordinator a worker of another) instead of guessing.
-inline constexpr uint32_t kProtocolVersion = 1;
+// Revision 2 added the pipeline stage calls (PrepareStage, RunStage).
+inline constexpr uint32_t kProtocolVersion = 2;
 
 // The model a process holds, as the handshake compares it. `hash` is "fnv1a64:<16 hex digits>"
 // of the model file's bytes (apps/folio computes it); empty when the process has no model.

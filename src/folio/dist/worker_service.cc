@@ -3,11 +3,15 @@
 #include <unistd.h>
 
 #include <array>
+#include <cstring>
 #include <random>
+#include <vector>
 
 #include <grpcpp/grpcpp.h>
 
 #include "folio/base/log.h"
+#include "folio/base/mutex.h"
+#include "folio/dist/pipeline_stage.h"
 #include "folio/dist/worker.grpc.pb.h"
 
 namespace folio::dist {
@@ -37,6 +41,33 @@ Status check_listen_address(const std::string& address) {
     return invalid_argument("listen address '{}' is not HOST:PORT (e.g. 0.0.0.0:5555)", address);
   }
   return Status();
+}
+
+// The gRPC code a stage error travels as (the client maps it back, naming the worker).
+grpc::Status to_grpc(const Status& status) {
+  grpc::StatusCode code = grpc::StatusCode::INTERNAL;
+  switch (status.code()) {
+    case StatusCode::kInvalidArgument:
+      code = grpc::StatusCode::INVALID_ARGUMENT;
+      break;
+    case StatusCode::kResourceExhausted:
+      code = grpc::StatusCode::RESOURCE_EXHAUSTED;
+      break;
+    case StatusCode::kFailedPrecondition:
+      code = grpc::StatusCode::FAILED_PRECONDITION;
+      break;
+    case StatusCode::kNotFound:
+      code = grpc::StatusCode::NOT_FOUND;
+      break;
+    default:
+      break;
+  }
+  return grpc::Status(code, status.to_string());
+}
+
+template <typename T>
+std::span<const T> span_of(const google::protobuf::RepeatedField<T>& field) {
+  return std::span<const T>(field.data(), static_cast<size_t>(field.size()));
 }
 
 class WorkerImpl final : public v1::Worker::Service {
@@ -76,10 +107,137 @@ class WorkerImpl final : public v1::Worker::Service {
     return grpc::Status::OK;
   }
 
+  grpc::Status PrepareStage(grpc::ServerContext* context, const v1::PrepareStageRequest* request,
+                            v1::PrepareStageReply* reply) override {
+    if (options_.model_path.empty()) {
+      return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
+                          "this worker holds no model: start it with -m MODEL to run stages");
+    }
+    if (!request->model_hash().empty() && request->model_hash() != options_.model.hash) {
+      return grpc::Status(
+          grpc::StatusCode::FAILED_PRECONDITION,
+          fmt::format("this worker holds model {} ('{}'), the coordinator's stage is of model {}: "
+                      "start the worker with the coordinator's model file",
+                      options_.model.hash, options_.model.name, request->model_hash()));
+    }
+    const MutexLock lock(mutex_);
+    stage_.reset();  // the old stage's memory goes before the new one takes its own
+    if (model_ == nullptr) {
+      Result<std::unique_ptr<model::LlamaModel>> opened =
+          model::LlamaModel::open(options_.model_path);
+      if (!opened.ok()) {
+        return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
+                            fmt::format("this worker cannot open its model {}: {}",
+                                        options_.model_path, opened.status().to_string()));
+      }
+      model_ = std::move(opened).value();
+    }
+    PipelineStageSpec spec;
+    spec.first_layer = request->first_layer();
+    spec.end_layer = request->end_layer();
+    spec.num_kv_blocks = static_cast<int64_t>(request->num_kv_blocks());
+    spec.block_size = static_cast<int32_t>(request->block_size());
+    spec.max_blocks_per_sequence = static_cast<int32_t>(request->max_blocks_per_sequence());
+    if (request->kv_dtype() == "f32") {
+      spec.kv_dtype = DType::kF32;
+    } else if (request->kv_dtype() == "f16") {
+      spec.kv_dtype = DType::kF16;
+    } else {
+      return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                          fmt::format("KV dtype '{}' is not f32 or f16", request->kv_dtype()));
+    }
+    spec.first_dummy_block = static_cast<int64_t>(request->first_dummy_block());
+    spec.num_dummy_blocks = static_cast<int32_t>(request->num_dummy_blocks());
+    spec.bucket_ladder.assign(request->bucket_ladder().begin(), request->bucket_ladder().end());
+    spec.max_num_tokens = static_cast<int32_t>(request->max_num_tokens());
+    spec.max_sequences = static_cast<int32_t>(request->max_sequences());
+    spec.max_logit_rows = static_cast<int32_t>(request->max_logit_rows());
+    spec.use_graphs = request->use_graphs();
+    spec.pool_bytes = static_cast<int64_t>(request->pool_bytes());
+    Result<int64_t> weight_bytes =
+        llama_stage_weight_bytes(model_->shape(), spec.first_layer, spec.end_layer);
+    if (!weight_bytes.ok()) return to_grpc(weight_bytes.status());
+    const auto needed = static_cast<uint64_t>(*weight_bytes + spec.pool_bytes);
+    if (options_.memory_budget_bytes > 0 && needed > options_.memory_budget_bytes) {
+      return grpc::Status(
+          grpc::StatusCode::RESOURCE_EXHAUSTED,
+          fmt::format("the stage of layers [{}, {}) needs {} bytes ({} of weights, a pool of {}), "
+                      "more than this worker's memory budget of {} bytes: give it fewer layers, "
+                      "fewer KV blocks or more memory (--memory)",
+                      spec.first_layer, spec.end_layer, needed, *weight_bytes, spec.pool_bytes,
+                      options_.memory_budget_bytes));
+    }
+    Result<std::unique_ptr<PipelineStage>> stage =
+        PipelineStage::create(*model_, spec, static_cast<int>(std::max(1u, options_.threads)));
+    if (!stage.ok()) return to_grpc(stage.status());
+    stage_ = std::move(stage).value();
+    stage_id_ = draw_incarnation();
+    reply->set_stage_id(stage_id_);
+    reply->set_hidden_input_size(static_cast<uint32_t>(stage_->hidden_input_size()));
+    reply->set_hidden_output_size(static_cast<uint32_t>(stage_->hidden_output_size()));
+    reply->set_vocab_size(static_cast<uint32_t>(stage_->vocab_size()));
+    reply->set_weight_bytes(static_cast<uint64_t>(stage_->weight_bytes()));
+    reply->set_kv_cache_bytes(static_cast<uint64_t>(stage_->kv_cache_bytes()));
+    log::info("folio worker: prepared stage {:016x} (layers [{}, {}), {} KV blocks) for {}",
+              stage_id_, spec.first_layer, spec.end_layer, spec.num_kv_blocks, context->peer());
+    return grpc::Status::OK;
+  }
+
+  grpc::Status RunStage(grpc::ServerContext* /*context*/, const v1::RunStageRequest* request,
+                        v1::RunStageReply* reply) override {
+    const MutexLock lock(mutex_);
+    if (stage_ == nullptr || request->stage_id() != stage_id_) {
+      return grpc::Status(
+          grpc::StatusCode::FAILED_PRECONDITION,
+          stage_ == nullptr
+              ? fmt::format("no stage {:016x} here: this worker holds none; prepare it again",
+                            request->stage_id())
+              : fmt::format("no stage {:016x} here: this worker holds stage {:016x}; prepare it "
+                            "again",
+                            request->stage_id(), stage_id_));
+    }
+    const std::string& hidden_bytes = request->hidden_in();
+    if (hidden_bytes.size() % sizeof(float) != 0) {
+      return grpc::Status(
+          grpc::StatusCode::INVALID_ARGUMENT,
+          fmt::format("hidden_in has {} bytes, not whole f32 values", hidden_bytes.size()));
+    }
+    // A copy: the message's bytes need not be aligned for floats.
+    hidden_in_.resize(hidden_bytes.size() / sizeof(float));
+    if (!hidden_bytes.empty())
+      std::memcpy(hidden_in_.data(), hidden_bytes.data(), hidden_bytes.size());
+    const ir::StepBatch step{span_of(request->token_ids()),
+                             span_of(request->positions()),
+                             span_of(request->slot_mapping()),
+                             span_of(request->query_start()),
+                             span_of(request->seq_lens()),
+                             span_of(request->block_tables()),
+                             span_of(request->logit_indices()),
+                             {},
+                             static_cast<int32_t>(request->max_blocks_per_sequence()),
+                             {}};
+    Result<ir::StepOutput> output = stage_->run(step, hidden_in_);
+    if (!output.ok()) return to_grpc(output.status());
+    if (!output->hidden.empty()) {
+      reply->set_hidden_out(output->hidden.data(), output->hidden.size_bytes());
+    }
+    if (!output->logits.empty()) {
+      reply->set_logits(output->logits.data(), output->logits.size_bytes());
+    }
+    reply->set_num_rows(static_cast<uint32_t>(output->num_rows));
+    reply->set_vocab_size(static_cast<uint32_t>(output->vocab_size));
+    return grpc::Status::OK;
+  }
+
  private:
   const WorkerServiceOptions options_;
   const uint64_t incarnation_;
   const std::string host_name_;
+  Mutex mutex_;  // serializes the stage calls
+  std::unique_ptr<model::LlamaModel> model_ FOLIO_GUARDED_BY(mutex_);
+  std::unique_ptr<PipelineStage> stage_ FOLIO_GUARDED_BY(mutex_);
+  uint64_t stage_id_ FOLIO_GUARDED_BY(mutex_) = 0;
+  std::vector<float> hidden_in_ FOLIO_GUARDED_BY(mutex_);
 };
 
 }  // namespace
@@ -107,6 +265,9 @@ Result<std::unique_ptr<WorkerService>> WorkerService::start(WorkerServiceOptions
   builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
   builder.AddChannelArgument(GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS,
                              static_cast<int>(options.min_keepalive_interval.count()));
+  // Activations and logits of large steps exceed gRPC's default 4 MiB per message.
+  builder.SetMaxReceiveMessageSize(-1);
+  builder.SetMaxSendMessageSize(-1);
   // A lone listener per address: a second worker on the same port must fail, not share it.
   builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
   state->server = builder.BuildAndStart();

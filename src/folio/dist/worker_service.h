@@ -1,7 +1,10 @@
 // WorkerService: the worker's side of the control plane, the gRPC service `Worker` of
 // worker.proto served on HOST:PORT. It answers the coordinator's handshake (Hello) with what
 // this worker declares (incarnation, memory budget, threads, host name, model hash) and answers
-// Ping at once, for link latency measurement. Later slices add the calls that run steps.
+// Ping at once, for link latency measurement. With a model file (model_path) it runs one
+// pipeline stage (pipeline_stage.h): PrepareStage opens the model on first use and builds the
+// stage (replacing any earlier one) after checking the coordinator's model hash and that the
+// stage's weights and pool fit the declared memory budget; RunStage runs one step of it.
 //
 // Terms:
 // - Incarnation: a random non-zero 64-bit number drawn when the service starts. A worker that
@@ -12,8 +15,9 @@
 // gRPC stays behind this header (the implementation is private to folio_dist), so users of the
 // layer need neither gRPC's headers nor its build flags.
 //
-// Thread safety: the handlers run on gRPC's threads and read only what start() fixed;
-// shutdown() and the destructor may be called from any one thread.
+// Thread safety: the handlers run on gRPC's threads; Hello and Ping read only what start()
+// fixed, the stage calls are serialized by a mutex (one stage, one step at a time); shutdown()
+// and the destructor may be called from any one thread.
 #pragma once
 
 #include <chrono>
@@ -36,6 +40,9 @@ struct WorkerServiceOptions {
   uint32_t threads = 1;
   // The model this worker holds; empty hash when none.
   ModelIdentity model;
+  // The model's file, opened at the first PrepareStage (the handshake needs only its hash);
+  // empty: the worker runs no stages.
+  std::string model_path;
   // The shortest interval between keepalive pings the service accepts from a coordinator
   // without data in flight (gRPC's default, 5 min, would make it hang up on the coordinator's
   // 10 s keepalive with "too many pings").

@@ -14,12 +14,38 @@ int32_t ceil_div(int32_t a, int32_t b) {
   return (a + b - 1) / b;
 }
 
+// The copier of an engine whose KV caches live with a remote runner: a copy here would leave
+// them stale, so it fails, naming what is missing.
+class UnrelayedKvBlockCopier final : public kv::KvBlockCopier {
+ public:
+  Status copy_blocks(const kv::KvLayoutNumbers&, std::span<const kv::BlockCopy> copies) override {
+    return refuse("copy-on-write", copies.size());
+  }
+  Status copy_to_host(const kv::KvLayoutNumbers&, kv::HostSwapSpace&,
+                      std::span<const kv::BlockCopy> copies) override {
+    return refuse("swap-out", copies.size());
+  }
+  Status copy_to_device(const kv::KvLayoutNumbers&, const kv::HostSwapSpace&,
+                        std::span<const kv::BlockCopy> copies) override {
+    return refuse("swap-in", copies.size());
+  }
+
+ private:
+  static Status refuse(std::string_view kind, size_t count) {
+    return failed_precondition(
+        "{} {} KV block copies: the KV caches live on the pipeline's workers and block copies "
+        "are not relayed to them yet (issue 15); run without forked sequences or swap",
+        count, kind);
+  }
+};
+
 }  // namespace
 
 ModelEngine::~ModelEngine() {
   // The engine stops first (it ends unfinished requests), then the block manager gives its
   // pages back before the page source and the pool go.
   engine_.reset();
+  remote_runner_.reset();
   pressure_.reset();
   calibrating_runner_.reset();
   runner_.reset();
@@ -50,6 +76,11 @@ Status ModelEngine::build_memory(const ModelEngineOptions& options) {
       options.kv_cache_bytes == 0
           ? 0
           : std::max<int64_t>(1, options.kv_cache_bytes / options.page_bytes);
+  if (options.remote_runner) {
+    copier_ = std::make_unique<UnrelayedKvBlockCopier>();
+  } else {
+    copier_ = std::make_unique<kv::HostKvBlockCopier>();
+  }
   page_source_ = std::make_unique<kv::PoolPageSource>(
       *pool_, 2, static_cast<int32_t>(std::min<int64_t>(kv_cap_pages, pool_options.num_pages)));
 
@@ -70,7 +101,7 @@ Status ModelEngine::build_memory(const ModelEngineOptions& options) {
         block_bytes, static_cast<int32_t>(options.swap_bytes / block_bytes));
   }
   FOLIO_ASSIGN_OR_RETURN(block_manager_, kv::BlockManager::create(kv_options, *page_source_,
-                                                                  copier_, swap_space_.get()));
+                                                                  *copier_, swap_space_.get()));
   return Status();
 }
 
@@ -98,7 +129,7 @@ Status ModelEngine::build_executor(const ModelEngineOptions& options) {
     executor_options.profile = profile_.get();
   }
   exec::ExecutorResources resources{*thread_pool_, *arena_, *pool_, model_->weights(),
-                                    exec::KvCacheBinding{numbers, num_blocks}};
+                                    exec::KvCacheBinding{numbers, num_blocks, 0}};
   model::LlamaGraphOptions graph_options;
   if (options.adapters) {
     lora::AdapterManagerOptions adapter_options = options.adapter_options;
@@ -112,12 +143,24 @@ Status ModelEngine::build_executor(const ModelEngineOptions& options) {
   FOLIO_ASSIGN_OR_RETURN(
       executor_, exec::Executor::create(model_->graph_factory(kv_cache, graph_options), resources,
                                         executor_options));
-  if (options.use_graphs && options.precapture_seconds > 0) {
+  // With a remote runner the local executor runs no step: nothing to capture ahead.
+  if (options.use_graphs && options.precapture_seconds > 0 && !options.remote_runner) {
     const ir::StepPhase decode = ir::StepPhase::kDecode;
     FOLIO_RETURN_IF_ERROR(
         executor_->precapture(std::span(&decode, 1), options.precapture_seconds).status());
   }
   runner_ = std::make_unique<ModelStepRunner>(*executor_, adapters_.get(), pool_.get());
+  remote_setup_ = RemoteStepSetup{.num_kv_blocks = num_blocks,
+                                  .block_size = kv_options.geometry.block_size,
+                                  .max_blocks_per_sequence = max_blocks_per_sequence,
+                                  .kv_dtype = kv_options.geometry.dtype,
+                                  .first_dummy_block = executor_options.first_dummy_block,
+                                  .num_dummy_blocks = executor_options.num_dummy_blocks,
+                                  .bucket_ladder = executor_options.bucket_ladder,
+                                  .max_num_tokens = executor_options.max_num_tokens,
+                                  .max_sequences = executor_options.max_sequences,
+                                  .max_logit_rows = executor_options.max_logit_rows,
+                                  .use_graphs = options.use_graphs};
   return Status();
 }
 
@@ -198,12 +241,20 @@ Result<std::unique_ptr<ModelEngine>> ModelEngine::create(std::unique_ptr<model::
   if (options.num_threads < 1) {
     return invalid_argument("thread count must be at least 1, got {}", options.num_threads);
   }
+  if (options.remote_runner && (options.adapters || options.swap_bytes > 0)) {
+    return invalid_argument(
+        "a remote step runner serves the base model without swap space: adapters and swap are "
+        "not relayed to pipeline workers yet");
+  }
   std::unique_ptr<ModelEngine> bundle(new ModelEngine());
   bundle->model_ = std::move(model);
   bundle->thread_pool_ = std::make_unique<ThreadPool>(options.num_threads);
   FOLIO_RETURN_IF_ERROR(bundle->build_memory(options));
   FOLIO_RETURN_IF_ERROR(bundle->build_executor(options));
   FOLIO_RETURN_IF_ERROR(bundle->build_preemption_cost(options));
+  if (options.remote_runner) {
+    FOLIO_ASSIGN_OR_RETURN(bundle->remote_runner_, options.remote_runner(bundle->remote_setup_));
+  }
 
   EngineOptions engine_options;
   FOLIO_ASSIGN_OR_RETURN(engine_options.scheduler, bundle->fit_steps_to_memory(options));
@@ -232,9 +283,13 @@ Result<std::unique_ptr<ModelEngine>> ModelEngine::create(std::unique_ptr<model::
   EngineParts parts;
   parts.pressure = bundle->pressure_.get();
   parts.block_manager = bundle->block_manager_.get();
-  parts.runner = bundle->calibrating_runner_ != nullptr
-                     ? static_cast<StepRunner*>(bundle->calibrating_runner_.get())
-                     : bundle->runner_.get();
+  if (bundle->remote_runner_ != nullptr) {
+    parts.runner = bundle->remote_runner_.get();
+  } else if (bundle->calibrating_runner_ != nullptr) {
+    parts.runner = bundle->calibrating_runner_.get();
+  } else {
+    parts.runner = bundle->runner_.get();
+  }
   parts.preemption_cost = bundle->preemption_cost_.get();
   parts.has_swap_space = bundle->swap_space_ != nullptr;
   parts.registry = &bundle->registry_;

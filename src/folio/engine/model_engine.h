@@ -6,7 +6,9 @@
 // Thread-safety: as Engine: submit/cancel/stats from any thread once started.
 #pragma once
 
+#include <functional>
 #include <memory>
+#include <vector>
 
 #include "folio/base/metrics.h"
 #include "folio/base/thread_pool.h"
@@ -26,6 +28,27 @@
 #include "folio/model/llama_model.h"
 
 namespace folio::engine {
+
+// What a runner of the engine's steps elsewhere (a pipeline of workers: dist/'s
+// PipelineStepRunner) must mirror so that the engine's block ids, slots and step limits mean
+// the same there: the KV blocks the block manager hands out (padding blocks included), and the
+// executor's buckets and limits.
+struct RemoteStepSetup {
+  int64_t num_kv_blocks = 0;
+  int32_t block_size = 0;
+  int32_t max_blocks_per_sequence = 0;
+  DType kv_dtype = DType::kF16;
+  int64_t first_dummy_block = 0;
+  int32_t num_dummy_blocks = 0;
+  std::vector<int32_t> bucket_ladder;
+  int32_t max_num_tokens = 0;
+  int32_t max_sequences = 0;
+  int32_t max_logit_rows = 0;
+  bool use_graphs = true;
+};
+
+using RemoteRunnerFactory =
+    std::function<Result<std::unique_ptr<StepRunner>>(const RemoteStepSetup& setup)>;
 
 struct ModelEngineOptions {
   int num_threads = ThreadPool::default_num_threads();
@@ -68,6 +91,13 @@ struct ModelEngineOptions {
   // Time every step per op kind (exec/op_profile.h; `folio bench --profile`); read it with
   // profile() once the engine has stopped. Off, nothing is timed.
   bool profile = false;
+  // Run the steps elsewhere (issue 15: a pipeline of workers): called once the block manager
+  // and the local executor exist; the engine's steps go through the runner it returns, while
+  // the scheduler, block tables and sampler stay here. KV block copies (copy-on-write, swap)
+  // are not relayed to the runner: they fail (kFailedPrecondition) instead of leaving the
+  // remote caches stale, and swap space and adapters are refused with a remote runner. Null:
+  // the local executor runs the steps.
+  RemoteRunnerFactory remote_runner;
 };
 
 class ModelEngine {
@@ -110,12 +140,14 @@ class ModelEngine {
   std::unique_ptr<exec::MultiShapeArena> arena_;
   std::unique_ptr<lora::AdapterManager> adapters_;
   std::unique_ptr<kv::PoolPageSource> page_source_;
-  kv::HostKvBlockCopier copier_;
+  std::unique_ptr<kv::KvBlockCopier> copier_;
   std::unique_ptr<kv::HostSwapSpace> swap_space_;
   std::unique_ptr<kv::BlockManager> block_manager_;
   std::unique_ptr<exec::OpProfile> profile_;
   std::unique_ptr<exec::Executor> executor_;
   std::unique_ptr<ModelStepRunner> runner_;
+  RemoteStepSetup remote_setup_;               // filled by build_executor
+  std::unique_ptr<StepRunner> remote_runner_;  // null unless options.remote_runner
   std::unique_ptr<MemoryPressureHandler> pressure_;
   std::unique_ptr<PreemptionCostModel> preemption_cost_;
   std::unique_ptr<CostCalibratingStepRunner> calibrating_runner_;

@@ -91,8 +91,10 @@ Status Executor::initialize() {
   const ir::StepShape largest = shape_for(policy_.largest(), ir::StepPhase::kDecode);
   Result<ir::Graph> graph = factory_(largest);
   if (!graph.ok()) return graph.status().with_context("building the largest bucket's graph");
-  vocab_ = vocab_of(*graph);
-  limits_.vocab_size = vocab_;
+  limits_.vocab_size = vocab_of(*graph);
+  if (const std::optional<ir::TensorId> hidden = graph->find_tensor(ir::kInputHidden)) {
+    limits_.hidden_size = graph->tensor(*hidden).shape[1];
+  }
   if (const std::optional<ir::TensorId> tables = graph->find_tensor(ir::kInputBlockTables)) {
     limits_.max_blocks_per_sequence = static_cast<int32_t>(graph->tensor(*tables).shape[1]);
   } else {
@@ -101,8 +103,18 @@ Status Executor::initialize() {
   FOLIO_ASSIGN_OR_RETURN(inputs_, PersistentInputs::create(limits_, page_pool_));
   validation_scratch_.reserve(static_cast<size_t>(limits_.max_tokens));  // steps never allocate
   const std::optional<ir::TensorId> logits = graph->find_tensor(ir::kOutputLogits);
-  if (!logits || graph->tensor(*logits).residency != ir::Residency::kOutput) {
-    return invalid_argument("the step graph has no output named '{}'", ir::kOutputLogits);
+  const std::optional<ir::TensorId> hidden_out = graph->find_tensor(ir::kOutputHidden);
+  auto is_output = [&](std::optional<ir::TensorId> tensor) {
+    return tensor && graph->tensor(*tensor).residency == ir::Residency::kOutput;
+  };
+  if (is_output(logits) == is_output(hidden_out)) {
+    return invalid_argument("the step graph must have exactly one output named '{}' or '{}'",
+                            ir::kOutputLogits, ir::kOutputHidden);
+  }
+  if (is_output(logits)) {
+    vocab_ = graph->tensor(*logits).shape[1];
+  } else {
+    hidden_output_size_ = graph->tensor(*hidden_out).shape[1];
   }
   const PrepareContext context{weights_, kv_cache_, *inputs_, adapters_, pool_.num_threads()};
   FOLIO_ASSIGN_OR_RETURN(std::unique_ptr<PreparedGraph> prepared,
@@ -183,7 +195,8 @@ Result<int64_t> Executor::step_weight_bytes(int32_t num_tokens, ir::StepPhase ph
   return ir::weight_bytes_read(eager->graph->graph());
 }
 
-Status Executor::run_eagerly(const ir::StepShape& shape, ir::StepOutput& output) {
+Status Executor::run_eagerly(const ir::StepShape& shape, int32_t num_tokens,
+                             ir::StepOutput& output) {
   FOLIO_ASSIGN_OR_RETURN(const EagerGraph* found, eager_graph(shape));
   const EagerGraph& eager = *found;
   const size_t output_bytes_before = eager_outputs_.pool_bytes();
@@ -201,26 +214,44 @@ Status Executor::run_eagerly(const ir::StepShape& shape, ir::StepOutput& output)
   FOLIO_RETURN_IF_ERROR(run_eager(*eager.graph, eager.plan,
                                   std::span<std::byte>(eager_scratch_.data(), scratch_bytes),
                                   outputs, stream_));
-  output.logits = logits_of(eager_outputs_, output.num_rows);
+  set_output(eager_outputs_, num_tokens, output);
   return Status();
 }
 
-std::span<const float> Executor::logits_of(const OutputBuffers& buffers, int32_t rows) const {
+void Executor::set_output(const OutputBuffers& buffers, int32_t num_tokens,
+                          ir::StepOutput& output) const {
+  if (hidden_output_size_ > 0) {
+    const PoolSlice hidden = buffers.find(ir::kOutputHidden);
+    FOLIO_CHECK(hidden.data() != nullptr, "no hidden output buffer");
+    output.hidden = std::span<const float>(
+        hidden.as<const float>(), static_cast<size_t>(int64_t{num_tokens} * hidden_output_size_));
+    output.hidden_size = hidden_output_size_;
+    return;
+  }
   const PoolSlice logits = buffers.find(ir::kOutputLogits);
   FOLIO_CHECK(logits.data() != nullptr, "no logits buffer");
-  return std::span<const float>(logits.as<const float>(),
-                                static_cast<size_t>(int64_t{rows} * vocab_));
+  output.logits = std::span<const float>(logits.as<const float>(),
+                                         static_cast<size_t>(int64_t{output.num_rows} * vocab_));
 }
 
 double Executor::seconds_since(std::chrono::steady_clock::time_point start) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }
 
-Result<ir::StepOutput> Executor::execute(const ir::StepBatch& step) {
+Result<ir::StepOutput> Executor::execute(const ir::StepBatch& step,
+                                         std::span<const float> hidden_in) {
   OpProfile* const profile = options_.profile;
   const auto start = profile != nullptr ? std::chrono::steady_clock::now()
                                         : std::chrono::steady_clock::time_point();
   FOLIO_RETURN_IF_ERROR(validate_step(step, limits_, validation_scratch_));
+  const auto hidden_values = static_cast<size_t>(int64_t{step.num_tokens()} * limits_.hidden_size);
+  if (hidden_in.size() != hidden_values) {
+    return invalid_argument(
+        "executor '{}': the step's hidden input has {} values; this {} {} ({} tokens of {})",
+        options_.name, hidden_in.size(),
+        limits_.hidden_size > 0 ? "pipeline stage reads" : "graph embeds token ids and reads",
+        hidden_values, step.num_tokens(), limits_.hidden_size);
+  }
   ++steps_;
   const int32_t tokens = step.num_tokens();
   const bool above_ladder = tokens > policy_.largest();
@@ -229,13 +260,13 @@ Result<ir::StepOutput> Executor::execute(const ir::StepBatch& step) {
   output.vocab_size = static_cast<int32_t>(vocab_);
   last_step_shape_ = shape_for(tokens, step.phase());
   const ir::StepShape& shape = last_step_shape_;
-  inputs_->write(step, shape);
+  inputs_->write(step, shape, hidden_in);
   cache_->record_tokens(tokens, shape.num_tokens - tokens);
   if (profile != nullptr) profile->add(ProfileRow::kInputPreparation, seconds_since(start));
   if (above_ladder || options_.mode == ExecutionMode::kEager) {
     if (above_ladder) cache_->record_eager_fallback();
     last_step_path_ = above_ladder ? StepPath::kEagerFallback : StepPath::kEager;
-    FOLIO_RETURN_IF_ERROR(run_eagerly(shape, output));
+    FOLIO_RETURN_IF_ERROR(run_eagerly(shape, tokens, output));
     return output;
   }
   const BucketKey key{shape.num_tokens, shape.phase};
@@ -255,7 +286,7 @@ Result<ir::StepOutput> Executor::execute(const ir::StepBatch& step) {
                  captured.status().to_string());
       cache_->record_capture_failure();
       last_step_path_ = StepPath::kEagerFallback;
-      FOLIO_RETURN_IF_ERROR(run_eagerly(shape, output));
+      FOLIO_RETURN_IF_ERROR(run_eagerly(shape, tokens, output));
       return output;
     }
     FOLIO_ASSIGN_OR_RETURN(program, std::move(captured));
@@ -265,7 +296,7 @@ Result<ir::StepOutput> Executor::execute(const ir::StepBatch& step) {
     const ArenaReplayLock lock = arena_.lock_for_replay();
     program->replay(stream_, lock);
   }
-  output.logits = logits_of(persistent_outputs_, output.num_rows);
+  set_output(persistent_outputs_, tokens, output);
   return output;
 }
 

@@ -7,6 +7,9 @@
 //     look the bucket (padded tokens, phase) up in the graph cache: hit -> replay; miss ->
 //     capture a program into a fresh view of the shared arena, cache it, replay it;
 //     return the logits rows (valid until the next execute()).
+//   A pipeline stage's graphs (ir/step_graph.h) may read the residual stream (kInputHidden: one
+//   more persistent input, written from execute()'s `hidden_in`) and output it (kOutputHidden:
+//   returned as StepOutput::hidden, like logits) instead of embedding tokens or emitting logits.
 //   Decode-only buckets capture one full graph; prefill buckets a piecewise program with
 //   attention run eagerly between the pieces (program.h).
 //
@@ -123,9 +126,12 @@ class Executor {
   Executor(const Executor&) = delete;
   Executor& operator=(const Executor&) = delete;
 
-  // The logits rows of `step` (valid until the next execute()). kResourceExhausted when an
-  // eager step finds no pool memory for its activations or outputs (the step did not run).
-  Result<ir::StepOutput> execute(const ir::StepBatch& step);
+  // The logits rows of `step` (valid until the next execute()), or for a stage that is not the
+  // last, the residual stream of its tokens. `hidden_in`: the residual stream entering a stage
+  // that is not the first, f32 [step tokens, hidden_size()]; empty for the first.
+  // kInvalidArgument for a malformed step or hidden_in (nothing ran); kResourceExhausted when
+  // an eager step finds no pool memory for its activations or outputs (the step did not run).
+  Result<ir::StepOutput> execute(const ir::StepBatch& step, std::span<const float> hidden_in = {});
   // The padded shape the last executed step ran at, and how it ran.
   const ir::StepShape& last_step_shape() const { return last_step_shape_; }
   StepPath last_step_path() const { return last_step_path_; }
@@ -161,6 +167,12 @@ class Executor {
   GraphCacheStats stats() const { return cache_->stats(); }
   const GraphCache& cache() const { return *cache_; }
   const BucketPolicy& bucket_policy() const { return policy_; }
+  // Width of the residual stream the graphs read (0: they embed token ids) and write (0: they
+  // emit logits).
+  int64_t hidden_input_size() const { return limits_.hidden_size; }
+  int64_t hidden_output_size() const { return hidden_output_size_; }
+  // Columns of the logits; 0 for a stage that outputs the residual stream instead.
+  int64_t vocab_size() const { return vocab_; }
   const StepLimits& limits() const { return limits_; }
   // The stream steps run on (its launch counters tell eager launches from replayed kernels).
   const device::HostStream& stream() const { return stream_; }
@@ -173,11 +185,12 @@ class Executor {
   Status initialize();
   Result<std::unique_ptr<PreparedGraph>> prepare(const ir::StepShape& shape);
   Result<const Program*> capture(const ir::StepShape& shape);
-  Status run_eagerly(const ir::StepShape& shape, ir::StepOutput& output);
+  Status run_eagerly(const ir::StepShape& shape, int32_t num_tokens, ir::StepOutput& output);
   struct EagerGraph;
   // The prepared graph and plan of `shape`, from eager_graphs_ or made now.
   Result<const EagerGraph*> eager_graph(const ir::StepShape& shape);
-  std::span<const float> logits_of(const OutputBuffers& buffers, int32_t rows) const;
+  // Points `output` at the logits (or hidden rows) of `buffers`.
+  void set_output(const OutputBuffers& buffers, int32_t num_tokens, ir::StepOutput& output) const;
   static double seconds_since(std::chrono::steady_clock::time_point start);
 
   // A prepared graph of an eager step and the plan of its activations.
@@ -196,7 +209,8 @@ class Executor {
   const ExecutorOptions options_;
   const BucketPolicy policy_;
   StepLimits limits_;
-  int64_t vocab_ = 0;
+  int64_t vocab_ = 0;               // columns of the logits; 0 for a stage without logits
+  int64_t hidden_output_size_ = 0;  // columns of kOutputHidden; 0 for graphs with logits
   device::HostStream stream_;
   std::unique_ptr<PersistentInputs> inputs_;
   std::unique_ptr<GraphCache> cache_;

@@ -19,24 +19,26 @@ void copy_prefix(const PoolSlice& buffer, std::span<const int32_t> values) {
 
 // The buffers in the order they are laid out, with their sizes.
 struct BufferSizes {
-  std::array<size_t, 11> bytes{};
+  std::array<size_t, 12> bytes{};
   size_t total = 0;
-  std::array<size_t, 11> offsets{};
+  std::array<size_t, 12> offsets{};
 };
 
 BufferSizes buffer_sizes(const StepLimits& limits) {
   BufferSizes sizes;
-  sizes.bytes = {i32_bytes(limits.max_tokens),
-                 i32_bytes(limits.max_tokens),
-                 i32_bytes(limits.max_tokens),
-                 i32_bytes(limits.max_sequences),
-                 i32_bytes(int64_t{limits.max_sequences} + 1),
-                 i32_bytes(int64_t{limits.max_sequences} * limits.max_blocks_per_sequence),
-                 i32_bytes(limits.max_logit_rows),
-                 i32_bytes(limits.max_tokens),
-                 i32_bytes(limits.max_logit_rows),
-                 sizeof(int32_t),
-                 sizeof(int32_t)};
+  sizes.bytes = {
+      i32_bytes(limits.max_tokens),
+      i32_bytes(limits.max_tokens),
+      i32_bytes(limits.max_tokens),
+      i32_bytes(limits.max_sequences),
+      i32_bytes(int64_t{limits.max_sequences} + 1),
+      i32_bytes(int64_t{limits.max_sequences} * limits.max_blocks_per_sequence),
+      i32_bytes(limits.max_logit_rows),
+      i32_bytes(limits.max_tokens),
+      i32_bytes(limits.max_logit_rows),
+      sizeof(int32_t),
+      sizeof(int32_t),
+      static_cast<size_t>(int64_t{limits.max_tokens} * limits.hidden_size) * sizeof(float)};
   SliceLayout layout;
   for (size_t i = 0; i < sizes.bytes.size(); ++i) sizes.offsets[i] = layout.add(sizes.bytes[i]);
   sizes.total = layout.total();
@@ -51,7 +53,7 @@ PersistentInputs::PersistentInputs(const StepLimits& limits, memory::PageAllocat
   PoolSlice* const buffers[] = {&token_ids_,     &positions_,           &slot_mapping_,
                                 &seq_lens_,      &query_start_,         &block_tables_,
                                 &logit_indices_, &token_adapter_slots_, &logit_adapter_slots_,
-                                &num_sequences_, &num_logit_rows_};
+                                &num_sequences_, &num_logit_rows_,      &hidden_};
   for (size_t i = 0; i < sizes.bytes.size(); ++i) {
     *buffers[i] = PoolSlice(memory_.data() + sizes.offsets[i], sizes.bytes[i]);
   }
@@ -81,7 +83,8 @@ Result<std::unique_ptr<PersistentInputs>> PersistentInputs::create(const StepLim
   return std::unique_ptr<PersistentInputs>(new PersistentInputs(limits, std::move(memory)));
 }
 
-void PersistentInputs::write(const ir::StepBatch& step, const ir::StepShape& shape) {
+void PersistentInputs::write(const ir::StepBatch& step, const ir::StepShape& shape,
+                             std::span<const float> hidden) {
   const int32_t tokens = step.num_tokens();
   const int32_t sequences = step.num_sequences();
   const int32_t rows = step.num_logit_rows();
@@ -122,6 +125,13 @@ void PersistentInputs::write(const ir::StepBatch& step, const ir::StepShape& sha
   }
   std::fill(logit_indices_.as<int32_t>() + rows,
             logit_indices_.as<int32_t>() + shape.num_logit_rows, 0);
+  if (limits_.hidden_size > 0) {
+    FOLIO_DCHECK(hidden.size() == static_cast<size_t>(int64_t{tokens} * limits_.hidden_size));
+    float* rows_in = hidden_.as<float>();
+    if (!hidden.empty()) std::memcpy(rows_in, hidden.data(), hidden.size_bytes());
+    std::fill(rows_in + int64_t{tokens} * limits_.hidden_size,
+              rows_in + int64_t{shape.num_tokens} * limits_.hidden_size, 0.0f);
+  }
 
   // Each token gets its sequence's adapter slot; padding tokens (and every token of a step
   // without slots) slot 0, no adapter.
@@ -141,6 +151,19 @@ void PersistentInputs::write(const ir::StepBatch& step, const ir::StepShape& sha
 }
 
 Result<std::byte*> PersistentInputs::bind(const ir::TensorInfo& tensor) const {
+  if (tensor.name == ir::kInputHidden) {
+    const bool fits = limits_.hidden_size > 0 && tensor.dtype == DType::kF32 &&
+                      tensor.shape.rank == 2 && tensor.shape[0] <= limits_.max_tokens &&
+                      tensor.shape[1] == limits_.hidden_size;
+    if (!fits) {
+      return invalid_argument(
+          "input '{}' is {} {}; the persistent buffer holds f32 rows of exactly {} values, up to "
+          "{} rows",
+          tensor.name, dtype_name(tensor.dtype), tensor.shape.to_string(), limits_.hidden_size,
+          limits_.max_tokens);
+    }
+    return hidden_.data();
+  }
   if (tensor.dtype != DType::kI32) {
     return invalid_argument("input '{}' is {}; persistent inputs are i32", tensor.name,
                             dtype_name(tensor.dtype));
@@ -180,7 +203,7 @@ Result<std::byte*> PersistentInputs::bind(const ir::TensorInfo& tensor) const {
   return invalid_argument(
       "input '{}' is not a persistent input; expected one of token_ids, positions, slot_mapping, "
       "seq_lens, query_start, block_tables, logit_indices, token_adapter_slots, "
-      "logit_adapter_slots",
+      "logit_adapter_slots, hidden_in",
       tensor.name);
 }
 

@@ -17,12 +17,16 @@
 //   dummy block; padding tokens have adapter slot 0 (none); logit indices [r, R) are 0 and the
 //   kernels zero those rows (num_logit_rows = r).
 //
+// A pipeline stage that does not start at the first layer also reads the residual stream
+// (ir::kInputHidden, f32 [T, hidden_size]): the step's rows are copied in and padding rows are 0.
+//
 // Thread-safety: none; the executor writes the buffers before each step, on its thread.
 // Invariant: buffer addresses never change after create().
 #pragma once
 
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <string_view>
 
 #include "folio/base/result.h"
@@ -42,14 +46,18 @@ class PersistentInputs {
   static Result<std::unique_ptr<PersistentInputs>> create(const StepLimits& limits,
                                                           memory::PagePool& pool);
 
-  // Copies `step` into the buffers' prefix and fills the padding up to `shape`.
+  // Copies `step` (and `hidden`, the residual stream of its tokens for a stage that reads one)
+  // into the buffers' prefix and fills the padding up to `shape`.
   // Requires: validate_step(step, limits).ok(); shape.num_tokens >= step tokens,
-  // num_sequence_slots >= step sequences, num_logit_rows >= step logit rows, all <= limits.
-  void write(const ir::StepBatch& step, const ir::StepShape& shape);
+  // num_sequence_slots >= step sequences, num_logit_rows >= step logit rows, all <= limits;
+  // hidden holds step tokens * limits.hidden_size values (none when hidden_size is 0).
+  void write(const ir::StepBatch& step, const ir::StepShape& shape,
+             std::span<const float> hidden = {});
 
   // The buffer behind IR input `tensor` (matched by name), or kInvalidArgument when the name is
-  // not a persistent input, its dtype is not i32, or its shape does not fit the buffer (block
-  // tables must have exactly max_blocks_per_sequence columns).
+  // not a persistent input, its dtype is not the buffer's (i32; f32 for the hidden input), or
+  // its shape does not fit the buffer (block tables must have exactly max_blocks_per_sequence
+  // columns, the hidden input exactly hidden_size).
   Result<std::byte*> bind(const ir::TensorInfo& tensor) const;
 
   const int32_t* num_sequences() const { return num_sequences_.as<int32_t>(); }
@@ -74,6 +82,7 @@ class PersistentInputs {
   PoolSlice logit_adapter_slots_;  // i32 [max_logit_rows]
   PoolSlice num_sequences_;        // i32 scalar
   PoolSlice num_logit_rows_;       // i32 scalar
+  PoolSlice hidden_;               // f32 [max_tokens, hidden_size]; empty when hidden_size is 0
 };
 
 }  // namespace folio::exec

@@ -113,10 +113,10 @@ Status PreparedGraph::prepare_op(size_t index) {
     case ir::OpKind::kRope:
       return prepare_rope(prepared);
     case ir::OpKind::kKvCacheWrite:
-      prepared.kv_layer = op.layer;
+      prepared.kv_layer = op.layer - kv_cache_.first_layer;  // checked by map_kv_caches
       return Status();
     case ir::OpKind::kPagedAttention:
-      prepared.kv_layer = op.layer;
+      prepared.kv_layer = op.layer - kv_cache_.first_layer;
       prepared.workspace_bytes = aligned_workspace(
           kernels::cpu::paged_attention_workspace_bytes(kv_cache_.layout, num_threads_));
       return Status();

@@ -26,6 +26,9 @@ struct StepLimits {
   // Rows of the adapter table the graphs' lora ops read (slot 0 included); 0 when the graphs
   // have no lora ops, and then every adapter slot of a step must be 0.
   int32_t num_adapter_slots = 0;
+  // Width of the residual stream a pipeline stage's graphs read (ir::kInputHidden, f32
+  // [T, hidden_size]); 0 when they embed token ids instead.
+  int64_t hidden_size = 0;
 };
 
 // OK when `step` is well formed for `limits`: consistent array sizes (block table rows of

@@ -22,15 +22,17 @@ Status check_cache_tensor(const ir::TensorInfo& tensor, const KvCacheBinding& bi
 Status assign(std::vector<KvCacheRef>& refs, const ir::Graph& graph, const ir::Op& op,
               ir::TensorId cache, bool is_value, const KvCacheBinding& binding) {
   const ir::TensorInfo& tensor = graph.tensor(cache);
-  if (op.layer < 0 || op.layer >= binding.layout.num_layers) {
+  const int32_t layer = op.layer - binding.first_layer;
+  if (op.layer < 0 || layer < 0 || layer >= binding.layout.num_layers) {
     return invalid_argument(
-        "{} '{}' uses KV cache '{}' with layer index {}; expected a layer in [0, {}) of the "
+        "{} '{}' uses KV cache '{}' with layer index {}; expected a layer in [{}, {}) of the "
         "paged cache",
-        ir::op_kind_name(op.kind), op.name, tensor.name, op.layer, binding.layout.num_layers);
+        ir::op_kind_name(op.kind), op.name, tensor.name, op.layer, binding.first_layer,
+        binding.first_layer + binding.layout.num_layers);
   }
   FOLIO_RETURN_IF_ERROR(check_cache_tensor(tensor, binding));
   KvCacheRef& ref = refs[static_cast<size_t>(cache.value())];
-  const KvCacheRef wanted{op.layer, is_value};
+  const KvCacheRef wanted{layer, is_value};
   if (ref.layer >= 0 && (ref.layer != wanted.layer || ref.is_value != wanted.is_value)) {
     return invalid_argument(
         "KV cache '{}' is used as the {} cache of layer {} and, by {} '{}', as the {} cache of "

@@ -31,6 +31,10 @@ namespace folio::exec {
 struct KvCacheBinding {
   kernels::PagedKvLayout layout;
   int64_t num_blocks = 0;  // blocks allocated behind layout.base
+  // The model layer held as the layout's layer 0: a pipeline stage's cache holds only its
+  // layers [first_layer, first_layer + layout.num_layers), while its graph's ops keep their
+  // absolute layer indices. 0 for a whole model.
+  int32_t first_layer = 0;
 };
 
 // The adapter table the graphs' lora ops read (kernels/lora.h): num_targets rows (one per
@@ -46,14 +50,15 @@ struct AdapterTableBinding {
 
 // Where one IR KV-cache tensor lives in the paged layout.
 struct KvCacheRef {
-  int32_t layer = -1;
+  int32_t layer = -1;  // the layout's layer (the op's layer minus the binding's first_layer)
   bool is_value = false;
 };
 
 // The KvCacheRef of every tensor of `graph` (indexed by tensor id; layer -1 for tensors that
 // are not KV caches). Errors: a cache used by an op without a layer index, with a layer outside
-// the layout, as both key and value or by two layers, or whose dtype or shape differs from
-// [num_blocks, block_size, num_kv_heads, head_dim] of the binding.
+// the layout's [first_layer, first_layer + num_layers), as both key and value or by two layers, or
+// whose dtype or shape differs from [num_blocks, block_size, num_kv_heads, head_dim] of the
+// binding.
 Result<std::vector<KvCacheRef>> map_kv_caches(const ir::Graph& graph,
                                               const KvCacheBinding& binding);
 

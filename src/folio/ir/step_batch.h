@@ -67,13 +67,18 @@ struct StepBatch {
   }
 };
 
-// What a step returns: one logits row per logit index.
+// What a step returns: one logits row per logit index; or, from a pipeline stage that is not
+// the last (step_graph.h), the residual stream of every step token instead.
 struct StepOutput {
   // f32 [num_rows, vocab_size], row-major. Owned by whoever ran the step; valid until it runs
-  // the next one.
+  // the next one. Empty from a stage that is not the last.
   std::span<const float> logits;
   int32_t num_rows = 0;
   int32_t vocab_size = 0;
+  // f32 [num_tokens, hidden_size]: the residual stream leaving a stage that is not the last (the
+  // next stage's input), valid like logits; empty (hidden_size 0) otherwise.
+  std::span<const float> hidden = {};
+  int64_t hidden_size = 0;
 };
 
 }  // namespace folio::ir

@@ -7,6 +7,11 @@
 // - Inputs are named after the StepBatch fields they carry (step_batch.h): kInputTokenIds ...
 //   The executor binds them to its persistent input buffers by these names.
 // - The output kOutputLogits is f32 [R, vocab].
+// - Pipeline stages (issue 15): a graph of a contiguous range of layers that does not start at
+//   the first layer reads the residual stream from kInputHidden instead of embedding
+//   kInputTokenIds; one that does not end at the last layer outputs the residual stream as
+//   kOutputHidden instead of logits. Both are f32 [T, hidden], every step token (padding rows
+//   included), so the output of one stage is the input of the next, row for row.
 // - Weights are named by their GGUF names and found through a WeightSource; bind_weight checks
 //   what the source returns against the graph's tensor.
 // - KV caches are one key and one value tensor per layer, [num_blocks, block_size, kv_heads,
@@ -40,6 +45,9 @@ inline constexpr std::string_view kInputTokenAdapterSlots = "token_adapter_slots
 // The slot of the token of each logit row (the LM head's adapter update); 0 for padding rows.
 inline constexpr std::string_view kInputLogitAdapterSlots = "logit_adapter_slots";  // i32 [R]
 inline constexpr std::string_view kOutputLogits = "logits";  // f32 [R, vocab]
+// The residual stream entering and leaving a pipeline stage's layers.
+inline constexpr std::string_view kInputHidden = "hidden_in";    // f32 [T, hidden]
+inline constexpr std::string_view kOutputHidden = "hidden_out";  // f32 [T, hidden]
 
 // The shape one step graph is emitted for. Every field is fixed per bucket: T is the padded
 // token count, S = min(T, max sequences) and R = min(T, max logit rows).

@@ -17,21 +17,43 @@ using ir::GraphBuilder;
 using ir::TensorId;
 
 struct StepInputs {
-  TensorId token_ids, positions, slot_mapping, logit_indices;
+  std::optional<TensorId> token_ids;      // the first stage only
+  std::optional<TensorId> hidden;         // every stage but the first: the residual stream
+  std::optional<TensorId> logit_indices;  // the last stage only
+  TensorId positions, slot_mapping;
   std::optional<TensorId> token_adapter_slots;  // graphs with adapters only
-  std::optional<TensorId> logit_adapter_slots;  // graphs with adapters only
+  std::optional<TensorId> logit_adapter_slots;  // graphs with adapters, last stage only
   ir::AttentionMetadata attention;
 };
 
-Result<StepInputs> declare_inputs(GraphBuilder& builder, const ir::StepShape& step,
-                                  const ir::KvCacheShape& kv_cache, bool adapters) {
+// The layer range of a stage and where it sits in the model.
+struct StageRange {
+  int64_t first_layer = 0;
+  int64_t end_layer = 0;
+  bool first = true;  // starts at layer 0: embeds token ids
+  bool last = true;   // ends at the last layer: emits logits
+};
+
+StageRange stage_range(const LlamaShape& model, const LlamaGraphOptions& options) {
+  const int64_t end = options.end_layer.value_or(model.num_layers);
+  return StageRange{options.first_layer, end, options.first_layer == 0, end == model.num_layers};
+}
+
+Result<StepInputs> declare_inputs(GraphBuilder& builder, const LlamaShape& model,
+                                  const ir::StepShape& step, const ir::KvCacheShape& kv_cache,
+                                  const StageRange& stage, bool adapters) {
   StepInputs inputs;
   const int64_t tokens = step.num_tokens;
   const int64_t sequences = step.num_sequence_slots;
   auto input = [&](std::string_view name, ir::Shape shape) {
     return builder.input(std::string(name), DType::kI32, std::move(shape));
   };
-  FOLIO_ASSIGN_OR_RETURN(inputs.token_ids, input(ir::kInputTokenIds, {tokens}));
+  if (stage.first) {
+    FOLIO_ASSIGN_OR_RETURN(inputs.token_ids, input(ir::kInputTokenIds, {tokens}));
+  } else {
+    FOLIO_ASSIGN_OR_RETURN(inputs.hidden, builder.input(std::string(ir::kInputHidden), DType::kF32,
+                                                        {tokens, model.hidden_size}));
+  }
   FOLIO_ASSIGN_OR_RETURN(inputs.positions, input(ir::kInputPositions, {tokens}));
   FOLIO_ASSIGN_OR_RETURN(inputs.slot_mapping, input(ir::kInputSlotMapping, {tokens}));
   FOLIO_ASSIGN_OR_RETURN(inputs.attention.seq_lens, input(ir::kInputSeqLens, {sequences}));
@@ -40,13 +62,17 @@ Result<StepInputs> declare_inputs(GraphBuilder& builder, const ir::StepShape& st
   FOLIO_ASSIGN_OR_RETURN(
       inputs.attention.block_tables,
       input(ir::kInputBlockTables, {sequences, kv_cache.max_blocks_per_sequence}));
-  FOLIO_ASSIGN_OR_RETURN(inputs.logit_indices,
-                         input(ir::kInputLogitIndices, {step.num_logit_rows}));
+  if (stage.last) {
+    FOLIO_ASSIGN_OR_RETURN(inputs.logit_indices,
+                           input(ir::kInputLogitIndices, {step.num_logit_rows}));
+  }
   if (adapters) {
     FOLIO_ASSIGN_OR_RETURN(inputs.token_adapter_slots,
                            input(ir::kInputTokenAdapterSlots, {tokens}));
-    FOLIO_ASSIGN_OR_RETURN(inputs.logit_adapter_slots,
-                           input(ir::kInputLogitAdapterSlots, {step.num_logit_rows}));
+    if (stage.last) {
+      FOLIO_ASSIGN_OR_RETURN(inputs.logit_adapter_slots,
+                             input(ir::kInputLogitAdapterSlots, {step.num_logit_rows}));
+    }
   }
   return inputs;
 }
@@ -59,36 +85,55 @@ class LlamaEmitter {
         step_(step),
         kv_cache_(kv_cache),
         options_(options),
+        stage_(stage_range(model, options)),
         builder_(step.ir_phase()) {}
 
   Result<ir::Graph> emit() {
-    FOLIO_ASSIGN_OR_RETURN(inputs_, declare_inputs(builder_, step_, kv_cache_, options_.adapters));
     FOLIO_ASSIGN_OR_RETURN(
-        TensorId table,
-        builder_.weight("token_embd.weight", model_.matrix_dtype("token_embd.weight"),
-                        {model_.vocab_size, model_.hidden_size}));
-    FOLIO_ASSIGN_OR_RETURN(TensorId hidden, builder_.embedding(inputs_.token_ids, table, "embed"));
-    if (llama_is_gemma(model_.architecture)) {
-      FOLIO_ASSIGN_OR_RETURN(
-          hidden,
-          builder_.scale(hidden, std::sqrt(static_cast<float>(model_.hidden_size)), "embed_scale"));
+        inputs_, declare_inputs(builder_, model_, step_, kv_cache_, stage_, options_.adapters));
+    std::optional<TensorId> table;
+    TensorId hidden;
+    if (stage_.first) {
+      FOLIO_ASSIGN_OR_RETURN(table, token_embedding());
+      FOLIO_ASSIGN_OR_RETURN(hidden, builder_.embedding(*inputs_.token_ids, *table, "embed"));
+      if (llama_is_gemma(model_.architecture)) {
+        FOLIO_ASSIGN_OR_RETURN(
+            hidden, builder_.scale(hidden, std::sqrt(static_cast<float>(model_.hidden_size)),
+                                   "embed_scale"));
+      }
+    } else {
+      hidden = *inputs_.hidden;
     }
     if (model_.rope_frequency_factors) {
       FOLIO_ASSIGN_OR_RETURN(
           rope_frequency_factors_,
           builder_.weight("rope_freqs.weight", DType::kF32, {model_.head_dim() / 2}));
     }
-    for (int64_t layer = 0; layer < model_.num_layers; ++layer) {
+    for (int64_t layer = stage_.first_layer; layer < stage_.end_layer; ++layer) {
       builder_.set_layer(static_cast<int32_t>(layer));
       FOLIO_ASSIGN_OR_RETURN(hidden, attention_block(layer, hidden));
-      FOLIO_ASSIGN_OR_RETURN(hidden, feed_forward_block(layer, hidden));
+      // A stage that hands on the residual stream names its last add ir::kOutputHidden.
+      const bool hands_on = !stage_.last && layer + 1 == stage_.end_layer;
+      FOLIO_ASSIGN_OR_RETURN(
+          hidden, feed_forward_block(
+                      layer, hidden,
+                      hands_on ? std::optional<std::string>(ir::kOutputHidden) : std::nullopt));
     }
     builder_.set_layer(-1);
+    if (!stage_.last) {
+      FOLIO_RETURN_IF_ERROR(builder_.mark_output(hidden));
+      return builder_.finish();
+    }
     FOLIO_ASSIGN_OR_RETURN(TensorId normed, norm(hidden, "output_norm"));
     FOLIO_ASSIGN_OR_RETURN(TensorId rows,
-                           builder_.gather_rows(normed, inputs_.logit_indices, "logit_rows"));
-    TensorId head = table;
-    if (!model_.tie_embeddings) {
+                           builder_.gather_rows(normed, *inputs_.logit_indices, "logit_rows"));
+    TensorId head;
+    if (model_.tie_embeddings) {
+      if (!table) {
+        FOLIO_ASSIGN_OR_RETURN(table, token_embedding());
+      }
+      head = *table;
+    } else {
       FOLIO_ASSIGN_OR_RETURN(head,
                              builder_.weight("output.weight", model_.matrix_dtype("output.weight"),
                                              {model_.vocab_size, model_.hidden_size}));
@@ -115,6 +160,11 @@ class LlamaEmitter {
   }
 
  private:
+  Result<TensorId> token_embedding() {
+    return builder_.weight("token_embd.weight", model_.matrix_dtype("token_embd.weight"),
+                           {model_.vocab_size, model_.hidden_size});
+  }
+
   // RMSNorm with the f32 weight "<name>.weight".
   Result<TensorId> norm(TensorId x, const std::string& name) {
     FOLIO_ASSIGN_OR_RETURN(TensorId weight,
@@ -221,7 +271,9 @@ class LlamaEmitter {
     return builder_.add(hidden, projected, prefix + ".attn_residual");
   }
 
-  Result<TensorId> feed_forward_block(int64_t layer, TensorId hidden) {
+  // `output_name`: the name of the residual add (default "blk.N.ffn_residual").
+  Result<TensorId> feed_forward_block(int64_t layer, TensorId hidden,
+                                      std::optional<std::string> output_name) {
     const std::string prefix = fmt::format("blk.{}", layer);
     const int64_t hidden_size = model_.hidden_size;
     const int64_t ffn = model_.ffn_size;
@@ -239,20 +291,21 @@ class LlamaEmitter {
     if (gemma) {
       FOLIO_ASSIGN_OR_RETURN(down, norm(down, prefix + ".post_ffw_norm"));
     }
-    return builder_.add(hidden, down, prefix + ".ffn_residual");
+    return builder_.add(hidden, down, output_name.value_or(prefix + ".ffn_residual"));
   }
 
   const LlamaShape& model_;
   const ir::StepShape& step_;
   const ir::KvCacheShape& kv_cache_;
   const LlamaGraphOptions options_;
+  const StageRange stage_;
   GraphBuilder builder_;
   StepInputs inputs_;
   std::optional<TensorId> rope_frequency_factors_;  // f32 [head_dim / 2], rope_freqs.weight
 };
 
 Status validate_step_shape(const LlamaShape& model, const ir::StepShape& step,
-                           const ir::KvCacheShape& kv_cache) {
+                           const ir::KvCacheShape& kv_cache, const StageRange& stage) {
   auto positive = [](const char* field, int64_t value) -> Status {
     if (value <= 0)
       return invalid_argument("step shape: {} must be positive, got {}", field, value);
@@ -265,13 +318,20 @@ Status validate_step_shape(const LlamaShape& model, const ir::StepShape& step,
   FOLIO_RETURN_IF_ERROR(positive("num_kv_blocks", kv_cache.num_blocks));
   const ir::KvCacheGeometry& geometry = kv_cache.geometry;
   FOLIO_RETURN_IF_ERROR(geometry.validate());
-  if (geometry.num_layers != model.num_layers || geometry.num_kv_heads != model.num_kv_heads ||
+  if (stage.first_layer < 0 || stage.first_layer >= stage.end_layer ||
+      stage.end_layer > model.num_layers) {
+    return invalid_argument(
+        "the stage's layers [{}, {}) are not a non-empty range of the model's {} layers",
+        stage.first_layer, stage.end_layer, model.num_layers);
+  }
+  const int64_t stage_layers = stage.end_layer - stage.first_layer;
+  if (geometry.num_layers != stage_layers || geometry.num_kv_heads != model.num_kv_heads ||
       geometry.head_dim != model.head_dim()) {
     return invalid_argument(
-        "the KV cache has {} layers of {} KV heads of {} dimensions; the model needs {} of {} of "
-        "{}",
-        geometry.num_layers, geometry.num_kv_heads, geometry.head_dim, model.num_layers,
-        model.num_kv_heads, model.head_dim());
+        "the KV cache has {} layers of {} KV heads of {} dimensions; the model's layers [{}, {}) "
+        "need {} of {} of {}",
+        geometry.num_layers, geometry.num_kv_heads, geometry.head_dim, stage.first_layer,
+        stage.end_layer, stage_layers, model.num_kv_heads, model.head_dim());
   }
   return Status();
 }
@@ -280,7 +340,12 @@ Status validate_step_shape(const LlamaShape& model, const ir::StepShape& step,
 
 ir::KvCacheGeometry llama_kv_cache_geometry(const LlamaShape& model, int32_t block_size,
                                             DType dtype) {
-  return ir::KvCacheGeometry{block_size, static_cast<int32_t>(model.num_layers),
+  return llama_stage_kv_cache_geometry(model, model.num_layers, block_size, dtype);
+}
+
+ir::KvCacheGeometry llama_stage_kv_cache_geometry(const LlamaShape& model, int64_t num_layers,
+                                                  int32_t block_size, DType dtype) {
+  return ir::KvCacheGeometry{block_size, static_cast<int32_t>(num_layers),
                              static_cast<int32_t>(model.num_kv_heads),
                              static_cast<int32_t>(model.head_dim()), dtype};
 }
@@ -296,7 +361,7 @@ Result<ir::Graph> build_llama_step_graph(const LlamaShape& model, const ir::Step
                                          const ir::KvCacheShape& kv_cache,
                                          const LlamaGraphOptions& options) {
   FOLIO_RETURN_IF_ERROR(validate_llama_shape(model));
-  FOLIO_RETURN_IF_ERROR(validate_step_shape(model, step, kv_cache));
+  FOLIO_RETURN_IF_ERROR(validate_step_shape(model, step, kv_cache, stage_range(model, options)));
   return LlamaEmitter(model, step, kv_cache, options).emit();
 }
 

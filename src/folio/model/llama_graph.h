@@ -18,6 +18,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string_view>
 
 #include "folio/base/result.h"
@@ -32,11 +33,21 @@ struct LlamaGraphOptions {
   // the input token_adapter_slots, so one graph serves any mix of adapters and the base model.
   // Off, the graph is the base model's alone and pays nothing for adapters.
   bool adapters = false;
+  // The pipeline stage this graph runs (issue 15): layers [first_layer, end_layer), end_layer
+  // nullopt meaning the model's layer count. A stage that starts after layer 0 reads the
+  // residual stream from ir::kInputHidden instead of embedding token ids; one that ends before
+  // the last layer outputs it as ir::kOutputHidden instead of the final norm, logit-row gather
+  // and LM head. Its KV cache holds its layers only (the geometry's num_layers is
+  // end_layer - first_layer) under their absolute names ("blk.N.k_cache"). The default, the
+  // whole model as one stage, is the single-process graph.
+  int64_t first_layer = 0;
+  std::optional<int64_t> end_layer;
 };
 
 // The step graph of `step`'s bucket over a paged cache of `kv_cache`. Errors
-// (kInvalidArgument): an invalid model shape (validate_llama_shape) or step shape, or a KV cache
-// whose geometry is not the model's (layers, KV heads, head dimension).
+// (kInvalidArgument): an invalid model shape (validate_llama_shape) or step shape, an empty or
+// out-of-range layer range, or a KV cache whose geometry is not the stage's (its layer count,
+// KV heads, head dimension).
 Result<ir::Graph> build_llama_step_graph(const LlamaShape& model, const ir::StepShape& step,
                                          const ir::KvCacheShape& kv_cache,
                                          const LlamaGraphOptions& options = {});
@@ -45,6 +56,9 @@ Result<ir::Graph> build_llama_step_graph(const LlamaShape& model, const ir::Step
 // `dtype`: what a cache must have for the model's step graphs.
 ir::KvCacheGeometry llama_kv_cache_geometry(const LlamaShape& model, int32_t block_size,
                                             DType dtype);
+// The same for the `num_layers` layers of one pipeline stage.
+ir::KvCacheGeometry llama_stage_kv_cache_geometry(const LlamaShape& model, int64_t num_layers,
+                                                  int32_t block_size, DType dtype);
 
 // The name of layer `layer`'s key or value cache tensor.
 std::string llama_key_cache_name(int64_t layer);

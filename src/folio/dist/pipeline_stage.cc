@@ -1,0 +1,143 @@
+#include "folio/dist/pipeline_stage.h"
+
+#include <algorithm>
+#include <set>
+
+#include "folio/device/host_virtual_memory.h"
+#include "folio/exec/arena_memory.h"
+#include "folio/exec/step_memory.h"
+#include "folio/model/llama_graph.h"
+
+namespace folio::dist {
+namespace {
+
+// Pool pages of the stage: the engine's page size (engine/model_engine.h), smaller for pools
+// too small to hold a few of them.
+constexpr int64_t kPageBytes = int64_t{2} << 20;
+constexpr int64_t kSmallPageBytes = int64_t{64} << 10;
+
+Status check_spec(const model::LlamaShape& shape, const PipelineStageSpec& spec) {
+  if (spec.first_layer < 0 || spec.first_layer >= spec.end_layer ||
+      spec.end_layer > shape.num_layers) {
+    return invalid_argument("stage layers [{}, {}) are not a non-empty range of the model's {}",
+                            spec.first_layer, spec.end_layer, shape.num_layers);
+  }
+  if (spec.kv_dtype != DType::kF32 && spec.kv_dtype != DType::kF16) {
+    return invalid_argument("the KV cache holds f32 or f16, not {}", dtype_name(spec.kv_dtype));
+  }
+  if (spec.num_kv_blocks <= 0 || spec.block_size <= 0 || spec.max_blocks_per_sequence <= 0) {
+    return invalid_argument(
+        "a stage needs KV blocks ({}), a block size ({}) and block-table columns ({})",
+        spec.num_kv_blocks, spec.block_size, spec.max_blocks_per_sequence);
+  }
+  if (spec.pool_bytes <= 0) {
+    return invalid_argument("the stage's pool needs bytes, got {}", spec.pool_bytes);
+  }
+  return Status();
+}
+
+}  // namespace
+
+Result<int64_t> llama_stage_weight_bytes(const model::LlamaShape& model, int64_t first_layer,
+                                         int64_t end_layer) {
+  model::LlamaGraphOptions options;
+  options.first_layer = first_layer;
+  options.end_layer = end_layer;
+  const ir::KvCacheShape kv_cache{
+      model::llama_stage_kv_cache_geometry(model, end_layer - first_layer, 16, DType::kF32), 2, 1};
+  FOLIO_ASSIGN_OR_RETURN(
+      const ir::Graph graph,
+      model::build_llama_step_graph(model, ir::StepShape{1, 1, 1, ir::StepPhase::kDecode}, kv_cache,
+                                    options));
+  int64_t bytes = 0;
+  for (const ir::TensorInfo& tensor : graph.tensors()) {
+    if (tensor.residency == ir::Residency::kWeight) bytes += tensor.bytes();
+  }
+  return bytes;
+}
+
+Result<std::unique_ptr<PipelineStage>> PipelineStage::create(const model::LlamaModel& model,
+                                                             const PipelineStageSpec& spec,
+                                                             int num_threads) {
+  const model::LlamaShape& shape = model.shape();
+  FOLIO_RETURN_IF_ERROR(check_spec(shape, spec));
+  if (num_threads < 1) return invalid_argument("a stage needs a thread, got {}", num_threads);
+  std::unique_ptr<PipelineStage> stage(new PipelineStage());
+  stage->spec_ = spec;
+  FOLIO_ASSIGN_OR_RETURN(stage->weight_bytes_,
+                         llama_stage_weight_bytes(shape, spec.first_layer, spec.end_layer));
+  stage->threads_ = std::make_unique<ThreadPool>(num_threads);
+  FOLIO_ASSIGN_OR_RETURN(stage->virtual_memory_, device::make_host_virtual_memory());
+  const int64_t page_bytes = spec.pool_bytes >= 16 * kPageBytes ? kPageBytes : kSmallPageBytes;
+  memory::PagePoolOptions pool_options;
+  pool_options.name = fmt::format("stage_{}_{}", spec.first_layer, spec.end_layer);
+  pool_options.page_size = static_cast<size_t>(page_bytes);
+  pool_options.num_pages = std::max<int64_t>(1, spec.pool_bytes / page_bytes);
+  FOLIO_ASSIGN_OR_RETURN(stage->pool_,
+                         memory::PagePool::create(*stage->virtual_memory_, pool_options));
+
+  // The KV cache of the stage's layers: one contiguous run of the pool, block b at
+  // b * block_bytes (one "page" of the layout holding every block).
+  const ir::KvCacheGeometry geometry = model::llama_stage_kv_cache_geometry(
+      shape, spec.end_layer - spec.first_layer, spec.block_size, spec.kv_dtype);
+  kernels::PagedKvLayout layout;
+  layout.block_size = spec.block_size;
+  layout.num_layers = geometry.num_layers;
+  layout.num_kv_heads = geometry.num_kv_heads;
+  layout.head_dim = geometry.head_dim;
+  layout.dtype = spec.kv_dtype;
+  layout.block_bytes = geometry.block_bytes();
+  layout.blocks_per_page = static_cast<int32_t>(spec.num_kv_blocks);
+  layout.page_bytes = layout.block_bytes * spec.num_kv_blocks;
+  stage->kv_cache_bytes_ = layout.page_bytes;
+  Result<memory::PageAllocation> kv_memory =
+      exec::allocate_step_memory(*stage->pool_, static_cast<size_t>(layout.page_bytes),
+                                 memory::ContentType::kKvCache, "the stage's KV cache");
+  if (!kv_memory.ok()) {
+    return kv_memory.status().with_context(fmt::format(
+        "layers [{}, {}): {} KV blocks of {} bytes in a pool of {} bytes", spec.first_layer,
+        spec.end_layer, spec.num_kv_blocks, layout.block_bytes, spec.pool_bytes));
+  }
+  stage->kv_memory_ = std::move(kv_memory).value();
+  layout.base = stage->kv_memory_.data();
+  stage->arena_ =
+      exec::MultiShapeArena::create(std::make_unique<exec::PoolArenaMemory>(*stage->pool_, 1));
+
+  model::LlamaGraphOptions graph_options;
+  graph_options.first_layer = spec.first_layer;
+  graph_options.end_layer = spec.end_layer;
+  const ir::KvCacheShape kv_cache{geometry, spec.num_kv_blocks, spec.max_blocks_per_sequence};
+  exec::ExecutorOptions options;
+  options.name = pool_options.name;
+  options.bucket_ladder = spec.bucket_ladder;
+  options.max_num_tokens = spec.max_num_tokens;
+  options.max_sequences = spec.max_sequences;
+  options.max_logit_rows = spec.max_logit_rows;
+  options.first_dummy_block = spec.first_dummy_block;
+  options.num_dummy_blocks = spec.num_dummy_blocks;
+  options.mode = spec.use_graphs ? exec::ExecutionMode::kGraph : exec::ExecutionMode::kEager;
+  const exec::ExecutorResources resources{
+      *stage->threads_, *stage->arena_, *stage->pool_, model.weights(),
+      exec::KvCacheBinding{layout, spec.num_kv_blocks, static_cast<int32_t>(spec.first_layer)}};
+  FOLIO_ASSIGN_OR_RETURN(stage->executor_,
+                         exec::Executor::create(model.graph_factory(kv_cache, graph_options),
+                                                resources, std::move(options)));
+  return stage;
+}
+
+PipelineStage::~PipelineStage() {
+  executor_.reset();  // before the arena and the pool it uses
+  arena_.reset();
+  kv_memory_ = memory::PageAllocation();
+}
+
+int32_t PipelineStage::vocab_size() const {
+  return static_cast<int32_t>(executor_->vocab_size());
+}
+
+Result<ir::StepOutput> PipelineStage::run(const ir::StepBatch& step,
+                                          std::span<const float> hidden_in) {
+  return executor_->execute(step, hidden_in);
+}
+
+}  // namespace folio::dist

@@ -1,0 +1,92 @@
+// PipelineStage: one stage of a pipeline-parallel model, as a worker runs it (issue 15, slice 3):
+// layers [first_layer, end_layer) of a model through exec/'s executor, over a page pool of its
+// own (the stage's memory budget) holding a KV cache of those layers only, its persistent
+// buffers and its activations (captured programs in a graph arena on the pool, or eager steps).
+//
+// The coordinator keeps the scheduler and the block tables: the stage's KV cache has the
+// coordinator's num_kv_blocks blocks, so the block ids and slots of every step mean the same
+// in every stage. A step is the coordinator's ir::StepBatch plus the residual stream entering
+// the stage (none for the first); it returns the residual stream leaving it, or the logits
+// from the last stage (exec/executor.h).
+//
+// Thread-safety: none; one thread at a time (the worker service serializes its steps).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <vector>
+
+#include "folio/base/result.h"
+#include "folio/base/thread_pool.h"
+#include "folio/device/virtual_memory.h"
+#include "folio/exec/executor.h"
+#include "folio/exec/multi_shape_arena.h"
+#include "folio/memory/page_pool.h"
+#include "folio/model/llama_model.h"
+
+namespace folio::dist {
+
+// What a coordinator asks a worker to prepare (worker.proto's PrepareStageRequest).
+struct PipelineStageSpec {
+  int64_t first_layer = 0;
+  int64_t end_layer = 0;
+  int64_t num_kv_blocks = 0;  // the coordinator's block ids, padding blocks included
+  int32_t block_size = 16;
+  int32_t max_blocks_per_sequence = 0;
+  DType kv_dtype = DType::kF16;
+  int64_t first_dummy_block = 0;
+  int32_t num_dummy_blocks = 1;
+  std::vector<int32_t> bucket_ladder = exec::BucketPolicy::default_ladder();
+  int32_t max_num_tokens = 0;  // 0: the largest bucket
+  int32_t max_sequences = 0;
+  int32_t max_logit_rows = 0;  // 0: max_sequences
+  bool use_graphs = true;
+  int64_t pool_bytes = 0;  // the stage's page pool: KV cache, persistent buffers, activations
+};
+
+class PipelineStage {
+ public:
+  // Builds the stage over `model` (which must outlive it) with `num_threads` compute threads.
+  // Errors: a malformed spec (kInvalidArgument), a pool too small for the KV cache and the
+  // executor's buffers (kResourceExhausted), and the executor's.
+  static Result<std::unique_ptr<PipelineStage>> create(const model::LlamaModel& model,
+                                                       const PipelineStageSpec& spec,
+                                                       int num_threads);
+  ~PipelineStage();
+  PipelineStage(const PipelineStage&) = delete;
+  PipelineStage& operator=(const PipelineStage&) = delete;
+
+  // One step (exec::Executor::execute): the output's spans are valid until the next run().
+  Result<ir::StepOutput> run(const ir::StepBatch& step, std::span<const float> hidden_in);
+
+  const PipelineStageSpec& spec() const { return spec_; }
+  int64_t hidden_input_size() const { return executor_->hidden_input_size(); }
+  int64_t hidden_output_size() const { return executor_->hidden_output_size(); }
+  // Logits columns; 0 for a stage that is not the last.
+  int32_t vocab_size() const;
+  // Bytes of the weights the stage's graphs read (each tensor once, whole).
+  int64_t weight_bytes() const { return weight_bytes_; }
+  int64_t kv_cache_bytes() const { return kv_cache_bytes_; }
+
+ private:
+  PipelineStage() = default;
+
+  // Declared in construction order; destroyed in reverse.
+  PipelineStageSpec spec_;
+  std::unique_ptr<ThreadPool> threads_;
+  std::unique_ptr<device::VirtualMemory> virtual_memory_;
+  std::unique_ptr<memory::PagePool> pool_;
+  memory::PageAllocation kv_memory_;
+  std::unique_ptr<exec::MultiShapeArena> arena_;
+  std::unique_ptr<exec::Executor> executor_;
+  int64_t weight_bytes_ = 0;
+  int64_t kv_cache_bytes_ = 0;
+};
+
+// The weight bytes layers [first_layer, end_layer) of `model` hold (their step graph's weights,
+// each once, whole): what a worker must have room for besides the stage's pool.
+Result<int64_t> llama_stage_weight_bytes(const model::LlamaShape& model, int64_t first_layer,
+                                         int64_t end_layer);
+
+}  // namespace folio::dist

@@ -1,0 +1,188 @@
+// The engine over a pipeline (engine::ModelEngineOptions::remote_runner): the engine keeps its
+// scheduler, block tables and sampler and hands every step to a runner built from the
+// RemoteStepSetup it describes, here two PipelineStages of a generated model chained in this
+// process (what PipelineStepRunner does over gRPC, without the wire). Eight requests of mixed
+// lengths, greedy and seeded sampling, graphs and eager: the token streams equal those of the
+// engine running the model itself. Adapters and swap space are refused with a remote runner.
+#include <gtest/gtest.h>
+
+#include <unistd.h>
+
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "engine/engine_test_util.h"
+#include "folio/dist/pipeline_stage.h"
+#include "folio/engine/model_engine.h"
+#include "folio/model/llama_model_file.h"
+
+namespace folio::dist {
+namespace {
+
+using engine::ModelEngine;
+using engine::ModelEngineOptions;
+using engine::RequestId;
+
+// Layers [0, 1) and [1, 2) of `model` built from the engine's setup, run one after the other.
+class ChainedStagesRunner final : public engine::StepRunner {
+ public:
+  static inline int64_t steps_run = 0;  // by every instance (the tests run one at a time)
+
+  static Result<std::unique_ptr<engine::StepRunner>> create(const model::LlamaModel& model,
+                                                            const engine::RemoteStepSetup& setup) {
+    std::unique_ptr<ChainedStagesRunner> runner(new ChainedStagesRunner());
+    for (const auto& [first, end] : {std::pair<int64_t, int64_t>{0, 1}, {1, 2}}) {
+      PipelineStageSpec spec;
+      spec.first_layer = first;
+      spec.end_layer = end;
+      spec.num_kv_blocks = setup.num_kv_blocks;
+      spec.block_size = setup.block_size;
+      spec.max_blocks_per_sequence = setup.max_blocks_per_sequence;
+      spec.kv_dtype = setup.kv_dtype;
+      spec.first_dummy_block = setup.first_dummy_block;
+      spec.num_dummy_blocks = setup.num_dummy_blocks;
+      spec.bucket_ladder = setup.bucket_ladder;
+      spec.max_num_tokens = setup.max_num_tokens;
+      spec.max_sequences = setup.max_sequences;
+      spec.max_logit_rows = setup.max_logit_rows;
+      spec.use_graphs = setup.use_graphs;
+      spec.pool_bytes = int64_t{16} << 20;
+      FOLIO_ASSIGN_OR_RETURN(std::unique_ptr<PipelineStage> stage,
+                             PipelineStage::create(model, spec, 2));
+      runner->stages_.push_back(std::move(stage));
+    }
+    return std::unique_ptr<engine::StepRunner>(std::move(runner));
+  }
+
+  Result<ir::StepOutput> run(const ir::StepBatch& step) override {
+    ++steps_run;
+    FOLIO_ASSIGN_OR_RETURN(const ir::StepOutput first, stages_[0]->run(step, {}));
+    hidden_.assign(first.hidden.begin(), first.hidden.end());  // as a wire would
+    return stages_[1]->run(step, hidden_);
+  }
+  int32_t vocab_size() const override { return stages_[1]->vocab_size(); }
+  int32_t max_logit_rows() const override {
+    const PipelineStageSpec& spec = stages_[1]->spec();
+    return spec.max_logit_rows > 0 ? spec.max_logit_rows : spec.max_sequences;
+  }
+
+ private:
+  ChainedStagesRunner() = default;
+  std::vector<std::unique_ptr<PipelineStage>> stages_;
+  std::vector<float> hidden_;
+};
+
+class PipelineEngineTest : public ::testing::TestWithParam<bool> {
+ protected:
+  static void SetUpTestSuite() {
+    path_ = new std::string((std::filesystem::path(::testing::TempDir()) /
+                             ("folio_pipeline_engine_model_" + std::to_string(getpid()) + ".gguf"))
+                                .string());
+    model::LlamaShape shape;  // two layers
+    shape.context_length = 128;
+    shape.weight_dtype = DType::kQ8_0;
+    ASSERT_TRUE(model::write_random_llama_model(*path_, shape, 5).ok());
+  }
+  static void TearDownTestSuite() {
+    std::filesystem::remove(*path_);
+    delete path_;
+  }
+
+  static ModelEngineOptions options(bool use_graphs) {
+    ModelEngineOptions options;
+    options.num_threads = 2;
+    options.memory_budget_bytes = 8 << 20;
+    options.page_bytes = 16 << 10;
+    options.block_size = 8;
+    options.use_graphs = use_graphs;
+    options.precapture_seconds = 0;
+    options.scheduler.max_num_batched_tokens = 64;
+    options.scheduler.max_num_sequences = 8;
+    return options;
+  }
+
+  // Eight requests, all submitted before the first step, stepped to the end; with `remote`, the
+  // steps run on chained stages built from the engine's RemoteStepSetup.
+  static std::vector<std::vector<int32_t>> run(bool use_graphs, bool remote) {
+    Result<std::unique_ptr<model::LlamaModel>> model = model::LlamaModel::open(*path_);
+    EXPECT_TRUE(model.ok()) << model.status();
+    if (!model.ok()) return {};
+    // The stages' own copy of the model (a worker opens its file).
+    Result<std::unique_ptr<model::LlamaModel>> stage_model = model::LlamaModel::open(*path_);
+    EXPECT_TRUE(stage_model.ok()) << stage_model.status();
+    ModelEngineOptions engine_options = options(use_graphs);
+    int64_t setup_blocks = 0;
+    if (remote) {
+      engine_options.remote_runner = [&](const engine::RemoteStepSetup& setup) {
+        setup_blocks = setup.num_kv_blocks;
+        return ChainedStagesRunner::create(**stage_model, setup);
+      };
+    }
+    Result<std::unique_ptr<ModelEngine>> bundle =
+        ModelEngine::create(std::move(*model), engine_options);
+    EXPECT_TRUE(bundle.ok()) << bundle.status();
+    if (!bundle.ok()) return {};
+    if (remote) {
+      EXPECT_GT(setup_blocks, 0);
+    }
+    engine::Engine& engine = (*bundle)->engine();
+    engine::testing::Recorder recorder;
+    uint64_t state = 91;
+    std::vector<RequestId> ids;
+    for (int index = 0; index < 8; ++index) {
+      engine::testing::RequestSpec spec;
+      spec.prompt = engine::testing::random_prompt(state, 5 + 3 * index, 500);
+      for (int32_t& token : spec.prompt) token += 3;
+      spec.max_tokens = 6 + index;
+      spec.ignore_eos = true;
+      spec.sampling.temperature = index % 2 == 0 ? 0.0f : 0.8f;
+      spec.sampling.seed = 40 + index;
+      engine::Request request = engine::testing::to_request(spec);
+      Result<RequestId> id = engine.submit(recorder.attach(request));
+      EXPECT_TRUE(id.ok()) << id.status();
+      if (id.ok()) ids.push_back(*id);
+    }
+    engine.run_until_idle();
+    recorder.expect_each_finished_once(ids);
+    std::vector<std::vector<int32_t>> outputs;
+    for (RequestId id : ids) outputs.push_back(recorder.stream(id).tokens);
+    bundle->reset();  // before the stages' model goes
+    return outputs;
+  }
+
+  static inline std::string* path_ = nullptr;
+};
+
+TEST_P(PipelineEngineTest, TokensEqualTheEngineRunningTheModelItself) {
+  const std::vector<std::vector<int32_t>> local = run(GetParam(), false);
+  ChainedStagesRunner::steps_run = 0;
+  const std::vector<std::vector<int32_t>> pipelined = run(GetParam(), true);
+  EXPECT_GT(ChainedStagesRunner::steps_run, 8);  // every step went through the stages
+  ASSERT_EQ(local.size(), 8u);
+  for (size_t i = 0; i < local.size(); ++i) EXPECT_EQ(local[i].size(), 6 + i);
+  EXPECT_EQ(pipelined, local);
+}
+
+INSTANTIATE_TEST_SUITE_P(GraphsAndEager, PipelineEngineTest, ::testing::Bool());
+
+TEST_F(PipelineEngineTest, AdaptersAndSwapAreRefusedWithARemoteRunner) {
+  for (const bool adapters : {true, false}) {
+    Result<std::unique_ptr<model::LlamaModel>> model = model::LlamaModel::open(*path_);
+    ASSERT_TRUE(model.ok()) << model.status();
+    ModelEngineOptions engine_options = options(false);
+    engine_options.adapters = adapters;
+    engine_options.swap_bytes = adapters ? 0 : int64_t{1} << 20;
+    engine_options.remote_runner =
+        [](const engine::RemoteStepSetup&) -> Result<std::unique_ptr<engine::StepRunner>> {
+      return internal_error("not reached: the engine refuses before asking for a runner");
+    };
+    const Status status = ModelEngine::create(std::move(*model), engine_options).status();
+    EXPECT_EQ(status.code(), StatusCode::kInvalidArgument) << status;
+    EXPECT_NE(status.message().find("not relayed to pipeline workers"), std::string_view::npos)
+        << status;
+  }
+}
+
+}  // namespace
+}  // namespace folio::dist
