@@ -243,6 +243,7 @@ double error_bound(DType dtype) {
       return 0.38;
     case DType::kI32:
     case DType::kI8:
+    case DType::kQ8_0Panels:
       break;
   }
   return 0.0;
