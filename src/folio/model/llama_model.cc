@@ -112,7 +112,7 @@ Status LlamaModel::pack_q8_0_matrices(const ir::Graph& probe) {
       }
       const LlamaMatrixLocation location = llama_matrix_location(shape_, tensor.name);
       const bool matmul =
-          op.kind == ir::OpKind::kMatmul && static_cast<int>(position) == ir::matmul_input::kWeight;
+          op.kind == ir::OpKind::kMatMul && static_cast<int>(position) == ir::matmul_input::kWeight;
       const bool embedding = op.kind == ir::OpKind::kEmbedding &&
                              static_cast<int>(position) == ir::embedding_input::kTable;
       if (matmul) read_by_matmul.insert(location.tensor);
