@@ -384,7 +384,9 @@ TEST(QuantizeModelTest, SingleDtypeRecipesLoadAsModels) {
   for (Recipe recipe : {Recipe::kQ8_0, Recipe::kF16}) {
     const std::string output = temporary_path("quantize_load_out.gguf");
     ASSERT_TRUE(quantize_model_file(input, output, recipe, {}).ok());
-    Result<std::unique_ptr<LlamaModel>> model = LlamaModel::open(output);
+    // Unpacked: the shape is the file's (packed q8_0 matrices would be named q8_0 panels).
+    Result<std::unique_ptr<LlamaModel>> model =
+        LlamaModel::open(output, LlamaLoadOptions{.pack_q8_0_panels = false});
     ASSERT_TRUE(model.ok()) << model.status().to_string();
     LlamaShape expected = shape;
     expected.weight_dtype = recipe_default_dtype(recipe);
