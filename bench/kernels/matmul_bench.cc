@@ -39,6 +39,7 @@
 #include "folio/base/thread_pool.h"
 #include "folio/device/host_stream.h"
 #include "folio/kernels/cpu/matmul.h"
+#include "folio/kernels/cpu/q8_0_panels.h"
 #include "folio/kernels/cpu/simd_level.h"
 #include "folio/tensor/half.h"
 #include "folio/tensor/quantize.h"
@@ -178,8 +179,11 @@ const ModelWeights& weights_for(const ModelShape& model, DType dtype) {
   weights->matrices = forward_pass_matrices(model);
   uint32_t state = 12345;
   std::vector<float> row;
+  // q8_0 panels: the q8_0 weights (same values), packed as the model packs them at load.
+  const bool panels = dtype == DType::kQ8_0Panels;
+  const DType stored = panels ? DType::kQ8_0 : dtype;
   for (const Linear& linear : weights->matrices) {
-    const int64_t stride = row_bytes(dtype, linear.input_features);
+    const int64_t stride = row_bytes(stored, linear.input_features);
     auto buffer = std::make_unique<AlignedBuffer>(linear.output_features * stride);
     row.resize(linear.input_features);
     for (int64_t n = 0; n < linear.output_features; ++n) {
@@ -187,7 +191,14 @@ const ModelWeights& weights_for(const ModelShape& model, DType dtype) {
         state = state * 1664525u + 1013904223u;  // LCG: fast, and quality does not matter here
         value = static_cast<float>(static_cast<int32_t>(state)) * (1.0f / 2147483648.0f) * 0.05f;
       }
-      quantize_row(dtype, row.data(), buffer->data() + n * stride, linear.input_features);
+      quantize_row(stored, row.data(), buffer->data() + n * stride, linear.input_features);
+    }
+    if (panels) {
+      const int64_t rows = linear.output_features;
+      auto packed = std::make_unique<AlignedBuffer>(q8_0_panels_bytes(rows, linear.input_features));
+      pack_q8_0_panels(buffer->data(), rows, linear.input_features, 0,
+                       (rows + kQ8_0PanelRows - 1) / kQ8_0PanelRows, packed->data());
+      buffer = std::move(packed);
     }
     weights->total_bytes += buffer->bytes();
     weights->total_parameters += linear.output_features * linear.input_features;
@@ -383,7 +394,8 @@ void register_benchmarks() {
         ->Unit(benchmark::kMillisecond);
   }
   for (const ModelShape* model : {&kTiny, &kBase}) {
-    for (DType dtype : {DType::kF32, DType::kF16, DType::kQ8_0}) {
+    for (DType dtype : {DType::kF32, DType::kF16, DType::kQ8_0, DType::kQ8_0Panels}) {
+      if (dtype == DType::kQ8_0Panels && !q8_0_panels_supported()) continue;
       for (int threads : {1, 2}) {
         const std::string suffix = "/threads:" + std::to_string(threads);
         const std::string prefix = std::string(model->name) + "/" + std::string(dtype_name(dtype));

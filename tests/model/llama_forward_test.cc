@@ -7,7 +7,9 @@
 // token per step (decode), eagerly and through captured/replayed programs. The LoRA goldens run
 // the same way with a graph that has adapter updates and the adapter in slot 1 of the adapter
 // table, in both of the table's formats (f16: the hot tier, int8: the warm tier).
+#include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <fstream>
 #include <string>
 #include <vector>
@@ -22,6 +24,7 @@
 #include "folio/exec/host_buffer.h"
 #include "folio/exec/multi_shape_arena.h"
 #include "folio/gguf/gguf_writer.h"
+#include "folio/kernels/cpu/q8_0_panels.h"
 #include "folio/lora/adapter_file.h"
 #include "folio/lora/adapter_writer.h"
 #include "folio/memory/page_pool.h"
@@ -213,7 +216,7 @@ class ForwardHarness {
     FOLIO_ASSIGN_OR_RETURN(std::vector<uint8_t> bytes, writer.write_to_buffer());
     model_hash_ = fmt::format("{:016x}", fnv1a64(bytes));
     FOLIO_ASSIGN_OR_RETURN(gguf::GgufFile file, gguf::GgufFile::parse_owned(std::move(bytes)));
-    FOLIO_ASSIGN_OR_RETURN(model_, LlamaModel::from_file(std::move(file)));
+    FOLIO_ASSIGN_OR_RETURN(model_, LlamaModel::from_file(std::move(file), load_options_));
 
     kernels::PagedKvLayout layout;
     layout.block_size = kBlockSize;
@@ -258,6 +261,10 @@ class ForwardHarness {
   }
 
   const std::string& adapter_hash() const { return adapter_hash_; }
+
+  // For init: how the model is loaded.
+  void set_load_options(const LlamaLoadOptions& options) { load_options_ = options; }
+  const LlamaModel& model() const { return *model_; }
 
   const std::string& model_hash() const { return model_hash_; }
 
@@ -334,6 +341,7 @@ class ForwardHarness {
   }
 
   ThreadPool pool_{2};
+  LlamaLoadOptions load_options_;
   std::unique_ptr<lora::AdapterFile> adapter_file_;
   exec::HostBuffer adapter_weights_;
   std::vector<kernels::LoraSlotWeights> adapter_table_;
@@ -403,6 +411,49 @@ INSTANTIATE_TEST_SUITE_P(
       return std::string(std::get<0>(info.param).name) +
              (std::get<1>(info.param) == exec::ExecutionMode::kEager ? "_eager" : "_graph");
     });
+
+// q8_0 matrices packed at load (kernels/cpu/q8_0_panels.h) give the unpacked model's logits bit
+// for bit, in prefill and decode steps, with an LM head of its own and with one tied to the
+// embedding table (packed once, the embedding reading its rows from the panels).
+TEST(LlamaPackedWeightsTest, PackedQ8_0PanelsGiveTheUnpackedLogitsBitForBit) {
+  if (!kernels::cpu::q8_0_panels_supported()) GTEST_SKIP() << "no AVX-512 VNNI on this CPU";
+  for (bool tied : {false, true}) {
+    SCOPED_TRACE(tied ? "tied" : "untied");
+    ReferenceModel reference = kReferenceModels[1];
+    ASSERT_EQ(reference.dtype, DType::kQ8_0);
+    reference.tie_embeddings = tied;
+    ForwardHarness packed;
+    ForwardHarness unpacked;
+    unpacked.set_load_options(LlamaLoadOptions{.pack_q8_0_panels = false});
+    ASSERT_TRUE(packed.init(reference, exec::ExecutionMode::kGraph).ok());
+    ASSERT_TRUE(unpacked.init(reference, exec::ExecutionMode::kGraph).ok());
+    const std::vector<std::string> names = packed.model().packed_tensors();
+    EXPECT_TRUE(unpacked.model().packed_tensors().empty());
+    const auto has = [&](std::string_view name) {
+      return std::find(names.begin(), names.end(), name) != names.end();
+    };
+    EXPECT_TRUE(has("blk.0.attn_q.weight"));
+    EXPECT_TRUE(has("blk.1.ffn_down.weight"));
+    EXPECT_EQ(has("token_embd.weight"), tied);  // only an embedding table that is a matmul's too
+    EXPECT_EQ(has("output.weight"), !tied);
+    std::vector<int32_t> prompt;
+    for (int32_t i = 0; i < 20; ++i) prompt.push_back((i * 37 + 5) % 500);
+    const auto expect_same = [](const Result<std::vector<std::vector<float>>>& a,
+                                const Result<std::vector<std::vector<float>>>& b) {
+      ASSERT_TRUE(a.ok() && b.ok());
+      ASSERT_EQ(a->size(), b->size());
+      for (size_t row = 0; row < a->size(); ++row) {
+        ASSERT_EQ((*a)[row].size(), (*b)[row].size());
+        EXPECT_EQ(std::memcmp((*a)[row].data(), (*b)[row].data(), (*a)[row].size() * sizeof(float)),
+                  0)
+            << "row " << row;
+      }
+    };
+    expect_same(packed.run(prompt, 0, 20), unpacked.run(prompt, 0, 20));
+    for (int32_t i = 0; i < 20; ++i)
+      expect_same(packed.run(prompt, i, 1), unpacked.run(prompt, i, 1));
+  }
+}
 
 // Tolerances: an f16 table holds f16 adapter values exactly (q8_0 ones to f16 rounding, 2^-11
 // relative), so f32 and f16 bases keep their 1e-4 plus that; the int8 table rounds every value

@@ -243,6 +243,7 @@ double error_bound(DType dtype) {
       return 0.38;
     case DType::kI32:
     case DType::kI8:
+    case DType::kQ8_0Panels:
       break;
   }
   return 0.0;
@@ -383,7 +384,9 @@ TEST(QuantizeModelTest, SingleDtypeRecipesLoadAsModels) {
   for (Recipe recipe : {Recipe::kQ8_0, Recipe::kF16}) {
     const std::string output = temporary_path("quantize_load_out.gguf");
     ASSERT_TRUE(quantize_model_file(input, output, recipe, {}).ok());
-    Result<std::unique_ptr<LlamaModel>> model = LlamaModel::open(output);
+    // Unpacked: the shape is the file's (packed q8_0 matrices would be named q8_0 panels).
+    Result<std::unique_ptr<LlamaModel>> model =
+        LlamaModel::open(output, LlamaLoadOptions{.pack_q8_0_panels = false});
     ASSERT_TRUE(model.ok()) << model.status().to_string();
     LlamaShape expected = shape;
     expected.weight_dtype = recipe_default_dtype(recipe);
@@ -401,7 +404,9 @@ TEST(QuantizeModelTest, MixturesWithFallbacksLoadWithEachMatrixInItsOwnDtype) {
     SCOPED_TRACE(std::string(quantization_recipe_name(recipe)));
     const std::string output = temporary_path("quantize_mixture_load_out.gguf");
     ASSERT_TRUE(quantize_model_file(input, output, recipe, {}).ok());
-    Result<std::unique_ptr<LlamaModel>> model = LlamaModel::open(output);
+    // Unpacked: the shape then names each matrix's file dtype (q8_0 ones are not q8_0 panels).
+    Result<std::unique_ptr<LlamaModel>> model =
+        LlamaModel::open(output, LlamaLoadOptions{.pack_q8_0_panels = false});
     ASSERT_TRUE(model.ok()) << model.status().to_string();
     const gguf::GgufFile file = *gguf::GgufFile::open(output);
     std::set<DType> dtypes;

@@ -128,6 +128,7 @@ Reference reference_value(DType dtype, const uint8_t* block, int i) {
     case DType::kQ4_0:
     case DType::kI32:
     case DType::kI8:
+    case DType::kQ8_0Panels:
       break;
   }
   ADD_FAILURE() << "no reference for " << dtype_name(dtype);
@@ -226,6 +227,7 @@ double error_bound(DType dtype) {
     case DType::kQ4_0:
     case DType::kI32:
     case DType::kI8:
+    case DType::kQ8_0Panels:
       break;
   }
   return 0.0;

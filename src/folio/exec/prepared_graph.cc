@@ -88,7 +88,7 @@ Status PreparedGraph::prepare_op(size_t index) {
   switch (op.kind) {
     case ir::OpKind::kEmbedding: {
       const ir::TensorInfo& table = input(ir::embedding_input::kTable);
-      if (!is_weight_dtype(table.dtype)) {
+      if (!is_weight_dtype(table.dtype) && table.dtype != DType::kQ8_0Panels) {
         return unsupported(
             op, fmt::format("table dtype {} has no CPU kernel", dtype_name(table.dtype)));
       }
@@ -133,7 +133,7 @@ Status PreparedGraph::prepare_matmul(PreparedOp& prepared) {
   const ir::TensorInfo& x = graph_.tensor(op.inputs[static_cast<size_t>(ir::matmul_input::kX)]);
   const ir::TensorInfo& weight =
       graph_.tensor(op.inputs[static_cast<size_t>(ir::matmul_input::kWeight)]);
-  if (!is_weight_dtype(weight.dtype)) {
+  if (!is_weight_dtype(weight.dtype) && weight.dtype != DType::kQ8_0Panels) {
     return unsupported(op,
                        fmt::format("weight dtype {} has no CPU kernel", dtype_name(weight.dtype)));
   }

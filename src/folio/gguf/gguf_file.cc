@@ -103,4 +103,11 @@ std::span<const std::byte> GgufFile::tensor_bytes(const GgufTensorInfo& info) co
   return {base + data_offset_ + info.offset, info.byte_size};
 }
 
+void GgufFile::drop_resident_pages(const GgufTensorInfo& info) const {
+  FOLIO_DCHECK(&info >= tensors_.data() && &info < tensors_.data() + tensors_.size());
+  // Only a mapping that spans bytes_ from its start: parsed bytes are the caller's or ours.
+  if (mapping_.has_value())
+    mapping_->drop_resident_pages(data_offset_ + info.offset, info.byte_size);
+}
+
 }  // namespace folio::gguf

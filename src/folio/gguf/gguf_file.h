@@ -135,6 +135,10 @@ class GgufFile {
   Result<GgufTensor> tensor(std::string_view name) const;
   // Bytes of any tensor, whatever its type. Requires: `info` is one of tensors().
   std::span<const std::byte> tensor_bytes(const GgufTensorInfo& info) const;
+  // Drops the resident pages of `info`'s bytes when the file is mapped (MappedFile::
+  // drop_resident_pages: re-read from the file if touched again); nothing for bytes in memory.
+  // For a tensor the model keeps in another form (q8_0 weights repacked at load).
+  void drop_resident_pages(const GgufTensorInfo& info) const;
 
  private:
   friend class GgufParser;

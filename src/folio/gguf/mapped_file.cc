@@ -5,6 +5,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <utility>
 
@@ -56,6 +57,15 @@ MappedFile& MappedFile::operator=(MappedFile&& other) noexcept {
 
 MappedFile::~MappedFile() {
   unmap();
+}
+
+void MappedFile::drop_resident_pages(uint64_t offset, uint64_t size) const {
+  const auto page = static_cast<uint64_t>(::sysconf(_SC_PAGESIZE));
+  const uint64_t begin = (offset + page - 1) / page * page;
+  const uint64_t end = std::min<uint64_t>(offset + size, size_) / page * page;
+  if (data_ == nullptr || begin >= end) return;
+  // Advice only: a failure leaves the pages resident, which costs memory, never correctness.
+  ::madvise(const_cast<uint8_t*>(data_) + begin, end - begin, MADV_DONTNEED);
 }
 
 void MappedFile::unmap() {

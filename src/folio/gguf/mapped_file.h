@@ -31,6 +31,11 @@ class MappedFile {
   std::span<const uint8_t> bytes() const { return {data_, size_}; }
   const std::string& path() const { return path_; }
 
+  // Drops the resident pages wholly inside [offset, offset + size) (madvise MADV_DONTNEED):
+  // memory the process no longer counts, re-read from the file if touched again, so the bytes
+  // seen never change. For data kept in another form (weights repacked at load).
+  void drop_resident_pages(uint64_t offset, uint64_t size) const;
+
  private:
   MappedFile(std::string path, const uint8_t* data, size_t size)
       : path_(std::move(path)), data_(data), size_(size) {}

@@ -24,6 +24,7 @@ Status check_dtype(DType dtype) {
     case DType::kQ4_0:
     case DType::kI32:
     case DType::kI8:
+    case DType::kQ8_0Panels:
     case DType::kQ4_1:
     case DType::kQ5_0:
     case DType::kQ5_1:

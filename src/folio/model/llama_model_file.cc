@@ -207,7 +207,8 @@ Status validate_matrix_dtypes(const LlamaShape& shape) {
           "shape",
           name, llama_architecture_name(shape.architecture));
     }
-    if (!is_weight_dtype(entry.second)) {
+    // q8_0 panels: a matrix LlamaModel repacked at load (never read from or written to a file).
+    if (!is_weight_dtype(entry.second) && entry.second != DType::kQ8_0Panels) {
       return invalid_argument("tensor {}: dtype {} is not a dtype Folio computes matrices in", name,
                               dtype_name(entry.second));
     }

@@ -152,6 +152,7 @@ std::optional<DType> fallback_dtype(DType dtype) {
     case DType::kIQ4_NL:
     case DType::kI32:
     case DType::kI8:
+    case DType::kQ8_0Panels:
       return std::nullopt;
   }
   return std::nullopt;
@@ -352,6 +353,7 @@ uint32_t llama_file_type(DType dtype) {
       return llama_file_type(Recipe::kIQ4_XS);
     case DType::kI32:
     case DType::kI8:
+    case DType::kQ8_0Panels:
       break;
   }
   FOLIO_UNREACHABLE("{} is not a weight dtype", dtype_name(dtype));

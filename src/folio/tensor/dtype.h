@@ -35,9 +35,13 @@ enum class DType : uint8_t {
   kQ6_K,
   kIQ4_NL,
   kIQ4_XS,
+  // Not a file format: q8_0 weights repacked in memory for the AVX-512 matmul (16 rows
+  // interleaved per panel, kernels/cpu/q8_0_panels.h). Never in a GGUF file (no ggml type), nor
+  // in kAllDTypes; a graph's weight tensor takes it when its weight source holds packed data.
+  kQ8_0Panels,
 };
 
-// Every dtype, in enum order.
+// Every dtype a file can hold, in enum order (all but the in-memory kQ8_0Panels).
 inline constexpr DType kAllDTypes[] = {
     DType::kF32,  DType::kF16,  DType::kBF16, DType::kQ8_0,   DType::kQ4_0,   DType::kI32,
     DType::kI8,   DType::kQ4_1, DType::kQ5_0, DType::kQ5_1,   DType::kQ2_K,   DType::kQ3_K,
@@ -88,6 +92,9 @@ constexpr DTypeInfo dtype_info(DType dtype) {
       return {"iq4_nl", 32, 18, 20, true};
     case DType::kIQ4_XS:
       return {"iq4_xs", 256, 136, 23, true};
+    case DType::kQ8_0Panels:
+      // A row's bytes as q8_0's: a panel of 16 rows holds exactly 16 q8_0 rows' bytes.
+      return {"q8_0_panels", 32, 34, -1, true};
   }
   return {"invalid", 1, 0, -1, false};
 }

@@ -207,6 +207,7 @@ constexpr BlockHalfFields block_half_fields(DType dtype) {
     case DType::kBF16:
     case DType::kI32:
     case DType::kI8:
+    case DType::kQ8_0Panels:
       break;
   }
   return {};

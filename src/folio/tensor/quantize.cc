@@ -163,6 +163,7 @@ void quantize_row(DType dtype, const float* input, void* output, int64_t count) 
       return;
     case DType::kI32:
     case DType::kI8:
+    case DType::kQ8_0Panels:
       break;
   }
   FOLIO_UNREACHABLE("quantize_row to {}, which is not a float or block-quantized dtype",
@@ -220,6 +221,7 @@ void dequantize_row(DType dtype, const void* input, float* output, int64_t count
       return;
     case DType::kI32:
     case DType::kI8:
+    case DType::kQ8_0Panels:
       break;
   }
   FOLIO_UNREACHABLE("dequantize_row from {}, which is not a float or block-quantized dtype",

@@ -91,6 +91,7 @@ constexpr bool is_weight_dtype(DType dtype) {
       return true;
     case DType::kI32:
     case DType::kI8:
+    case DType::kQ8_0Panels:
       return false;
   }
   return false;

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "folio/base/check.h"
+#include "folio/kernels/cpu/q8_0_panels.h"
 #include "folio/tensor/quantize.h"
 
 namespace folio::kernels::cpu {
@@ -26,15 +27,20 @@ void embedding_body(const EmbeddingArguments& arguments, int64_t begin, int64_t 
       std::fill(output, output + hidden, 0.0f);
       continue;
     }
-    dequantize_row(arguments.table_dtype, table + id * table_row_bytes, output, hidden);
+    if (arguments.table_dtype == DType::kQ8_0Panels) {
+      dequantize_q8_0_panels_row(table, hidden, id, output);
+    } else {
+      dequantize_row(arguments.table_dtype, table + id * table_row_bytes, output, hidden);
+    }
   }
 }
 
 }  // namespace
 
 void embedding(device::HostStream& stream, const EmbeddingArguments& arguments) {
-  FOLIO_CHECK(is_weight_dtype(arguments.table_dtype), "embedding table dtype {} is not supported",
-              dtype_name(arguments.table_dtype));
+  // q8_0 panels: a tied embedding table that is also the LM head, kept once, as panels.
+  FOLIO_CHECK(is_weight_dtype(arguments.table_dtype) || arguments.table_dtype == DType::kQ8_0Panels,
+              "embedding table dtype {} is not supported", dtype_name(arguments.table_dtype));
   FOLIO_CHECK(arguments.num_tokens >= 0 && arguments.vocab_size > 0 && arguments.hidden > 0 &&
                   arguments.hidden % dtype_info(arguments.table_dtype).block_elements == 0,
               "embedding shape tokens={} vocab={} hidden={}", arguments.num_tokens,

@@ -8,6 +8,7 @@
 
 #include "folio/base/check.h"
 #include "folio/kernels/cpu/matmul_kernels.h"
+#include "folio/kernels/cpu/q8_0_panels.h"
 #include "folio/kernels/cpu/simd_level.h"
 #include "folio/tensor/quantize.h"
 
@@ -148,8 +149,12 @@ void check_arguments(const device::HostStream& stream, const MatmulArguments& ar
   const int64_t rows = arguments.num_rows;
   const int64_t input_features = arguments.input_features;
   const int64_t output_features = arguments.output_features;
-  FOLIO_CHECK(is_weight_dtype(arguments.weight_dtype), "matmul weight dtype {} is not supported",
-              dtype_name(arguments.weight_dtype));
+  FOLIO_CHECK(
+      is_weight_dtype(arguments.weight_dtype) || arguments.weight_dtype == DType::kQ8_0Panels,
+      "matmul weight dtype {} is not supported", dtype_name(arguments.weight_dtype));
+  // Panels exist only where q8_0_panels_supported(): the layout is the AVX-512 kernel's.
+  FOLIO_CHECK(arguments.weight_dtype != DType::kQ8_0Panels || q8_0_panels_supported(),
+              "matmul on q8_0 panels needs AVX-512 VNNI, which this CPU lacks");
   FOLIO_CHECK(rows >= 0 && output_features >= 0 && input_features > 0 && input_features % 32 == 0,
               "matmul shape M={} N={} K={}: K must be a positive multiple of 32", rows,
               output_features, input_features);
@@ -188,6 +193,7 @@ int64_t matmul_workspace_bytes(DType weight_dtype, int64_t num_rows, int64_t inp
     case DType::kBF16:
       return num_threads * group_scratch_bytes(input_features);
     case DType::kQ8_0:
+    case DType::kQ8_0Panels:
       // The panel scratch of AVX-512's q8_0 kernel, whatever the level: the size of a graph's
       // workspace does not depend on the CPU it runs on.
       if (num_rows == 0) return 0;
@@ -228,7 +234,8 @@ void matmul(device::HostStream& stream, const MatmulArguments& arguments) {
     return;
   }
 
-  const SimdLevel level = active_simd_level();
+  // q8_0 panels run the AVX-512 panel kernel whatever level a test forces: no other reads them.
+  const SimdLevel level = dtype == DType::kQ8_0Panels ? SimdLevel::kAvx512 : active_simd_level();
   const RowsLaunch launch{arguments, level, level == SimdLevel::kAvx512 && amx_enabled()};
   const int64_t groups = ceil_div(arguments.output_features, kGroupRows);
   const int64_t group_multiply_adds = kGroupRows * arguments.input_features * rows;
@@ -238,7 +245,8 @@ void matmul(device::HostStream& stream, const MatmulArguments& arguments) {
         std::max<int64_t>(1, kMinTaskMultiplyAdds / arguments.input_features);
     stream.launch(device::HostKernel::make<RowsLaunch, quantize_activations_body>(
         "matmul_quantize_activations", launch, rows, quantize_grain));
-    if (dtype == DType::kQ8_0 && launch.level == SimdLevel::kAvx512) {
+    if ((dtype == DType::kQ8_0 || dtype == DType::kQ8_0Panels) &&
+        launch.level == SimdLevel::kAvx512) {
       const int64_t panels = ceil_div(arguments.output_features, internal::kQ8_0PanelColumns);
       const int64_t panel_multiply_adds =
           internal::kQ8_0PanelColumns * arguments.input_features * rows;

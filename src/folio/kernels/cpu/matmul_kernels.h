@@ -119,6 +119,7 @@ struct QuantizedActivations {
 constexpr int32_t weight_offset(DType dtype) {
   switch (dtype) {
     case DType::kQ8_0:
+    case DType::kQ8_0Panels:
     case DType::kIQ4_NL:
     case DType::kIQ4_XS:
       return 128;  // int8 values (grid values) made unsigned by +128
@@ -160,6 +161,7 @@ constexpr bool has_weight_minimum(DType dtype) {
     case DType::kBF16:
     case DType::kI32:
     case DType::kI8:
+    case DType::kQ8_0Panels:
     case DType::kQ8_0:
     case DType::kQ4_0:
     case DType::kQ5_0:
@@ -175,7 +177,7 @@ constexpr bool has_weight_minimum(DType dtype) {
 // Whether x's corrections hold one entry per 32-value block for a weight dtype
 // (QuantizedActivations): q8_0, whose AVX-512 kernel sums a whole block in one integer lane.
 constexpr bool has_block_corrections(DType dtype) {
-  return dtype == DType::kQ8_0;
+  return dtype == DType::kQ8_0 || dtype == DType::kQ8_0Panels;
 }
 
 // Whether the matmul multiplies a weight dtype through x quantized to int8 (every quantized

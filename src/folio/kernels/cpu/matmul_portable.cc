@@ -189,6 +189,7 @@ void decode_unit(DType dtype, const std::byte* block, DecodedUnit& unit) {
     case DType::kQ4_0:
     case DType::kI32:
     case DType::kI8:
+    case DType::kQ8_0Panels:
       break;
   }
   FOLIO_UNREACHABLE("decode_unit on {}", dtype_name(dtype));

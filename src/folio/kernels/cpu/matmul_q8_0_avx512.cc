@@ -22,6 +22,8 @@
 // order and the results put back in column order by one permute at the store. With one tile of
 // x or less (decode) a block is transposed in registers and used at once; with more, the panel
 // is transposed once per pass into the thread's scratch and every tile of x reads it there.
+// Weights packed at load (DType::kQ8_0Panels, q8_0_panels.h) are already in that order, +128,
+// with f16 scales: every path reads their blocks as they lie, with no transpose and no scratch.
 #include <immintrin.h>
 
 #include <algorithm>
@@ -32,6 +34,7 @@
 
 #include "folio/kernels/cpu/matmul.h"
 #include "folio/kernels/cpu/matmul_kernels.h"
+#include "folio/kernels/cpu/q8_0_panels.h"
 #include "folio/kernels/cpu/simd_target.h"
 #include "folio/tensor/half.h"
 #include "folio/tensor/quant_blocks.h"
@@ -43,6 +46,7 @@ namespace folio::kernels::cpu::internal {
 namespace {
 
 constexpr int kColumns = static_cast<int>(kQ8_0PanelColumns);
+static_assert(kQ8_0PanelColumns == kQ8_0PanelRows);
 constexpr int64_t kBlock = kQuantBlockElements;
 constexpr int kGroupsPerBlock = static_cast<int>(kBlock / 4);  // vpdpbusd lanes take 4 values
 // Rows of x per tile: 8 f32 sums, the block's 8 weight vectors and its scales stay in registers.
@@ -51,8 +55,18 @@ constexpr int kTileRows = 8;
 constexpr int64_t kCacheLineBytes = 64;
 
 constexpr int lane_column(int lane) {
-  return 4 * (lane % 4) + lane / 4;
+  return q8_0_panel_lane_column(lane);
 }
+
+// Where a panel's blocks come from: W's 16 rows in GGUF order, fewer rows (W's last panel), or
+// a panel packed at load (q8_0_panels.h). One instantiation each, so that the loops over
+// blocks carry no branch on it.
+enum class PanelSource { kWholeRows, kPartialRows, kPacked };
+
+// A packed panel's block: its 8 group vectors lie at kPanelGroupBytes * block, its 16 f16
+// scales after all the blocks' groups.
+constexpr int64_t kPanelGroupBytes = kGroupsPerBlock * 64;
+constexpr int64_t kPanelScaleBytes = kColumns * 2;
 
 // One block of a panel, as vpdpbusd takes it (as AMX's tdpbssd takes it: signed, no +128).
 struct PanelBlock {
@@ -135,16 +149,31 @@ void gather_partial_block(const std::byte* rows, int64_t row_bytes, int64_t coun
   out.scales = _mm512_load_ps(scales);
 }
 
-// kWhole: the panel has all 16 rows (transpose_block), else count < 16 (gather_partial_block),
-// two instantiations so that the loops over blocks carry no branch on it.
-template <bool kWhole, bool kSigned>
+// Block `block` of a panel packed at load (`panel`: its first byte), as stored (+128).
+__attribute__((always_inline)) inline void read_packed_block(const std::byte* panel,
+                                                             int64_t num_blocks, int64_t block,
+                                                             PanelBlock& out) {
+  const std::byte* groups = panel + block * kPanelGroupBytes;
+  for (int group = 0; group < kGroupsPerBlock; ++group) {
+    out.groups[group] = _mm512_loadu_si512(groups + 64 * group);
+  }
+  out.scales = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(
+      panel + num_blocks * kPanelGroupBytes + block * kPanelScaleBytes)));
+}
+
+// The block from `rows` (W's rows, or the packed panel), as PanelBlock holds it; kSigned only
+// from W's rows (the packed values are +128).
+template <PanelSource kSource, bool kSigned>
 __attribute__((always_inline)) inline void load_block(const std::byte* rows, int64_t row_bytes,
-                                                      int64_t count, int64_t block,
-                                                      PanelBlock& out) {
-  if constexpr (kWhole) {
+                                                      int64_t count, int64_t num_blocks,
+                                                      int64_t block, PanelBlock& out) {
+  if constexpr (kSource == PanelSource::kWholeRows) {
     transpose_block<kSigned>(rows, row_bytes, block, out);
-  } else {
+  } else if constexpr (kSource == PanelSource::kPartialRows) {
     gather_partial_block<kSigned>(rows, row_bytes, count, block, out);
+  } else {
+    static_assert(!kSigned, "packed panels hold q + 128");
+    read_packed_block(rows, num_blocks, block, out);
   }
 }
 
@@ -208,9 +237,10 @@ struct PanelOutput {
 };
 
 // One tile of kRows <= kTileRows rows of x against a panel read from W itself, each block
-// transposed in registers: the path of decode (M <= kTileRows), where a panel meets one tile.
-// Never inlined, as the tiles of matmul_body.inc: each has the register file to itself.
-template <int kRows, bool kWhole>
+// transposed in registers or read as packed: the path of decode (M <= kTileRows), where a panel
+// meets one tile. Never inlined, as the tiles of matmul_body.inc: each has the register file to
+// itself.
+template <int kRows, PanelSource kSource>
 __attribute__((noinline)) void direct_tile(const std::byte* rows, int64_t row_bytes,
                                            const TileInput& x, const PanelOutput& out,
                                            Prefetch prefetch) {
@@ -220,38 +250,43 @@ __attribute__((noinline)) void direct_tile(const std::byte* rows, int64_t row_by
   for (int64_t block = 0; block < num_blocks; ++block) {
     prefetch.step();
     PanelBlock weights;
-    load_block<kWhole, false>(rows, row_bytes, out.count, block, weights);
+    load_block<kSource, false>(rows, row_bytes, out.count, num_blocks, block, weights);
     multiply_block<kRows>(weights, x, block, sums);
   }
   store_tile<kRows>(sums, out.bias, out.count, out.output, out.output_stride);
 }
 
-// One tile against a panel transposed into `packed` (pack_panel).
-template <int kRows>
+// One tile against a panel transposed into `packed` (pack_panel), or, kFromPanel, against a
+// panel packed at load.
+template <int kRows, bool kFromPanel>
 __attribute__((noinline)) void packed_tile(const std::byte* packed, const TileInput& x,
                                            const PanelOutput& out) {
   __m512 sums[kRows];
   for (int t = 0; t < kRows; ++t) sums[t] = _mm512_setzero_ps();
   const int64_t num_blocks = x.input_features / kBlock;
   for (int64_t block = 0; block < num_blocks; ++block) {
-    const std::byte* source = packed + block * kPackedBlockBytes;
     PanelBlock weights;
-    for (int group = 0; group < kGroupsPerBlock; ++group) {
-      weights.groups[group] = _mm512_load_si512(source + 64 * group);
+    if constexpr (kFromPanel) {
+      read_packed_block(packed, num_blocks, block, weights);
+    } else {
+      const std::byte* source = packed + block * kPackedBlockBytes;
+      for (int group = 0; group < kGroupsPerBlock; ++group) {
+        weights.groups[group] = _mm512_load_si512(source + 64 * group);
+      }
+      weights.scales = _mm512_load_ps(source + 64 * kGroupsPerBlock);
     }
-    weights.scales = _mm512_load_ps(source + 64 * kGroupsPerBlock);
     multiply_block<kRows>(weights, x, block, sums);
   }
   store_tile<kRows>(sums, out.bias, out.count, out.output, out.output_stride);
 }
 
 // The whole panel, block by block, into `packed` (kPackedBlockBytes per block).
-template <bool kWhole, bool kSigned>
+template <PanelSource kSource, bool kSigned>
 void pack_panel(const std::byte* rows, int64_t row_bytes, int64_t count, int64_t num_blocks,
                 std::byte* packed) {
   for (int64_t block = 0; block < num_blocks; ++block) {
     PanelBlock weights;
-    load_block<kWhole, kSigned>(rows, row_bytes, count, block, weights);
+    load_block<kSource, kSigned>(rows, row_bytes, count, num_blocks, block, weights);
     std::byte* target = packed + block * kPackedBlockBytes;
     for (int group = 0; group < kGroupsPerBlock; ++group) {
       _mm512_store_si512(target + 64 * group, weights.groups[group]);
@@ -329,15 +364,20 @@ void release_tiles() {
   _tile_release();
 }
 
-// sums[r] += the block's products for row r of the tile, from `products` (16 x 16 i32).
+// sums[r] += the block's products for row r of the tile, from `products` (16 x 16 i32);
+// kCorrected: the products were of the unsigned (+128) weights, and x's block correction
+// removes the offset (exactly, in i32, as the VNNI tile's starting value does).
+template <bool kCorrected>
 __attribute__((always_inline)) inline void add_block_products(const int32_t* products,
-                                                              const std::byte* packed_block,
+                                                              __m512 weight_scales,
                                                               const TileInput& x, int64_t block,
                                                               __m512 (&sums)[kAmxRows]) {
-  const __m512 weight_scales = _mm512_load_ps(packed_block + 64 * kGroupsPerBlock);
   const int64_t lanes_per_row = x.input_features / 4;
   for (int row = 0; row < kAmxRows; ++row) {
-    const __m512i dot = _mm512_load_si512(products + kColumns * row);
+    __m512i dot = _mm512_load_si512(products + kColumns * row);
+    if constexpr (kCorrected) {
+      dot = _mm512_add_epi32(dot, _mm512_set1_epi32(x.corrections[row * lanes_per_row + block]));
+    }
     const __m512 scales = _mm512_mul_ps(
         weight_scales,
         _mm512_set1_ps(x.lane_scales[row * lanes_per_row + block * kLanesPerActivationBlock]));
@@ -345,44 +385,88 @@ __attribute__((always_inline)) inline void add_block_products(const int32_t* pro
   }
 }
 
-// One tile of 16 rows of x against a panel packed signed (pack_panel<..., true>); requires the
-// tiles configured (configure_tiles) on this thread.
-__attribute__((noinline)) void amx_tile(const std::byte* packed, const TileInput& x,
-                                        const PanelOutput& out) {
+// The B tile's source for a block and the block's weight scales: a panel transposed signed
+// into the scratch (pack_panel<..., true>), or a panel packed at load (unsigned, f16 scales).
+template <bool kFromPanel>
+struct AmxWeights {
+  const std::byte* packed;
+  int64_t num_blocks;
+
+  const std::byte* groups(int64_t block) const {
+    return packed + block * (kFromPanel ? kPanelGroupBytes : kPackedBlockBytes);
+  }
+  __m512 scales(int64_t block) const {
+    if constexpr (kFromPanel) {
+      return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(
+          packed + num_blocks * kPanelGroupBytes + block * kPanelScaleBytes)));
+    } else {
+      return _mm512_load_ps(groups(block) + 64 * kGroupsPerBlock);
+    }
+  }
+};
+
+// Tile `product` = x's tile `x_tile` times weight tile `weight_tile`: tdpbssd on signed weights,
+// tdpbsud (x signed, weights unsigned) on a panel packed at load.
+#define FOLIO_AMX_BLOCK_PRODUCT(product, x_tile, weight_tile) \
+  do {                                                        \
+    if constexpr (kFromPanel) {                               \
+      _tile_dpbsud(product, x_tile, weight_tile);             \
+    } else {                                                  \
+      _tile_dpbssd(product, x_tile, weight_tile);             \
+    }                                                         \
+  } while (false)
+
+// One tile of 16 rows of x against a panel packed signed (pack_panel<..., true>), or packed at
+// load (kFromPanel); requires the tiles configured (configure_tiles) on this thread.
+template <bool kFromPanel>
+__attribute__((always_inline)) inline void amx_tile_body(const std::byte* packed,
+                                                         const TileInput& x,
+                                                         const PanelOutput& out) {
   alignas(64) int32_t products[2][kAmxRows * kColumns];
   __m512 sums[kAmxRows];
   for (int row = 0; row < kAmxRows; ++row) sums[row] = _mm512_setzero_ps();
   const int64_t num_blocks = x.input_features / kBlock;
+  const AmxWeights<kFromPanel> weights{packed, num_blocks};
   const int64_t stride = x.input_features;
   int64_t block = 0;
   // Two blocks per iteration in separate tiles, so the second's tdpbssd can run while the
   // first's products are scaled.
   for (; block + 2 <= num_blocks; block += 2) {
-    const std::byte* even = packed + block * kPackedBlockBytes;
-    const std::byte* odd = even + kPackedBlockBytes;
     _tile_loadd(0, x.values + block * kBlock, stride);
-    _tile_loadd(4, even, 64);
+    _tile_loadd(4, weights.groups(block), 64);
     _tile_zero(2);
-    _tile_dpbssd(2, 0, 4);
+    FOLIO_AMX_BLOCK_PRODUCT(2, 0, 4);
     _tile_loadd(1, x.values + (block + 1) * kBlock, stride);
-    _tile_loadd(5, odd, 64);
+    _tile_loadd(5, weights.groups(block + 1), 64);
     _tile_zero(3);
-    _tile_dpbssd(3, 1, 5);
+    FOLIO_AMX_BLOCK_PRODUCT(3, 1, 5);
     _tile_stored(2, products[0], 64);
-    add_block_products(products[0], even, x, block, sums);
+    add_block_products<kFromPanel>(products[0], weights.scales(block), x, block, sums);
     _tile_stored(3, products[1], 64);
-    add_block_products(products[1], odd, x, block + 1, sums);
+    add_block_products<kFromPanel>(products[1], weights.scales(block + 1), x, block + 1, sums);
   }
   if (block < num_blocks) {
-    const std::byte* last = packed + block * kPackedBlockBytes;
     _tile_loadd(0, x.values + block * kBlock, stride);
-    _tile_loadd(4, last, 64);
+    _tile_loadd(4, weights.groups(block), 64);
     _tile_zero(2);
-    _tile_dpbssd(2, 0, 4);
+    FOLIO_AMX_BLOCK_PRODUCT(2, 0, 4);
     _tile_stored(2, products[0], 64);
-    add_block_products(products[0], last, x, block, sums);
+    add_block_products<kFromPanel>(products[0], weights.scales(block), x, block, sums);
   }
   store_tile<kAmxRows>(sums, out.bias, out.count, out.output, out.output_stride);
+}
+
+#undef FOLIO_AMX_BLOCK_PRODUCT
+
+// The instantiations, defined here under the AMX target (a template instantiated from the
+// caller's region would not be).
+__attribute__((noinline)) void amx_tile(const std::byte* scratch, const TileInput& x,
+                                        const PanelOutput& out) {
+  amx_tile_body<false>(scratch, x, out);
+}
+__attribute__((noinline)) void amx_tile_from_panel(const std::byte* panel, const TileInput& x,
+                                                   const PanelOutput& out) {
+  amx_tile_body<true>(panel, x, out);
 }
 
 }  // namespace
@@ -404,8 +488,10 @@ void q8_0_panel_rows_avx512(const MatmulArguments& arguments,
   const int64_t input_features = arguments.input_features;
   const int64_t output_features = arguments.output_features;
   const int64_t num_blocks = input_features / kBlock;
+  // Both layouts: a panel is 16 q8_0 rows' bytes, panel p at p * panel_bytes.
   const int64_t weight_row_bytes = row_bytes(DType::kQ8_0, input_features);
   const int64_t panel_bytes = kColumns * weight_row_bytes;
+  const bool packed_weights = arguments.weight_dtype == DType::kQ8_0Panels;
   const auto* weight = static_cast<const std::byte*>(arguments.weight);
   Prefetch::warm_up(weight + panel_begin * panel_bytes, panel_bytes,
                     (panel_end - panel_begin) * panel_bytes);
@@ -416,7 +502,7 @@ void q8_0_panel_rows_avx512(const MatmulArguments& arguments,
     const int64_t end_row = std::min(arguments.num_rows, first_row + pass_rows);
     for (int64_t panel = panel_begin; panel < panel_end; ++panel) {
       const int64_t column = panel * kColumns;
-      const std::byte* rows = weight + column * weight_row_bytes;
+      const std::byte* rows = weight + panel * panel_bytes;
       const int64_t count = std::min<int64_t>(kColumns, output_features - column);
       const auto tile_input = [&](int64_t row) {
         return TileInput{activations.values + row * input_features,
@@ -431,12 +517,14 @@ void q8_0_panel_rows_avx512(const MatmulArguments& arguments,
         with_tile_rows(end_row - first_row, [&](auto tile_rows) {
           constexpr int kRows = decltype(tile_rows)::value;
           const Prefetch prefetch(rows, panel_bytes, num_blocks);
-          if (count == kColumns) {
-            direct_tile<kRows, true>(rows, weight_row_bytes, tile_input(first_row),
-                                     tile_output(first_row), prefetch);
+          const TileInput x = tile_input(first_row);
+          const PanelOutput out = tile_output(first_row);
+          if (packed_weights) {
+            direct_tile<kRows, PanelSource::kPacked>(rows, weight_row_bytes, x, out, prefetch);
+          } else if (count == kColumns) {
+            direct_tile<kRows, PanelSource::kWholeRows>(rows, weight_row_bytes, x, out, prefetch);
           } else {
-            direct_tile<kRows, false>(rows, weight_row_bytes, tile_input(first_row),
-                                      tile_output(first_row), prefetch);
+            direct_tile<kRows, PanelSource::kPartialRows>(rows, weight_row_bytes, x, out, prefetch);
           }
         });
         continue;
@@ -452,7 +540,8 @@ void q8_0_panel_rows_avx512(const MatmulArguments& arguments,
         }
       };
       // Tiles of 16 rows through AMX, then the rest in tiles of up to 8 through VNNI (the
-      // panel packed again, unsigned): the same results either way.
+      // panel packed again, unsigned): the same results either way. A panel packed at load is
+      // read where it lies by both.
       const int64_t amx_tiles = use_amx ? (end_row - first_row) / kAmxRows : 0;
       const int64_t vnni_tiles =
           (end_row - first_row - amx_tiles * kAmxRows + kTileRows - 1) / kTileRows;
@@ -462,26 +551,43 @@ void q8_0_panel_rows_avx512(const MatmulArguments& arguments,
           configure_tiles();
           tiles_configured = true;
         }
-        if (count == kColumns) {
-          pack_panel<true, true>(rows, weight_row_bytes, count, num_blocks, scratch);
-        } else {
-          pack_panel<false, true>(rows, weight_row_bytes, count, num_blocks, scratch);
+        if (!packed_weights) {
+          if (count == kColumns) {
+            pack_panel<PanelSource::kWholeRows, true>(rows, weight_row_bytes, count, num_blocks,
+                                                      scratch);
+          } else {
+            pack_panel<PanelSource::kPartialRows, true>(rows, weight_row_bytes, count, num_blocks,
+                                                        scratch);
+          }
         }
         for (; row + kAmxRows <= end_row; row += kAmxRows) {
           prefetch_share(amx_tiles + vnni_tiles);
-          amx_tile(scratch, tile_input(row), tile_output(row));
+          if (packed_weights) {
+            amx_tile_from_panel(rows, tile_input(row), tile_output(row));
+          } else {
+            amx_tile(scratch, tile_input(row), tile_output(row));
+          }
         }
       }
       if (row == end_row) continue;
-      if (count == kColumns) {
-        pack_panel<true, false>(rows, weight_row_bytes, count, num_blocks, scratch);
-      } else {
-        pack_panel<false, false>(rows, weight_row_bytes, count, num_blocks, scratch);
+      if (!packed_weights) {
+        if (count == kColumns) {
+          pack_panel<PanelSource::kWholeRows, false>(rows, weight_row_bytes, count, num_blocks,
+                                                     scratch);
+        } else {
+          pack_panel<PanelSource::kPartialRows, false>(rows, weight_row_bytes, count, num_blocks,
+                                                       scratch);
+        }
       }
       for (; row < end_row; row += kTileRows) {
         prefetch_share(amx_tiles + vnni_tiles);
         with_tile_rows(std::min<int64_t>(kTileRows, end_row - row), [&](auto tile_rows) {
-          packed_tile<decltype(tile_rows)::value>(scratch, tile_input(row), tile_output(row));
+          constexpr int kRows = decltype(tile_rows)::value;
+          if (packed_weights) {
+            packed_tile<kRows, true>(rows, tile_input(row), tile_output(row));
+          } else {
+            packed_tile<kRows, false>(scratch, tile_input(row), tile_output(row));
+          }
         });
       }
     }
