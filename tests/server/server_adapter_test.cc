@@ -6,6 +6,7 @@
 // request runs on it lets that request finish. Adapters are random ones written to a temporary
 // directory (lora::make_random_adapter_writer).
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <filesystem>
 #include <fstream>
@@ -29,7 +30,11 @@ using testing::post;
 // A directory of adapter files for the tiny model, written once per test program.
 class AdapterFiles {
  public:
-  AdapterFiles() : directory_(std::filesystem::path(::testing::TempDir()) / "folio_server_lora") {
+  // One directory per process: ctest runs this binary's tests as parallel processes, and two
+  // writers of one file made each other's SetUpTestSuite fail (which ctest reports as skipped).
+  AdapterFiles()
+      : directory_(std::filesystem::path(::testing::TempDir()) /
+                   ("folio_server_lora_" + std::to_string(getpid()))) {
     std::filesystem::create_directories(directory_);
     const model::LlamaShape base = folio::testing::tiny_llama_shape();
     write_random(base, /*seed=*/1, "alpha.gguf");
