@@ -93,22 +93,8 @@ engine::RemoteRunnerFactory pipeline_runner_factory(std::vector<std::string> add
     if (!quiet) std::fputs(plan.to_string().c_str(), stderr);
     std::vector<dist::PipelineStageSpec> specs;
     for (const dist::PipelineStagePlan& stage : plan.stages) {
-      dist::PipelineStageSpec spec;
-      spec.first_layer = stage.first_layer;
-      spec.end_layer = stage.end_layer;
-      spec.num_kv_blocks = setup.num_kv_blocks;
-      spec.block_size = setup.block_size;
-      spec.max_blocks_per_sequence = setup.max_blocks_per_sequence;
-      spec.kv_dtype = setup.kv_dtype;
-      spec.first_dummy_block = setup.first_dummy_block;
-      spec.num_dummy_blocks = setup.num_dummy_blocks;
-      spec.bucket_ladder = setup.bucket_ladder;
-      spec.max_num_tokens = setup.max_num_tokens;
-      spec.max_sequences = setup.max_sequences;
-      spec.max_logit_rows = setup.max_logit_rows;
-      spec.use_graphs = setup.use_graphs;
-      spec.pool_bytes = stage.kv_bytes + activation_bytes;
-      specs.push_back(std::move(spec));
+      specs.push_back(dist::pipeline_stage_spec(setup, stage.first_layer, stage.end_layer,
+                                                stage.kv_bytes + activation_bytes));
     }
     FOLIO_ASSIGN_OR_RETURN(
         std::unique_ptr<dist::PipelineStepRunner> runner,

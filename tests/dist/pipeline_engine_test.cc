@@ -33,21 +33,8 @@ class ChainedStagesRunner final : public engine::StepRunner {
                                                             const engine::RemoteStepSetup& setup) {
     std::unique_ptr<ChainedStagesRunner> runner(new ChainedStagesRunner());
     for (const auto& [first, end] : {std::pair<int64_t, int64_t>{0, 1}, {1, 2}}) {
-      PipelineStageSpec spec;
-      spec.first_layer = first;
-      spec.end_layer = end;
-      spec.num_kv_blocks = setup.num_kv_blocks;
-      spec.block_size = setup.block_size;
-      spec.max_blocks_per_sequence = setup.max_blocks_per_sequence;
-      spec.kv_dtype = setup.kv_dtype;
-      spec.first_dummy_block = setup.first_dummy_block;
-      spec.num_dummy_blocks = setup.num_dummy_blocks;
-      spec.bucket_ladder = setup.bucket_ladder;
-      spec.max_num_tokens = setup.max_num_tokens;
-      spec.max_sequences = setup.max_sequences;
-      spec.max_logit_rows = setup.max_logit_rows;
-      spec.use_graphs = setup.use_graphs;
-      spec.pool_bytes = int64_t{16} << 20;
+      const PipelineStageSpec spec =
+          pipeline_stage_spec(setup, first, end, /*pool_bytes=*/int64_t{16} << 20);
       FOLIO_ASSIGN_OR_RETURN(std::unique_ptr<PipelineStage> stage,
                              PipelineStage::create(model, spec, 2));
       runner->stages_.push_back(std::move(stage));

@@ -56,6 +56,24 @@ Result<int64_t> llama_stage_weight_bytes(const model::LlamaShape& model, int64_t
   return bytes;
 }
 
+PipelineStageSpec pipeline_stage_spec(const engine::RemoteStepSetup& setup, int64_t first_layer,
+                                      int64_t end_layer, int64_t pool_bytes) {
+  return PipelineStageSpec{.first_layer = first_layer,
+                           .end_layer = end_layer,
+                           .num_kv_blocks = setup.num_kv_blocks,
+                           .block_size = setup.block_size,
+                           .max_blocks_per_sequence = setup.max_blocks_per_sequence,
+                           .kv_dtype = setup.kv_dtype,
+                           .first_dummy_block = setup.first_dummy_block,
+                           .num_dummy_blocks = setup.num_dummy_blocks,
+                           .bucket_ladder = setup.bucket_ladder,
+                           .max_num_tokens = setup.max_num_tokens,
+                           .max_sequences = setup.max_sequences,
+                           .max_logit_rows = setup.max_logit_rows,
+                           .use_graphs = setup.use_graphs,
+                           .pool_bytes = pool_bytes};
+}
+
 Result<std::unique_ptr<PipelineStage>> PipelineStage::create(const model::LlamaModel& model,
                                                              const PipelineStageSpec& spec,
                                                              int num_threads) {

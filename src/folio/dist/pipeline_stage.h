@@ -20,6 +20,7 @@
 #include "folio/base/result.h"
 #include "folio/base/thread_pool.h"
 #include "folio/device/virtual_memory.h"
+#include "folio/engine/model_engine.h"
 #include "folio/exec/executor.h"
 #include "folio/exec/multi_shape_arena.h"
 #include "folio/memory/page_pool.h"
@@ -44,6 +45,12 @@ struct PipelineStageSpec {
   bool use_graphs = true;
   int64_t pool_bytes = 0;  // the stage's page pool: KV cache, persistent buffers, activations
 };
+
+// The spec of layers [first_layer, end_layer) of the coordinator's engine whose step arrays
+// `setup` describes (the same block ids, buckets and limits on every stage), with a pool of
+// `pool_bytes`.
+PipelineStageSpec pipeline_stage_spec(const engine::RemoteStepSetup& setup, int64_t first_layer,
+                                      int64_t end_layer, int64_t pool_bytes);
 
 class PipelineStage {
  public:
