@@ -5,7 +5,9 @@
 # (models/lora/) on one prompt and on held-out text, quantizes the f16 model to Q4_K_M (a
 # different block type per tensor, as downloaded files have) and scores it on the same held-out
 # text, and runs an offline load benchmark with graphs on and off, and one larger than its KV
-# cache with memory pressure handling on and off. FOLIO_DEMO_MODEL picks another GGUF file (the prompt stays).
+# cache with memory pressure handling on and off; between them a folio worker's handshake, and
+# the model split over two local worker processes (pipeline parallelism) giving one process's
+# text. FOLIO_DEMO_MODEL picks another GGUF file (the prompt stays).
 #   scripts/demo.sh [build dir]
 set -euo pipefail
 build=${1:-build/release}
@@ -113,6 +115,14 @@ done
 kill "$worker_pid"
 wait "$worker_pid" || true
 trap - EXIT
+
+section "pipeline parallelism: folio plan, then the greedy text over 2 local worker processes"
+"$folio" plan -m "$model" --workers 2
+one_process=$("$folio" generate -m "$model" -p "And God said" -n 24 --temperature 0 -q 2>/dev/null)
+pipelined=$("$folio" generate -m "$model" -p "And God said" -n 24 --temperature 0 -q \
+  --local-workers 2 2>/dev/null)
+printf '[one process] %s\n[2 workers  ] %s\n' "$one_process" "$pipelined"
+if [ "$one_process" = "$pipelined" ]; then echo "same text"; else echo "texts differ" >&2; exit 1; fi
 
 section "folio bench: 64 requests, concurrency 16, graphs on"
 "$folio" bench -m "$model" --requests 64 --concurrency 16 --prompt-len 16:96 --output-len 16:48 \
