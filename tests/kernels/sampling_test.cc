@@ -50,6 +50,11 @@ TEST_P(ArgmaxTest, PicksLowestIndexOfTheMaximumIgnoringNan) {
   row[kColumns - 1] = -1e30f;
   row = logits.data() + 4 * kColumns;
   row[kColumns - 1] = kInfinity;  // row 4: +inf in the tail
+  row = logits.data() + 5 * kColumns;
+  // Row 5: no finite value, the leading chunks (the kernel scans 256-value chunks) only NaN.
+  std::fill(row, row + 600, kNan);
+  std::fill(row + 600, row + kColumns, -kInfinity);
+  row[601] = kNan;
 
   std::vector<int32_t> output(kRows, -1);
   cpu::argmax(stream, {.input = logits.data(),
@@ -64,6 +69,7 @@ TEST_P(ArgmaxTest, PicksLowestIndexOfTheMaximumIgnoringNan) {
   EXPECT_EQ(output[2], 0);
   EXPECT_EQ(output[3], kColumns - 1);
   EXPECT_EQ(output[4], kColumns - 1);
+  EXPECT_EQ(output[5], 600);
 }
 
 TEST_P(ArgmaxTest, MatchesReferenceOnNarrowRows) {
