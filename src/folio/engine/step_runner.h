@@ -12,8 +12,17 @@
 // Copies: copy-on-write and swap copies are run by the block manager's KvBlockCopier before
 // run() is called, so the cache is consistent when the step starts.
 //
-// Thread-safety: run() is called from the engine's driving thread only, one step at a time;
-// supports_adapter() from any thread.
+// Recovery (issue 16, docs/design/dist.md "Plan for issue 16"): a runner whose state lives
+// elsewhere (a pipeline of worker processes) can lose part of it. run() then fails, and the
+// engine asks recover() to re-form the runner. On success the engine rebuilds the KV that
+// recover() reports lost, from tokens it holds: with kStageKv by replay() steps over every
+// running sequence's computed tokens, with kAllKv by preempting every running sequence by
+// recompute. Then it runs the failed step again. The commit rule: a step's tokens are accepted
+// (sampled, streamed) only from a run() that succeeded, so the step in flight at a failure
+// yields nothing twice, and each sampler's state advances only with accepted tokens.
+//
+// Thread-safety: run(), recover() and replay() are called from the engine's driving thread
+// only, one at a time; supports_adapter() and available() from any thread.
 #pragma once
 
 #include <cstdint>
@@ -22,6 +31,24 @@
 #include "folio/ir/step_batch.h"
 
 namespace folio::engine {
+
+// What a recovery lost, so what the engine must rebuild before the failed step runs again.
+struct RunnerRecovery {
+  enum class LostKv {
+    // Nothing: the KV cache is intact (the step can simply run again).
+    kNone,
+    // The KV of the layers of stages 0..replay_through_stage may be lost; later stages kept
+    // theirs. Rebuilt by replay(step, replay_through_stage) over each running sequence's
+    // computed tokens. Stages before the lost one rewrite the same bytes (every kernel is
+    // deterministic and batch-invariant), so they need no exception.
+    kStageKv,
+    // All of it (the layers moved, or the runner cannot replay part of the model): every
+    // running sequence is recomputed from its tokens, and cached prefix blocks are dropped.
+    kAllKv,
+  };
+  LostKv lost_kv = LostKv::kAllKv;
+  int32_t replay_through_stage = -1;  // with kStageKv: the last stage replay() must run
+};
 
 class StepRunner {
  public:
@@ -37,6 +64,22 @@ class StepRunner {
   // Whether requests may name this adapter; called by Engine::submit, so from any thread. The
   // base model (0) always.
   virtual bool supports_adapter(int64_t adapter_id) const { return adapter_id == 0; }
+
+  // After run() or replay() failed with `failure`: re-forms the runner (a lost worker replaced)
+  // and says which KV the failure lost. An error: not recoverable (the default), or not now (no
+  // worker to take the lost one's place); the engine then fails the step's requests as before.
+  // The runner stays unavailable() until a later recover() succeeds.
+  virtual Result<RunnerRecovery> recover(const Status& failure) { return failure; }
+  // Writes the KV of `step`'s tokens in the stages 0..through_stage only, and computes no
+  // logits (step.logit_indices is empty). Called after recover() returned kStageKv.
+  virtual Status replay(const ir::StepBatch& step, int32_t through_stage) {
+    (void)step;
+    return failed_precondition("this step runner cannot replay stage {}: it never reports lost KV",
+                               through_stage);
+  }
+  // False from a failure that recover() could not repair until one that did: new requests are
+  // refused (kUnavailable) meanwhile. From any thread.
+  virtual bool available() const { return true; }
 };
 
 }  // namespace folio::engine
