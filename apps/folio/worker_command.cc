@@ -3,7 +3,9 @@
 // budget, threads and model (-m, hashed at start) to coordinators that connect. Prints one line
 // on stderr once it listens ("folio worker: listening on HOST:PORT ..."), which scripts and
 // tests wait for. With a model it runs one pipeline stage a coordinator prepares on it
-// (PrepareStage, RunStage: docs/design/dist.md, "Pipeline stages").
+// (PrepareStage, RunStage: docs/design/dist.md, "Pipeline stages"). A coordinator that gave up
+// on it (recovery, issue 16) tells it to exit with the Shutdown call: it then stops as on
+// SIGTERM (exit 0).
 #include <pthread.h>
 #include <sys/prctl.h>
 #include <unistd.h>
@@ -60,6 +62,9 @@ void run_worker(const WorkerOptions& options) {
     service_options.model = *model;
     service_options.model_path = options.model_path;
   }
+  // Shutdown from a coordinator: SIGTERM to this process, which the main thread waits for below,
+  // so the service stops in the same order (the Shutdown call's answer goes out in the grace).
+  service_options.on_shutdown_request = [] { kill(getpid(), SIGTERM); };
   Result<std::unique_ptr<dist::WorkerService>> service =
       dist::WorkerService::start(service_options);
   check_command(service.status());

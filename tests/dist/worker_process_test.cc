@@ -22,6 +22,7 @@
 #include "testing/child_process.h"
 #include "testing/collective_groups.h"
 #include "testing/pipeline_steps.h"
+#include "worker_process.h"
 
 namespace folio::dist {
 namespace {
@@ -29,37 +30,7 @@ namespace {
 using namespace std::chrono_literals;
 using ::testing::HasSubstr;
 
-// A `folio` process (`folio worker ...` unless told otherwise) whose stdout and stderr this test
-// reads.
-class WorkerProcess : public folio::testing::ChildProcess {
- public:
-  explicit WorkerProcess(std::vector<std::string> arguments, const std::string& command = "worker")
-      : ChildProcess(with_binary(std::move(arguments), command), /*capture_output=*/true) {}
-
-  // The address of the "folio worker: listening on ADDRESS (...)" line; empty when the process
-  // ended or printed nothing of the kind within `timeout`.
-  std::string wait_for_listening(std::chrono::milliseconds timeout) {
-    std::string address;
-    read_until(timeout, [&](const std::string& text) {
-      const std::string marker = "folio worker: listening on ";
-      const size_t found = text.find(marker);
-      if (found == std::string::npos) return false;
-      const size_t start = found + marker.size();
-      const size_t end = text.find(' ', start);
-      if (end == std::string::npos) return false;
-      address = text.substr(start, end - start);
-      return true;
-    });
-    return address;
-  }
-
- private:
-  static std::vector<std::string> with_binary(std::vector<std::string> arguments,
-                                              const std::string& command) {
-    arguments.insert(arguments.begin(), {FOLIO_BINARY_PATH, command});
-    return arguments;
-  }
-};
+using testing::WorkerProcess;
 
 // The model file's hash as the worker must report it: FNV-1a 64 of its bytes (base/random.h's
 // fnv1a64 over the whole file at once, where the worker streams it in chunks).

@@ -8,6 +8,7 @@
 #include <grpcpp/grpcpp.h>
 
 #include "folio/base/check.h"
+#include "folio/base/mutex.h"
 #include "folio/dist/worker.grpc.pb.h"
 
 namespace folio::dist {
@@ -111,6 +112,80 @@ struct WorkerClient::State {
   std::shared_ptr<grpc::Channel> channel;
   std::unique_ptr<v1::Worker::Stub> stub;
   std::atomic<uint64_t> next_sequence{1};
+  // The stage call in flight (its context lives on the calling thread's stack between
+  // begin_call and end_call), so that abandon() can cancel it from another thread.
+  mutable Mutex mutex;
+  grpc::ClientContext* call_in_flight FOLIO_GUARDED_BY(mutex) = nullptr;
+  bool abandoned FOLIO_GUARDED_BY(mutex) = false;
+  std::string abandon_reason FOLIO_GUARDED_BY(mutex);
+
+  // Registers `context` as the call in flight: an error when the client was abandoned (the call
+  // must not start).
+  Status begin_call(grpc::ClientContext* context, std::string_view call) {
+    const MutexLock lock(mutex);
+    if (abandoned) return abandoned_status(call);
+    call_in_flight = context;
+    return Status();
+  }
+  void end_call() {
+    const MutexLock lock(mutex);
+    call_in_flight = nullptr;
+  }
+  Status abandoned_status(std::string_view call) const FOLIO_REQUIRES(mutex) {
+    return cancelled("{} to worker {} was not answered: the worker was given up on ({})", call,
+                     info.address, abandon_reason);
+  }
+  // A call's status: the abandonment, when that is why it ended, or call_status's.
+  Status finish_call(std::string_view call, const grpc::Status& status,
+                     std::chrono::milliseconds timeout) {
+    end_call();
+    if (status.error_code() == grpc::StatusCode::CANCELLED) {
+      const MutexLock lock(mutex);
+      if (abandoned) return abandoned_status(call);
+    }
+    return call_status(info.address, call, status, timeout);
+  }
+};
+
+// Watch's stream on a completion queue of its own, polled without waiting. Tags name the
+// operation that completed; at most one is pending at a time.
+struct WorkerWatch::State {
+  enum Tag : intptr_t { kStart = 1, kRead = 2, kFinish = 3 };
+  std::string address;
+  grpc::CompletionQueue queue;
+  grpc::ClientContext context;
+  std::unique_ptr<grpc::ClientAsyncReader<v1::Beat>> reader;
+  v1::Beat beat;
+  grpc::Status finish_status;
+  bool finished = false;  // Finish completed: nothing is pending on the queue
+  Status error;           // why the stream ended, once finished
+
+  static void* tag(Tag value) { return reinterpret_cast<void*>(value); }
+
+  // Handles one completed operation and starts the next one.
+  void handle(Tag completed, bool ok, std::vector<WorkerBeat>* beats) {
+    switch (completed) {
+      case kStart:
+      case kRead:
+        if (!ok) {
+          reader->Finish(&finish_status, tag(kFinish));
+          return;
+        }
+        if (completed == kRead && beats != nullptr) {
+          beats->push_back(WorkerBeat{.epoch = beat.epoch(),
+                                      .incarnation = beat.worker_incarnation(),
+                                      .sequence = beat.sequence()});
+        }
+        reader->Read(&beat, tag(kRead));
+        return;
+      case kFinish:
+        finished = true;
+        error = finish_status.ok()
+                    ? unavailable("worker {} ended its lease stream (Watch)", address)
+                    : call_status(address, "Watch", finish_status, std::chrono::milliseconds(0));
+        return;
+    }
+  }
 };
 
 Result<std::unique_ptr<WorkerClient>> WorkerClient::connect(const std::string& address,
@@ -178,12 +253,20 @@ const WorkerInfo& WorkerClient::info() const {
   return state_->info;
 }
 
+const WorkerClientOptions& WorkerClient::options() const {
+  return state_->options;
+}
+
 Result<std::chrono::nanoseconds> WorkerClient::ping() {
   v1::PingRequest request;
   request.set_sequence(state_->next_sequence.fetch_add(1, std::memory_order_relaxed));
   v1::PingReply reply;
   grpc::ClientContext context;
   context.set_deadline(deadline_after(state_->options.call_timeout));
+  {
+    const MutexLock lock(state_->mutex);
+    if (state_->abandoned) return state_->abandoned_status("Ping");
+  }
   const Clock::time_point start = Clock::now();
   const grpc::Status status = state_->stub->Ping(&context, request, &reply);
   const Clock::duration elapsed = Clock::now() - start;
@@ -218,8 +301,9 @@ Result<LinkLatency> WorkerClient::measure_latency(int count) {
 }
 
 Result<PreparedStage> WorkerClient::prepare_stage(const PipelineStageSpec& spec,
-                                                  const std::string& model_hash) {
+                                                  const std::string& model_hash, uint64_t epoch) {
   v1::PrepareStageRequest request;
+  request.set_epoch(epoch);
   request.set_model_hash(model_hash);
   request.set_first_layer(static_cast<uint32_t>(spec.first_layer));
   request.set_end_layer(static_cast<uint32_t>(spec.end_layer));
@@ -238,21 +322,26 @@ Result<PreparedStage> WorkerClient::prepare_stage(const PipelineStageSpec& spec,
   v1::PrepareStageReply reply;
   grpc::ClientContext context;
   context.set_deadline(deadline_after(state_->options.prepare_timeout));
+  FOLIO_RETURN_IF_ERROR(state_->begin_call(&context, "PrepareStage"));
   const grpc::Status status = state_->stub->PrepareStage(&context, request, &reply);
   FOLIO_RETURN_IF_ERROR(
-      call_status(state_->info.address, "PrepareStage", status, state_->options.prepare_timeout));
+      state_->finish_call("PrepareStage", status, state_->options.prepare_timeout));
   return PreparedStage{.stage_id = reply.stage_id(),
                        .hidden_input_size = reply.hidden_input_size(),
                        .hidden_output_size = reply.hidden_output_size(),
                        .vocab_size = static_cast<int32_t>(reply.vocab_size()),
                        .weight_bytes = static_cast<int64_t>(reply.weight_bytes()),
-                       .kv_cache_bytes = static_cast<int64_t>(reply.kv_cache_bytes())};
+                       .kv_cache_bytes = static_cast<int64_t>(reply.kv_cache_bytes()),
+                       .epoch = reply.epoch(),
+                       .incarnation = reply.worker_incarnation()};
 }
 
 Status WorkerClient::run_stage(uint64_t stage_id, const ir::StepBatch& step,
-                               std::span<const float> hidden_in, StageStepResult& result) {
+                               std::span<const float> hidden_in, StageStepResult& result,
+                               uint64_t epoch) {
   v1::RunStageRequest request;
   request.set_stage_id(stage_id);
+  request.set_epoch(epoch);
   auto copy = [](std::span<const int32_t> values, google::protobuf::RepeatedField<int32_t>* field) {
     field->Add(values.begin(), values.end());
   };
@@ -270,9 +359,9 @@ Status WorkerClient::run_stage(uint64_t stage_id, const ir::StepBatch& step,
   v1::RunStageReply reply;
   grpc::ClientContext context;
   context.set_deadline(deadline_after(state_->options.step_timeout));
+  FOLIO_RETURN_IF_ERROR(state_->begin_call(&context, "RunStage"));
   const grpc::Status status = state_->stub->RunStage(&context, request, &reply);
-  FOLIO_RETURN_IF_ERROR(
-      call_status(state_->info.address, "RunStage", status, state_->options.step_timeout));
+  FOLIO_RETURN_IF_ERROR(state_->finish_call("RunStage", status, state_->options.step_timeout));
   auto floats = [&](const std::string& bytes, std::vector<float>& out,
                     std::string_view what) -> Status {
     if (bytes.size() % sizeof(float) != 0) {
@@ -289,7 +378,109 @@ Status WorkerClient::run_stage(uint64_t stage_id, const ir::StepBatch& step,
   result.vocab_size = static_cast<int32_t>(reply.vocab_size());
   result.request_bytes = static_cast<int64_t>(request.ByteSizeLong());
   result.reply_bytes = static_cast<int64_t>(reply.ByteSizeLong());
+  result.epoch = reply.epoch();
+  result.incarnation = reply.worker_incarnation();
   return Status();
+}
+
+Result<uint64_t> WorkerClient::fence(uint64_t epoch, uint64_t stage_id) {
+  v1::FenceRequest request;
+  request.set_epoch(epoch);
+  request.set_stage_id(stage_id);
+  v1::FenceReply reply;
+  grpc::ClientContext context;
+  context.set_deadline(deadline_after(state_->options.call_timeout));
+  FOLIO_RETURN_IF_ERROR(state_->begin_call(&context, "Fence"));
+  const grpc::Status status = state_->stub->Fence(&context, request, &reply);
+  FOLIO_RETURN_IF_ERROR(state_->finish_call("Fence", status, state_->options.call_timeout));
+  if (reply.epoch() != epoch || reply.stage_id() != stage_id) {
+    return internal_error(
+        "worker {} answered Fence to epoch {} (stage {:016x}) with epoch {} "
+        "(stage {:016x})",
+        state_->info.address, epoch, stage_id, reply.epoch(), reply.stage_id());
+  }
+  return reply.worker_incarnation();
+}
+
+Result<std::unique_ptr<WorkerWatch>> WorkerClient::watch(uint64_t epoch,
+                                                         std::chrono::milliseconds interval) {
+  FOLIO_CHECK(interval.count() > 0, "a lease interval must be positive, got {} ms",
+              interval.count());
+  {
+    const MutexLock lock(state_->mutex);
+    if (state_->abandoned) return state_->abandoned_status("Watch");
+  }
+  auto watch_state = std::make_unique<WorkerWatch::State>();
+  watch_state->address = state_->info.address;
+  v1::WatchRequest request;
+  request.set_epoch(epoch);
+  request.set_interval_ms(static_cast<uint32_t>(interval.count()));
+  // No deadline: the stream lives as long as the lease; the monitor bounds every wait for a
+  // beat, and destroying the watch cancels the call.
+  watch_state->reader =
+      state_->stub->PrepareAsyncWatch(&watch_state->context, request, &watch_state->queue);
+  watch_state->reader->StartCall(WorkerWatch::State::tag(WorkerWatch::State::kStart));
+  return std::unique_ptr<WorkerWatch>(new WorkerWatch(std::move(watch_state)));
+}
+
+Status WorkerClient::shutdown(uint64_t epoch, const std::string& reason) {
+  v1::ShutdownRequest request;
+  request.set_epoch(epoch);
+  request.set_reason(reason);
+  v1::ShutdownReply reply;
+  grpc::ClientContext context;
+  context.set_deadline(deadline_after(state_->options.call_timeout));
+  // Not refused when abandoned: telling a superseded worker to exit is what it is for.
+  const grpc::Status status = state_->stub->Shutdown(&context, request, &reply);
+  return call_status(state_->info.address, "Shutdown", status, state_->options.call_timeout);
+}
+
+void WorkerClient::abandon(const std::string& reason) {
+  const MutexLock lock(state_->mutex);
+  if (state_->abandoned) return;
+  state_->abandoned = true;
+  state_->abandon_reason = reason;
+  if (state_->call_in_flight != nullptr) state_->call_in_flight->TryCancel();
+}
+
+bool WorkerClient::abandoned() const {
+  const MutexLock lock(state_->mutex);
+  return state_->abandoned;
+}
+
+WorkerWatch::WorkerWatch(std::unique_ptr<State> state) : state_(std::move(state)) {}
+
+WorkerWatch::~WorkerWatch() {
+  State& state = *state_;
+  if (!state.finished) {
+    state.context.TryCancel();
+    // Every operation started completes after the cancel; Finish ends the chain.
+    while (!state.finished) {
+      void* tag = nullptr;
+      bool ok = false;
+      if (!state.queue.Next(&tag, &ok)) break;
+      state.handle(static_cast<State::Tag>(reinterpret_cast<intptr_t>(tag)), ok, nullptr);
+    }
+  }
+  state.queue.Shutdown();
+  void* tag = nullptr;
+  bool ok = false;
+  while (state.queue.Next(&tag, &ok)) {
+  }
+}
+
+Status WorkerWatch::poll(std::vector<WorkerBeat>& beats) {
+  State& state = *state_;
+  while (!state.finished) {
+    void* tag = nullptr;
+    bool ok = false;
+    // A deadline in the past: take what completed, never wait.
+    const grpc::CompletionQueue::NextStatus next =
+        state.queue.AsyncNext(&tag, &ok, std::chrono::system_clock::time_point());
+    if (next != grpc::CompletionQueue::GOT_EVENT) break;
+    state.handle(static_cast<State::Tag>(reinterpret_cast<intptr_t>(tag)), ok, &beats);
+  }
+  return state.finished ? state.error : Status();
 }
 
 }  // namespace folio::dist

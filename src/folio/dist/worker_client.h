@@ -24,8 +24,17 @@
 // and drops the connection when an answer takes longer than `keepalive_timeout`, so a worker
 // whose machine vanished is noticed without waiting for the next call's deadline.
 //
-// Thread safety: ping() and measure_latency() may be called from several threads at once
-// (gRPC channels and stubs are thread-safe); info() is fixed after connect().
+// Epochs (protocol revision 3, docs/design/dist.md "Recovery"): every stage call carries the
+// coordinator's epoch, and the replies carry it back with the worker's incarnation
+// (StageStepResult, PreparedStage) for the coordinator to check. fence() moves a surviving
+// worker to a new epoch keeping its stage; watch() opens its lease (a stream of beats);
+// shutdown() tells a superseded worker to exit. abandon() cancels the call in flight and fails
+// every later one at once: what the lease monitor does to a worker it declared lost, so that a
+// stopped worker is given up on after its lease, not after the step's deadline.
+//
+// Thread safety: ping(), measure_latency(), shutdown() and abandon() may be called from several
+// threads at once (gRPC channels and stubs are thread-safe); info() and options() are fixed
+// after connect(); the stage calls (prepare_stage, run_stage, fence) from one thread at a time.
 #pragma once
 
 #include <chrono>
@@ -77,6 +86,10 @@ struct LinkLatency {
   std::chrono::nanoseconds max{0};
 };
 
+// The epoch a coordinator starts in; a worker starts at epoch 0, so the first PrepareStage moves
+// it there.
+inline constexpr uint64_t kFirstEpoch = 1;
+
 // What a worker answered to PrepareStage.
 struct PreparedStage {
   uint64_t stage_id = 0;
@@ -85,6 +98,36 @@ struct PreparedStage {
   int32_t vocab_size = 0;          // logits columns, last stage only
   int64_t weight_bytes = 0;
   int64_t kv_cache_bytes = 0;
+  uint64_t epoch = 0;        // the epoch the worker prepared it in
+  uint64_t incarnation = 0;  // the worker's
+};
+
+// One beat of a worker's lease (worker.proto Beat).
+struct WorkerBeat {
+  uint64_t epoch = 0;  // the worker's epoch when it sent the beat
+  uint64_t incarnation = 0;
+  uint64_t sequence = 0;  // 1, 2, ... per stream
+};
+
+// An open Watch stream (WorkerClient::watch): beats arrive in the background and poll() hands
+// over those that came. Destroying it cancels the call.
+// Thread safety: none; one thread at a time (the lease monitor's).
+class WorkerWatch {
+ public:
+  ~WorkerWatch();
+  WorkerWatch(const WorkerWatch&) = delete;
+  WorkerWatch& operator=(const WorkerWatch&) = delete;
+
+  // Appends the beats that arrived since the last call to `beats`, without waiting. OK while
+  // the stream is open; once it ended (the worker is gone, it refused, the call was cancelled),
+  // the error that ended it, naming the worker, on this and every later call.
+  Status poll(std::vector<WorkerBeat>& beats);
+
+ private:
+  friend class WorkerClient;
+  struct State;
+  explicit WorkerWatch(std::unique_ptr<State> state);
+  std::unique_ptr<State> state_;
 };
 
 // One step's answer from a stage, with the sizes of both messages on the wire.
@@ -95,6 +138,8 @@ struct StageStepResult {
   int32_t vocab_size = 0;
   int64_t request_bytes = 0;
   int64_t reply_bytes = 0;
+  uint64_t epoch = 0;        // the reply's: the coordinator drops a reply of another epoch
+  uint64_t incarnation = 0;  // the worker's, as the reply states it
 };
 
 class WorkerClient {
@@ -110,6 +155,7 @@ class WorkerClient {
   WorkerClient& operator=(const WorkerClient&) = delete;
 
   const WorkerInfo& info() const;
+  const WorkerClientOptions& options() const;
 
   // One Ping round trip. kFailedPrecondition when the worker answering is another incarnation
   // than the one of the handshake (it restarted: what the coordinator knew of it is stale).
@@ -122,12 +168,28 @@ class WorkerClient {
   // checked). Errors name the worker: kFailedPrecondition (no model, another model, a model it
   // cannot open), kResourceExhausted (the stage does not fit its memory budget),
   // kInvalidArgument (a malformed spec), and the call errors above.
-  Result<PreparedStage> prepare_stage(const PipelineStageSpec& spec, const std::string& model_hash);
-  // Runs one step of stage `stage_id` with `hidden_in` (empty for the first stage) and fills
-  // `result` (its buffers are reused). kFailedPrecondition when the worker no longer holds the
-  // stage (it restarted or prepared another).
+  // The worker moves to `epoch` (refused, kFailedPrecondition "stale epoch", when it is at a
+  // newer one).
+  Result<PreparedStage> prepare_stage(const PipelineStageSpec& spec, const std::string& model_hash,
+                                      uint64_t epoch = kFirstEpoch);
+  // Runs one step of stage `stage_id` in `epoch` with `hidden_in` (empty for the first stage)
+  // and fills `result` (its buffers are reused). kFailedPrecondition when the worker no longer
+  // holds the stage (it restarted or prepared another) or is at another epoch than `epoch`.
   Status run_stage(uint64_t stage_id, const ir::StepBatch& step, std::span<const float> hidden_in,
-                   StageStepResult& result);
+                   StageStepResult& result, uint64_t epoch = kFirstEpoch);
+  // Moves the worker to `epoch`, keeping stage `stage_id` (0: none) and its KV cache.
+  // kFailedPrecondition when the worker is at a newer epoch or no longer holds the stage; the
+  // call errors above. Returns the incarnation that answered.
+  Result<uint64_t> fence(uint64_t epoch, uint64_t stage_id);
+  // Opens the worker's lease: a beat every `interval`. Returns at once (the stream opens in the
+  // background; a worker that is gone shows as an error of the first poll()).
+  Result<std::unique_ptr<WorkerWatch>> watch(uint64_t epoch, std::chrono::milliseconds interval);
+  // Tells the worker process to exit once it has answered; `reason` goes to its log.
+  Status shutdown(uint64_t epoch, const std::string& reason);
+  // Cancels the call in flight, if any, and makes every later call fail at once (kCancelled,
+  // "abandoned"): the worker was declared lost. Irreversible; from any thread.
+  void abandon(const std::string& reason);
+  bool abandoned() const;
 
  private:
   struct State;

@@ -3,6 +3,8 @@
 #include <unistd.h>
 
 #include <array>
+#include <atomic>
+#include <condition_variable>
 #include <cstring>
 #include <random>
 #include <vector>
@@ -70,10 +72,37 @@ std::span<const T> span_of(const google::protobuf::RepeatedField<T>& field) {
   return std::span<const T>(field.data(), static_cast<size_t>(field.size()));
 }
 
+grpc::Status refuse(std::string message) {
+  return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION, std::move(message));
+}
+
+std::string stale_epoch_message(uint64_t epoch, uint64_t current) {
+  return fmt::format(
+      "stale epoch {}, this worker is at epoch {}: a newer coordinator epoch superseded the "
+      "caller's",
+      epoch, current);
+}
+
 class WorkerImpl final : public v1::Worker::Service {
  public:
   WorkerImpl(const WorkerServiceOptions& options, uint64_t incarnation)
       : options_(options), incarnation_(incarnation), host_name_(host_name()) {}
+
+  // Ends every Watch stream at once (before the server shuts down, which would otherwise wait
+  // for each stream's next beat).
+  void stop_watches() {
+    {
+      const MutexLock lock(watch_mutex_);
+      stopping_ = true;
+    }
+    watch_wakeup_.notify_all();
+  }
+  bool shutdown_requested() const { return shutdown_requested_.load(std::memory_order_acquire); }
+  uint64_t epoch() const { return epoch_.load(std::memory_order_acquire); }
+  void inject_unavailable(int calls) {
+    const MutexLock lock(mutex_);
+    injected_unavailable_ = calls;
+  }
 
   grpc::Status Hello(grpc::ServerContext* context, const v1::HelloRequest* request,
                      v1::HelloReply* reply) override {
@@ -121,6 +150,9 @@ class WorkerImpl final : public v1::Worker::Service {
                       options_.model.hash, options_.model.name, request->model_hash()));
     }
     const MutexLock lock(mutex_);
+    const uint64_t current = epoch_.load(std::memory_order_relaxed);
+    if (request->epoch() < current) return refuse(stale_epoch_message(request->epoch(), current));
+    epoch_.store(request->epoch(), std::memory_order_release);
     stage_.reset();  // the old stage's memory goes before the new one takes its own
     if (model_ == nullptr) {
       Result<std::unique_ptr<model::LlamaModel>> opened =
@@ -172,7 +204,10 @@ class WorkerImpl final : public v1::Worker::Service {
     if (!stage.ok()) return to_grpc(stage.status());
     stage_ = std::move(stage).value();
     stage_id_ = draw_incarnation();
+    stage_epoch_ = request->epoch();
     reply->set_stage_id(stage_id_);
+    reply->set_epoch(request->epoch());
+    reply->set_worker_incarnation(incarnation_);
     reply->set_hidden_input_size(static_cast<uint32_t>(stage_->hidden_input_size()));
     reply->set_hidden_output_size(static_cast<uint32_t>(stage_->hidden_output_size()));
     reply->set_vocab_size(static_cast<uint32_t>(stage_->vocab_size()));
@@ -186,6 +221,18 @@ class WorkerImpl final : public v1::Worker::Service {
   grpc::Status RunStage(grpc::ServerContext* /*context*/, const v1::RunStageRequest* request,
                         v1::RunStageReply* reply) override {
     const MutexLock lock(mutex_);
+    if (injected_unavailable_ > 0) {
+      --injected_unavailable_;
+      return grpc::Status(grpc::StatusCode::UNAVAILABLE, "injected failure (test)");
+    }
+    const uint64_t current = epoch_.load(std::memory_order_relaxed);
+    if (request->epoch() < current) return refuse(stale_epoch_message(request->epoch(), current));
+    if (request->epoch() > current) {
+      return refuse(
+          fmt::format("epoch {} is newer than this worker's epoch {}: prepare its stage or fence "
+                      "it in epoch {} first",
+                      request->epoch(), current, request->epoch()));
+    }
     if (stage_ == nullptr || request->stage_id() != stage_id_) {
       return grpc::Status(
           grpc::StatusCode::FAILED_PRECONDITION,
@@ -195,6 +242,12 @@ class WorkerImpl final : public v1::Worker::Service {
               : fmt::format("no stage {:016x} here: this worker holds stage {:016x}; prepare it "
                             "again",
                             request->stage_id(), stage_id_));
+    }
+    if (stage_epoch_ != current) {
+      return refuse(
+          fmt::format("stage {:016x} was prepared in epoch {}, this worker is at epoch {}: "
+                      "prepare it again, or fence the worker keeping the stage",
+                      stage_id_, stage_epoch_, current));
     }
     const std::string& hidden_bytes = request->hidden_in();
     if (hidden_bytes.size() % sizeof(float) != 0) {
@@ -226,6 +279,63 @@ class WorkerImpl final : public v1::Worker::Service {
     }
     reply->set_num_rows(static_cast<uint32_t>(output->num_rows));
     reply->set_vocab_size(static_cast<uint32_t>(output->vocab_size));
+    reply->set_epoch(current);
+    reply->set_worker_incarnation(incarnation_);
+    return grpc::Status::OK;
+  }
+
+  grpc::Status Fence(grpc::ServerContext* context, const v1::FenceRequest* request,
+                     v1::FenceReply* reply) override {
+    const MutexLock lock(mutex_);
+    const uint64_t current = epoch_.load(std::memory_order_relaxed);
+    if (request->epoch() < current) return refuse(stale_epoch_message(request->epoch(), current));
+    if (request->stage_id() != 0 && (stage_ == nullptr || request->stage_id() != stage_id_)) {
+      return refuse(fmt::format(
+          "no stage {:016x} here to keep in epoch {}: this worker holds {}; prepare it again",
+          request->stage_id(), request->epoch(),
+          stage_ == nullptr ? std::string("none") : fmt::format("stage {:016x}", stage_id_)));
+    }
+    epoch_.store(request->epoch(), std::memory_order_release);
+    if (request->stage_id() != 0) stage_epoch_ = request->epoch();
+    reply->set_epoch(request->epoch());
+    reply->set_worker_incarnation(incarnation_);
+    reply->set_stage_id(request->stage_id());
+    log::info("folio worker: fenced into epoch {} (from {}) keeping stage {:016x}, for {}",
+              request->epoch(), current, request->stage_id(), context->peer());
+    return grpc::Status::OK;
+  }
+
+  grpc::Status Watch(grpc::ServerContext* context, const v1::WatchRequest* request,
+                     grpc::ServerWriter<v1::Beat>* writer) override {
+    if (request->interval_ms() == 0) {
+      return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "a lease interval of 0 ms");
+    }
+    const auto interval = std::chrono::milliseconds(request->interval_ms());
+    log::info("folio worker: lease for {}, a beat every {} ms", context->peer(), interval.count());
+    v1::Beat beat;
+    beat.set_worker_incarnation(incarnation_);
+    for (uint64_t sequence = 1;; ++sequence) {
+      beat.set_epoch(epoch());
+      beat.set_sequence(sequence);
+      if (context->IsCancelled() || !writer->Write(beat)) break;
+      MutexLock lock(watch_mutex_);
+      if (lock.wait_for(watch_wakeup_, interval,
+                        [&]() FOLIO_REQUIRES(watch_mutex_) { return stopping_; })) {
+        break;
+      }
+    }
+    return grpc::Status::OK;
+  }
+
+  grpc::Status Shutdown(grpc::ServerContext* context, const v1::ShutdownRequest* request,
+                        v1::ShutdownReply* reply) override {
+    log::warn("folio worker: told to exit by {} (epoch {}): {}", context->peer(), request->epoch(),
+              request->reason());
+    reply->set_worker_incarnation(incarnation_);
+    if (!shutdown_requested_.exchange(true, std::memory_order_acq_rel) &&
+        options_.on_shutdown_request) {
+      options_.on_shutdown_request();
+    }
     return grpc::Status::OK;
   }
 
@@ -237,7 +347,17 @@ class WorkerImpl final : public v1::Worker::Service {
   std::unique_ptr<model::LlamaModel> model_ FOLIO_GUARDED_BY(mutex_);
   std::unique_ptr<PipelineStage> stage_ FOLIO_GUARDED_BY(mutex_);
   uint64_t stage_id_ FOLIO_GUARDED_BY(mutex_) = 0;
+  // The epoch stage_ was prepared in, or last fenced into; it runs steps only in that epoch.
+  uint64_t stage_epoch_ FOLIO_GUARDED_BY(mutex_) = 0;
   std::vector<float> hidden_in_ FOLIO_GUARDED_BY(mutex_);
+  // Written under mutex_ (PrepareStage, Fence), read without it by Watch, whose beats must not
+  // wait behind a running step.
+  std::atomic<uint64_t> epoch_{0};
+  Mutex watch_mutex_;
+  std::condition_variable watch_wakeup_;
+  bool stopping_ FOLIO_GUARDED_BY(watch_mutex_) = false;
+  std::atomic<bool> shutdown_requested_{false};
+  int injected_unavailable_ FOLIO_GUARDED_BY(mutex_) = 0;
 };
 
 }  // namespace
@@ -298,9 +418,22 @@ uint64_t WorkerService::incarnation() const {
   return state_->incarnation;
 }
 
+uint64_t WorkerService::epoch() const {
+  return state_->impl->epoch();
+}
+
+bool WorkerService::shutdown_requested() const {
+  return state_->impl->shutdown_requested();
+}
+
+void WorkerService::inject_unavailable(int calls) {
+  state_->impl->inject_unavailable(calls);
+}
+
 void WorkerService::shutdown(std::chrono::milliseconds grace) {
   if (state_->shut_down) return;
   state_->shut_down = true;
+  state_->impl->stop_watches();
   state_->server->Shutdown(std::chrono::system_clock::now() + grace);
   state_->server->Wait();
 }

@@ -6,6 +6,13 @@
 // stage (replacing any earlier one) after checking the coordinator's model hash and that the
 // stage's weights and pool fit the declared memory budget; RunStage runs one step of it.
 //
+// Recovery (protocol revision 3): the worker holds an epoch (0 at start), raised by PrepareStage
+// and Fence and never lowered; it refuses a stage call of an older epoch ("stale epoch N, this
+// worker is at epoch M"), a RunStage of a newer one, and a step for a stage prepared in another
+// epoch than its current one unless Fence carried the stage over. Watch streams a beat every
+// interval the coordinator asks for, until the call is cancelled or the service shuts down.
+// Shutdown answers, then calls on_shutdown_request (the `folio worker` process exits).
+//
 // Terms:
 // - Incarnation: a random non-zero 64-bit number drawn when the service starts. A worker that
 //   restarts at the same address is another incarnation; the coordinator tells them apart by it.
@@ -16,12 +23,15 @@
 // layer need neither gRPC's headers nor its build flags.
 //
 // Thread safety: the handlers run on gRPC's threads; Hello and Ping read only what start()
-// fixed, the stage calls are serialized by a mutex (one stage, one step at a time); shutdown()
-// and the destructor may be called from any one thread.
+// fixed, the stage calls (PrepareStage, RunStage, Fence) are serialized by a mutex (one stage,
+// one step at a time); Watch reads the epoch from an atomic, so beats never wait behind a step.
+// epoch(), shutdown_requested() and inject_unavailable() may be called from any thread;
+// shutdown() and the destructor from any one thread.
 #pragma once
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -47,6 +57,11 @@ struct WorkerServiceOptions {
   // without data in flight (gRPC's default, 5 min, would make it hang up on the coordinator's
   // 10 s keepalive with "too many pings").
   std::chrono::milliseconds min_keepalive_interval{5000};
+  // Called (once, on a gRPC thread, after the first Shutdown call is answered or about to be)
+  // when a coordinator tells this worker to exit; must not block. `folio worker` raises SIGTERM
+  // to itself, so its main thread shuts the service down with the usual grace. Empty: the
+  // request is only recorded (shutdown_requested()).
+  std::function<void()> on_shutdown_request;
 };
 
 class WorkerService {
@@ -64,6 +79,13 @@ class WorkerService {
   // "HOST:PORT" with the bound port, for clients on this machine.
   const std::string& address() const;
   uint64_t incarnation() const;
+  // The epoch the worker is at (0 until a coordinator prepares a stage or fences it).
+  uint64_t epoch() const;
+  // Whether a coordinator called Shutdown.
+  bool shutdown_requested() const;
+  // Fault injection for tests: the next `calls` RunStage calls answer UNAVAILABLE without
+  // running (a transient failure of a worker that is fine).
+  void inject_unavailable(int calls);
 
   // Stops accepting calls; calls in flight get until `grace` to finish, then are cancelled.
   // Idempotent; the destructor calls it with no grace.

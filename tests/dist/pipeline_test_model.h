@@ -1,0 +1,115 @@
+// Fixtures of the pipeline tests: a generated model written to a file (with its identity as a
+// worker reports it), the stage spec of the step script (testing/pipeline_steps.h) and
+// WorkerServices on loopback holding that file.
+#pragma once
+
+#include <cstdint>
+#include <fstream>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "folio/base/check.h"
+#include "folio/base/random.h"
+#include "folio/dist/pipeline_stage.h"
+#include "folio/dist/worker_client.h"
+#include "folio/dist/worker_service.h"
+#include "folio/gguf/gguf_writer.h"
+#include "folio/model/llama_model.h"
+#include "testing/collective_groups.h"
+#include "testing/pipeline_steps.h"
+
+namespace folio::dist::testing {
+
+inline constexpr int64_t kNumLayers = 4;
+inline constexpr int32_t kVocab = 512;  // make_random_llama_writer's default shape
+
+struct ModelOnDisk {
+  folio::testing::TemporaryDirectory directory;
+  std::string path;
+  ModelIdentity identity;
+
+  explicit ModelOnDisk(DType dtype, uint64_t seed = 41) {
+    model::LlamaShape shape;
+    shape.num_layers = kNumLayers;
+    shape.weight_dtype = dtype;
+    Result<gguf::GgufWriter> writer = model::make_random_llama_writer(shape, seed);
+    FOLIO_CHECK(writer.ok(), "{}", writer.status().to_string());
+    Result<std::vector<uint8_t>> bytes = writer->write_to_buffer();
+    FOLIO_CHECK(bytes.ok(), "{}", bytes.status().to_string());
+    path = directory.path() + "/model.gguf";
+    std::ofstream(path, std::ios::binary)
+        .write(reinterpret_cast<const char*>(bytes->data()),
+               static_cast<std::streamsize>(bytes->size()));
+    identity = ModelIdentity{.hash = fmt::format("fnv1a64:{:016x}", fnv1a64(*bytes)),
+                             .name = "model.gguf"};
+  }
+};
+
+inline PipelineStageSpec stage_spec(int64_t first, int64_t end, bool use_graphs,
+                                    DType kv_dtype = DType::kF32) {
+  using Script = folio::testing::PipelineStepScript;
+  PipelineStageSpec spec;
+  spec.first_layer = first;
+  spec.end_layer = end;
+  spec.num_kv_blocks = Script::kNumBlocks;
+  spec.block_size = Script::kBlockSize;
+  spec.max_blocks_per_sequence = Script::kMaxBlocksPerSequence;
+  spec.kv_dtype = kv_dtype;
+  spec.first_dummy_block = Script::kFirstDummyBlock;
+  spec.num_dummy_blocks = Script::kNumDummyBlocks;
+  spec.bucket_ladder = {1, 2, 4, 8, 16, 32};
+  spec.max_sequences = Script::kMaxSequences;
+  spec.max_logit_rows = 8;
+  spec.use_graphs = use_graphs;
+  spec.pool_bytes = int64_t{16} << 20;
+  return spec;
+}
+
+inline std::unique_ptr<WorkerService> start_worker(const ModelOnDisk& model) {
+  WorkerServiceOptions options;
+  options.threads = 2;
+  options.model = model.identity;
+  options.model_path = model.path;
+  Result<std::unique_ptr<WorkerService>> service = WorkerService::start(options);
+  FOLIO_CHECK(service.ok(), "{}", service.status().to_string());
+  return std::move(service).value();
+}
+
+inline std::unique_ptr<WorkerClient> connect_to(const WorkerService& service) {
+  Result<std::unique_ptr<WorkerClient>> client =
+      WorkerClient::connect(service.address(), ModelIdentity{});
+  FOLIO_CHECK(client.ok(), "{}", client.status().to_string());
+  return std::move(client).value();
+}
+
+// The logits of every step of the script from the whole model in this process (one stage of
+// every layer, 2 threads as the workers): the reference pipelines must equal bit for bit.
+inline std::vector<std::vector<float>> reference_logits(const ModelOnDisk& model,
+                                                        const PipelineStageSpec& whole_spec) {
+  Result<std::unique_ptr<model::LlamaModel>> local = model::LlamaModel::open(model.path);
+  FOLIO_CHECK(local.ok(), "{}", local.status().to_string());
+  Result<std::unique_ptr<PipelineStage>> whole = PipelineStage::create(**local, whole_spec, 2);
+  FOLIO_CHECK(whole.ok(), "{}", whole.status().to_string());
+  folio::testing::PipelineStepMaker maker(kVocab);
+  std::vector<std::vector<float>> logits;
+  for (size_t index = 0; index < folio::testing::PipelineStepScript::steps().size(); ++index) {
+    const folio::testing::PipelineStepArrays arrays = maker.make(index);
+    Result<ir::StepOutput> output = (*whole)->run(arrays.batch(), {});
+    FOLIO_CHECK(output.ok(), "{}", output.status().to_string());
+    logits.emplace_back(output->logits.begin(), output->logits.end());
+  }
+  return logits;
+}
+
+// Every step of the script's arrays, made in order.
+inline std::vector<folio::testing::PipelineStepArrays> script_steps() {
+  folio::testing::PipelineStepMaker maker(kVocab);
+  std::vector<folio::testing::PipelineStepArrays> steps;
+  for (size_t index = 0; index < folio::testing::PipelineStepScript::steps().size(); ++index) {
+    steps.push_back(maker.make(index));
+  }
+  return steps;
+}
+
+}  // namespace folio::dist::testing
