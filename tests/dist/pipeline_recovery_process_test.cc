@@ -210,7 +210,7 @@ double percentile(std::vector<double> values, double fraction) {
 // Not a benchmark with a pass mark: it checks that every kill and stop is declared (the flag is
 // set, the time recorded), and prints the times.
 TEST(PipelineRecoveryProcessTest, DetectionTimesOverRepeatedKillsAndStops) {
-  constexpr int kRounds = 10;
+  constexpr int kRounds = 20;
   RecoveryStats stats;
   WorkerLeaseMonitor monitor(1, LeaseOptions{.interval = kLeaseInterval, .misses = kLeaseMisses},
                              stats);
@@ -226,8 +226,8 @@ TEST(PipelineRecoveryProcessTest, DetectionTimesOverRepeatedKillsAndStops) {
       std::shared_ptr<WorkerClient> shared = std::move(client).value();
       ASSERT_TRUE(shared->ping().ok());
       ASSERT_TRUE(monitor.watch(0, shared, kFirstEpoch).ok());
-      // A beat or two first, so the lease is running when the signal comes.
-      std::this_thread::sleep_for(kLeaseInterval);
+      // A beat first, so the lease is running when the signal comes.
+      ASSERT_TRUE(wait_for([&] { return monitor.beats_received(0) >= 1; }));
       worker.signal(signal_number);
       const Clock::time_point signalled = Clock::now();
       ASSERT_TRUE(wait_for([&] { return monitor.lost(0); }));

@@ -89,6 +89,13 @@ bool WorkerLeaseMonitor::lost(int32_t stage) const {
   return lost_[static_cast<size_t>(stage)].load(std::memory_order_acquire);
 }
 
+int64_t WorkerLeaseMonitor::beats_received(int32_t stage) const {
+  FOLIO_CHECK(stage >= 0 && stage < num_stages_, "stage {} of {}", stage, num_stages_);
+  const MutexLock lock(mutex_);
+  const std::unique_ptr<Lease>& lease = current_[static_cast<size_t>(stage)];
+  return lease == nullptr ? 0 : lease->beats;
+}
+
 void WorkerLeaseMonitor::run() {
   for (;;) {
     std::vector<std::shared_ptr<WorkerClient>> to_shut_down;
@@ -138,6 +145,7 @@ std::vector<std::shared_ptr<WorkerClient>> WorkerLeaseMonitor::look(Clock::time_
     for (const WorkerBeat& beat : beats) {
       if (beat.incarnation == lease->worker->info().incarnation) {
         lease->last_beat = now;
+        ++lease->beats;
       } else {
         stats_.add_stale_beats(1);
       }

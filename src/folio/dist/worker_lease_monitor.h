@@ -60,6 +60,8 @@ class WorkerLeaseMonitor {
   Status watch(int32_t stage, std::shared_ptr<WorkerClient> worker, uint64_t epoch);
   // Whether stage `stage`'s current worker was declared lost (acquire).
   bool lost(int32_t stage) const;
+  // Beats of stage `stage`'s current lease taken so far (0 without one).
+  int64_t beats_received(int32_t stage) const;
 
   const LeaseOptions& options() const { return options_; }
 
@@ -71,6 +73,7 @@ class WorkerLeaseMonitor {
     std::unique_ptr<WorkerWatch> watch;
     uint64_t epoch = 0;
     Clock::time_point last_beat;
+    int64_t beats = 0;  // of its own incarnation, before it was given up on
     bool declared_lost = false;
     bool superseded = false;
     bool shutdown_sent = false;
