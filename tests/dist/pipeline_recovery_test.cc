@@ -44,8 +44,10 @@ class LoopbackPipeline {
       specs.push_back(testing::stage_spec(bounds[s], bounds[s + 1], true));
     }
     PipelineRecoveryOptions recovery;
-    recovery.lease_interval = 50ms;
-    recovery.lease_misses = 3;
+    // Long enough that no survivor misses it on a loaded machine or under ThreadSanitizer (these
+    // tests lose workers by shutting their services down, which ends the lease stream at once).
+    recovery.lease_interval = 100ms;
+    recovery.lease_misses = 20;
     recovery.registry = registry;
     recovery.replace_worker =
         [this](int32_t stage,
