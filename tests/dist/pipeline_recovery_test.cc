@@ -31,7 +31,7 @@ using Script = folio::testing::PipelineStepScript;
 class LoopbackPipeline {
  public:
   LoopbackPipeline(const ModelOnDisk& model, std::vector<int64_t> cuts,
-                   metrics::Registry* registry = nullptr)
+                   metrics::Registry* registry = nullptr, PipelineReplanner replan = {})
       : model_(model) {
     std::vector<int64_t> bounds = {0};
     bounds.insert(bounds.end(), cuts.begin(), cuts.end());
@@ -49,6 +49,7 @@ class LoopbackPipeline {
     recovery.lease_interval = 100ms;
     recovery.lease_misses = 20;
     recovery.registry = registry;
+    recovery.replan_on_survivors = std::move(replan);
     recovery.replace_worker =
         [this](int32_t stage,
                const std::string& lost_address) -> Result<std::unique_ptr<WorkerClient>> {
@@ -281,6 +282,51 @@ TEST(PipelineRecoveryErrorsTest, LeaseLostBetweenStepsIsSeenByTheNextStep) {
   for (size_t index = 2; index < steps.size(); ++index) {
     expect_bit_equal(runner.run(steps[index].batch()), expected[index], index);
   }
+}
+
+// No replacement, but a replanner: the layers are split again over the two survivors of a
+// pipeline of three, every stage prepared anew (kAllKv), and after the engine's recompute (here:
+// the earlier steps replayed through every stage) the logits are still bit-equal.
+TEST(PipelineRecoveryErrorsTest, WithoutAReplacementTheLayersAreReplannedOverTheSurvivors) {
+  const ModelOnDisk model(DType::kF32);
+  const std::vector<std::vector<float>> expected =
+      testing::reference_logits(model, testing::stage_spec(0, testing::kNumLayers, true));
+  const std::vector<folio::testing::PipelineStepArrays> steps = testing::script_steps();
+  std::vector<std::string> survivors_seen;
+  LoopbackPipeline pipeline(
+      model, {1, 3}, nullptr,
+      [&](const std::vector<WorkerInfo>& survivors) -> Result<std::vector<PipelineStageSpec>> {
+        for (const WorkerInfo& survivor : survivors) survivors_seen.push_back(survivor.address);
+        return std::vector<PipelineStageSpec>{testing::stage_spec(0, 2, true),
+                                              testing::stage_spec(2, 4, true)};
+      });
+  pipeline.refuse_replacements = true;
+  PipelineStepRunner& runner = pipeline.runner();
+  const std::string first = runner.worker_info(0).address;
+  const std::string last = runner.worker_info(2).address;
+  constexpr size_t kFailingStep = 4;
+  for (size_t index = 0; index < kFailingStep; ++index) {
+    expect_bit_equal(runner.run(steps[index].batch()), expected[index], index);
+  }
+  pipeline.service(1).shutdown(0ms);
+  const Result<ir::StepOutput> failed = runner.run(steps[kFailingStep].batch());
+  ASSERT_EQ(failed.status().code(), StatusCode::kUnavailable) << failed.status();
+  const Result<RunnerRecovery> recovery = runner.recover(failed.status());
+  ASSERT_TRUE(recovery.ok()) << recovery.status();
+  EXPECT_EQ(recovery->lost_kv, RunnerRecovery::LostKv::kAllKv);
+  EXPECT_TRUE(runner.available());
+  EXPECT_EQ(survivors_seen, (std::vector<std::string>{first, last}));
+  ASSERT_EQ(runner.stages().size(), 2u);
+  EXPECT_EQ(runner.worker_info(0).address, first);
+  EXPECT_EQ(runner.worker_info(1).address, last);
+  // Every running sequence's tokens computed again, through the whole (new) pipeline.
+  for (size_t index = 0; index < kFailingStep; ++index) {
+    ASSERT_TRUE(runner.replay(steps[index].batch(), 1).ok());
+  }
+  for (size_t index = kFailingStep; index < steps.size(); ++index) {
+    expect_bit_equal(runner.run(steps[index].batch()), expected[index], index);
+  }
+  EXPECT_EQ(runner.recovery_counters().workers_lost, 1);
 }
 
 }  // namespace

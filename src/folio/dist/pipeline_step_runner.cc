@@ -74,17 +74,22 @@ Result<std::unique_ptr<PipelineStepRunner>> PipelineStepRunner::create(
     FOLIO_RETURN_IF_ERROR(runner->stats_->export_to(*recovery.registry));
   }
   runner->stats_->set_epoch(kFirstEpoch);
-  const auto num_stages = static_cast<int32_t>(runner->specs_.size());
-  runner->monitor_ = std::make_unique<WorkerLeaseMonitor>(
-      num_stages,
-      LeaseOptions{.interval = recovery.lease_interval, .misses = recovery.lease_misses},
-      *runner->stats_);
-  for (int32_t s = 0; s < num_stages; ++s) {
-    FOLIO_RETURN_IF_ERROR(
-        runner->monitor_->watch(s, runner->workers_[static_cast<size_t>(s)], kFirstEpoch));
-  }
   runner->recovery_ = std::move(recovery);
+  FOLIO_RETURN_IF_ERROR(runner->start_leases());
   return runner;
+}
+
+Status PipelineStepRunner::start_leases() {
+  monitor_.reset();  // the old leases end (their streams cancelled) before the new ones start
+  const auto num_stages = static_cast<int32_t>(workers_.size());
+  monitor_ = std::make_unique<WorkerLeaseMonitor>(
+      num_stages,
+      LeaseOptions{.interval = recovery_.lease_interval, .misses = recovery_.lease_misses},
+      *stats_);
+  for (int32_t s = 0; s < num_stages; ++s) {
+    FOLIO_RETURN_IF_ERROR(monitor_->watch(s, workers_[static_cast<size_t>(s)], epoch_));
+  }
+  return Status();
 }
 
 PipelineStepRunner::~PipelineStepRunner() = default;
@@ -231,6 +236,66 @@ Status PipelineStepRunner::replace(int32_t stage) {
   return Status();
 }
 
+Status PipelineStepRunner::replan_on_survivors(const Status& no_replacement) {
+  std::vector<size_t> survivors;
+  std::vector<WorkerInfo> infos;
+  for (size_t s = 0; s < workers_.size(); ++s) {
+    if (stage_lost_[s]) continue;
+    survivors.push_back(s);
+    infos.push_back(workers_[s]->info());
+  }
+  if (survivors.empty()) {
+    return unavailable("no worker of the pipeline survived to re-plan over: {}",
+                       no_replacement.message());
+  }
+  Result<std::vector<PipelineStageSpec>> specs = recovery_.replan_on_survivors(infos);
+  if (!specs.ok()) {
+    return unavailable("{}; re-planning over the {} surviving workers failed: {}",
+                       no_replacement.message(), survivors.size(), specs.status().to_string());
+  }
+  if (specs->size() != survivors.size() || specs->front().first_layer != 0 ||
+      specs->back().end_layer != specs_.back().end_layer) {
+    return invalid_argument(
+        "a re-plan must give each of the {} surviving workers a stage, covering layers [0, {}): it "
+        "gave {} stages",
+        survivors.size(), specs_.back().end_layer, specs->size());
+  }
+  // From here the survivors' stages are replaced: whatever happens, their old KV is gone.
+  std::vector<std::shared_ptr<WorkerClient>> workers;
+  std::vector<PreparedStage> prepared;
+  for (size_t i = 0; i < survivors.size(); ++i) {
+    const PipelineStageSpec& spec = (*specs)[i];
+    std::shared_ptr<WorkerClient> worker = workers_[survivors[i]];
+    const bool last = i + 1 == survivors.size();
+    const int64_t hidden_in = i == 0 ? 0 : prepared.back().hidden_output_size;
+    Result<PreparedStage> stage = (i > 0 && spec.first_layer != (*specs)[i - 1].end_layer)
+                                      ? Result<PreparedStage>(invalid_argument(
+                                            "re-planned stage {} starts at layer {}, not {}", i,
+                                            spec.first_layer, (*specs)[i - 1].end_layer))
+                                      : worker->prepare_stage(spec, model_hash_, epoch_);
+    const bool chains = stage.ok() && stage->hidden_input_size == hidden_in &&
+                        (stage->hidden_output_size > 0) == !last && (stage->vocab_size > 0) == last;
+    if (!chains) {
+      stage_lost_.assign(workers_.size(), true);
+      kv_lost_through_ = static_cast<int32_t>(workers_.size()) - 1;
+      return unavailable("re-planned stage {} (layers [{}, {})) on worker {}: {}", i,
+                         spec.first_layer, spec.end_layer, worker->info().address,
+                         stage.ok() ? std::string("does not chain") : stage.status().to_string());
+    }
+    workers.push_back(std::move(worker));
+    prepared.push_back(*stage);
+  }
+  for (size_t s = 0; s < workers_.size(); ++s) {
+    if (stage_lost_[s]) workers_[s]->abandon("its stage was re-planned over the survivors");
+  }
+  workers_ = std::move(workers);
+  specs_ = std::move(specs).value();
+  prepared_ = std::move(prepared);
+  results_.assign(workers_.size(), StageStepResult{});
+  stage_lost_.assign(workers_.size(), false);
+  return start_leases();
+}
+
 Result<engine::RunnerRecovery> PipelineStepRunner::recover(const Status& failure) {
   if (failure.code() != StatusCode::kUnavailable) return failure;  // not a lost worker
   // A new epoch first: whatever answers for the old one from now on is stale.
@@ -260,7 +325,22 @@ Result<engine::RunnerRecovery> PipelineStepRunner::recover(const Status& failure
   }
   for (int32_t stage = 0; stage < num_stages; ++stage) {
     if (!stage_lost_[static_cast<size_t>(stage)]) continue;
-    const Status replaced = replace(stage);
+    Status replaced = replace(stage);
+    if (!replaced.ok() && recovery_.replan_on_survivors) {
+      replaced = replan_on_survivors(replaced);
+      if (replaced.ok()) {
+        // Every stage was prepared again: all the KV is gone.
+        kv_lost_through_ = -1;
+        needs_recovery_ = false;
+        failure_ = Status();
+        stats_->add_recovery();
+        available_.store(true, std::memory_order_release);
+        log::info("folio coordinator: pipeline re-planned over {} surviving workers in epoch {}",
+                  workers_.size(), epoch_);
+        return engine::RunnerRecovery{.lost_kv = engine::RunnerRecovery::LostKv::kAllKv,
+                                      .replay_through_stage = -1};
+      }
+    }
     if (!replaced.ok()) {
       available_.store(false, std::memory_order_release);
       log::error("folio coordinator: recovery in epoch {} failed: {}", epoch_,

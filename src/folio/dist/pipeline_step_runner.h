@@ -22,9 +22,10 @@
 // (keeping their KV), prepares each lost stage on a replacement (PipelineRecoveryOptions::
 // replace_worker, or the lost worker's own address) in the new epoch, and reports kStageKv up
 // to the highest lost stage (kNone when nothing was lost). replay() then runs the engine's
-// replay steps through stages 0..k only. Without a replacement recover() fails (kUnavailable)
-// and available() is false until a later recover() succeeds. Workers given up on that come
-// back (their beats arrive) are counted as stale and told to exit.
+// replay steps through stages 0..k only. Without a replacement, the layers are split again over
+// the survivors when a replanner is given (every stage re-prepared: kAllKv); otherwise recover()
+// fails (kUnavailable) and available() is false until a later recover() succeeds. Workers given up
+// on that come back (their beats arrive) are counted as stale and told to exit.
 //
 // Thread-safety: as StepRunner: run(), recover() and replay() from the engine's driving thread
 // only; available() and recovery_counters() from any thread. The lease monitor's thread only
@@ -62,12 +63,22 @@ struct PipelineTraffic {
 using WorkerReplacer = std::function<Result<std::unique_ptr<WorkerClient>>(
     int32_t stage, const std::string& lost_address)>;
 
+// Splits the model over the surviving workers (in pipeline order) when a lost stage has no
+// replacement: one spec per survivor, contiguous layers from 0 to the model's last (e.g. by
+// plan_pipeline over their declared memory). Called by recover() on the engine thread. An
+// error: the survivors cannot hold the model.
+using PipelineReplanner =
+    std::function<Result<std::vector<PipelineStageSpec>>(const std::vector<WorkerInfo>& survivors)>;
+
 struct PipelineRecoveryOptions {
   // Each worker beats every lease_interval; lease_misses intervals without a beat and it is lost.
   std::chrono::milliseconds lease_interval{100};
   int32_t lease_misses = 3;
   // Empty: reconnect to the lost worker's own address (a worker restarted there).
   WorkerReplacer replace_worker;
+  // Empty: no re-planning (a stage without a replacement fails recover()). Set: the surviving
+  // workers are prepared with the new split in the new epoch, and recover() reports kAllKv.
+  PipelineReplanner replan_on_survivors;
   // The folio_dist_* series of RecoveryStats; null: none.
   metrics::Registry* registry = nullptr;
 };
@@ -109,6 +120,11 @@ class PipelineStepRunner final : public engine::StepRunner {
   void mark_lost(int32_t stage, const std::string& why);
   // Puts a replacement in `stage`'s place, prepared in the current epoch.
   Status replace(int32_t stage);
+  // Prepares the layers over the stages not lost, as recovery_.replan_on_survivors splits them,
+  // in the current epoch; `no_replacement` says why it is needed.
+  Status replan_on_survivors(const Status& no_replacement);
+  // Starts a lease monitor over the current workers.
+  Status start_leases();
 
   std::vector<std::shared_ptr<WorkerClient>> workers_;
   std::vector<PipelineStageSpec> specs_;
