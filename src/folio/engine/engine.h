@@ -30,9 +30,9 @@
 // request with a running sequence; past max_recoveries_per_request it ends with kUnavailable.
 // When recover() fails and the runner reports itself unavailable, every request ends with
 // kUnavailable, submit() refuses new ones (kUnavailable), and the loop thread calls recover()
-// again every recovery_retry_interval until it succeeds. A runner that never fails (the
-// default StepRunner recover() fails; available() stays true) behaves as before: a failed step
-// fails its own requests only.
+// again every recovery_retry_interval until it succeeds. A runner without recovery (StepRunner's
+// default: recover() returns the failure, available() stays true) behaves as before: a failed
+// step fails its own requests only.
 //
 // Thread-safety: submit(), cancel(), stats(), health() and the metrics registry may be used from
 // any thread at any time. Submissions and cancellations go to an inbox under `inbox_mutex_`,
