@@ -44,6 +44,8 @@ struct Spec {
   int32_t max_tokens = 0;
   int32_t num_choices = 1;
   SamplingParams sampling;
+  bool prompt_logprobs = false;
+  std::optional<int32_t> logprobs;
 };
 
 Request to_request(const Spec& spec) {
@@ -52,13 +54,16 @@ Request to_request(const Spec& spec) {
   request.max_tokens = spec.max_tokens;
   request.num_choices = spec.num_choices;
   request.sampling = spec.sampling;
+  request.prompt_logprobs = spec.prompt_logprobs;
+  request.logprobs = spec.logprobs;
   request.ignore_eos = true;
   return request;
 }
 
 // `count` requests over a vocabulary of `vocab` tokens (from `first_token` up): prompts of 4
 // to 40 tokens, a third behind a shared prefix of 19 tokens (prefix cache hits), greedy and
-// seeded sampling with every knob, a few of 2 or 3 choices.
+// seeded sampling with every knob, a few of 2 or 3 choices, a few with logprobs and prompt
+// logprobs.
 std::vector<Spec> workload(uint64_t seed, int32_t count, int32_t vocab, int32_t first_token) {
   uint64_t state = seed;
   std::vector<int32_t> shared_prefix = random_prompt(state, 19, vocab);
@@ -83,16 +88,36 @@ std::vector<Spec> workload(uint64_t seed, int32_t count, int32_t vocab, int32_t 
       spec.sampling.seed = 1000 + index;
     }
     if (index % 5 == 3) spec.num_choices = 2 + index % 2;
+    if (index % 7 == 2) {
+      spec.prompt_logprobs = true;
+      spec.logprobs = 2;
+    }
     specs.push_back(std::move(spec));
   }
   return specs;
 }
 
-// What a run streamed: per request (in submission order), per choice, the tokens, the text and
-// the finish reason.
+// Logprobs as plain numbers (token, logprob, then each alternative's token and logprob), so
+// runs compare with ==.
+std::vector<double> flatten(std::span<const TokenLogprobs> entries) {
+  std::vector<double> values;
+  for (const TokenLogprobs& entry : entries) {
+    values.push_back(entry.token);
+    values.push_back(entry.logprob);
+    for (const TopLogprob& top : entry.top) {
+      values.push_back(top.token);
+      values.push_back(top.logprob);
+    }
+  }
+  return values;
+}
+
+// What a run streamed: per request (in submission order), per choice, the tokens, the text, the
+// logprobs (the prompt's, then the tokens') and the finish reason.
 struct Outcome {
   std::vector<std::vector<std::vector<int32_t>>> tokens;
   std::vector<std::vector<std::string>> texts;
+  std::vector<std::vector<std::vector<double>>> logprobs;
   std::vector<std::vector<FinishReason>> reasons;
   EngineStats stats;
 };
@@ -132,11 +157,23 @@ Outcome drive(Engine& engine, Recorder& recorder, std::span<const Spec> specs, i
   for (size_t index = 0; index < ids.size(); ++index) {
     outcome.tokens.emplace_back();
     outcome.texts.emplace_back();
+    outcome.logprobs.emplace_back();
     outcome.reasons.emplace_back();
     for (int32_t choice = 0; choice < choices[index]; ++choice) {
       const Recorder::Stream stream = recorder.stream(ids[index], choice);
       outcome.tokens.back().push_back(stream.tokens);
       outcome.texts.back().push_back(stream.text);
+      std::vector<double> logprobs = flatten(stream.prompt_logprobs);
+      const std::vector<double> token_logprobs = flatten(stream.logprobs);
+      logprobs.insert(logprobs.end(), token_logprobs.begin(), token_logprobs.end());
+      outcome.logprobs.back().push_back(std::move(logprobs));
+      if (specs[index].prompt_logprobs && choice == 0) {
+        EXPECT_EQ(stream.num_prompt_logprobs_calls, 1) << "request " << index;
+        EXPECT_EQ(stream.prompt_logprobs.size(), specs[index].prompt.size() - 1);
+      }
+      if (specs[index].logprobs.has_value()) {
+        EXPECT_EQ(stream.logprobs.size(), stream.tokens.size()) << "request " << index;
+      }
       outcome.reasons.back().push_back(
           stream.completions.empty() ? FinishReason::kError : stream.completions.front().reason);
       if (!stream.completions.empty()) {
@@ -156,6 +193,8 @@ void expect_same_streams(const Outcome& faulted, const Outcome& reference,
   for (size_t index = 0; index < reference.tokens.size(); ++index) {
     EXPECT_EQ(faulted.tokens[index], reference.tokens[index]) << context << ", request " << index;
     EXPECT_EQ(faulted.texts[index], reference.texts[index]) << context << ", request " << index;
+    EXPECT_EQ(faulted.logprobs[index], reference.logprobs[index])
+        << context << ", request " << index;
     EXPECT_EQ(faulted.reasons[index], reference.reasons[index]) << context << ", request " << index;
   }
 }
