@@ -680,6 +680,24 @@ class ModelRecoveryTest : public ::testing::Test {
 
 std::string* ModelRecoveryTest::model_path_ = nullptr;
 
+TEST_F(ModelRecoveryTest, ModelEnginePassesItsRecoveryOptionsToTheEngine) {
+  ModelEngineOptions options;
+  options.num_threads = 1;
+  options.memory_budget_bytes = 4 << 20;
+  options.page_bytes = 16 << 10;
+  options.block_size = 8;
+  options.use_graphs = false;
+  options.precapture_seconds = 0;
+  options.scheduler.max_num_batched_tokens = 64;
+  options.scheduler.max_num_sequences = 8;
+  options.max_recoveries_per_request = -1;
+  Result<std::unique_ptr<model::LlamaModel>> model = model::LlamaModel::open(*model_path_);
+  ASSERT_TRUE(model.ok()) << model.status();
+  Result<std::unique_ptr<ModelEngine>> bundle = ModelEngine::create(std::move(*model), options);
+  ASSERT_FALSE(bundle.ok());
+  EXPECT_THAT(bundle.status().message(), ::testing::HasSubstr("max_recoveries_per_request"));
+}
+
 TEST_F(ModelRecoveryTest, RandomFaultsLeaveEveryStreamBitEqualEagerly) {
   check(false);
 }
