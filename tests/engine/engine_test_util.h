@@ -1,6 +1,6 @@
 // Test support for engine/: an engine over a small paged KV cache and the toy model
-// (ToyStepRunner), a recorder of streamed events that checks exactly-once delivery, an
-// independent greedy reference, and a toy detokenizer.
+// (ToyStepRunner, optionally behind a FaultInjectingStepRunner), a recorder of streamed events that
+// checks exactly-once delivery, an independent greedy reference, and a toy detokenizer.
 #pragma once
 
 #include <gtest/gtest.h>
@@ -22,6 +22,7 @@
 #include "folio/kv/block_manager.h"
 #include "folio/kv/fixed_page_source.h"
 #include "folio/kv/host_swap_space.h"
+#include "testing/fault_injecting_step_runner.h"
 #include "testing/toy_step_runner.h"
 
 namespace folio::engine::testing {
@@ -72,6 +73,10 @@ struct HarnessOptions {
   uint64_t engine_seed = 0;
   // Prices victims for PreemptionMode::kCheaper; must outlive the harness.
   const PreemptionCostModel* preemption_cost = nullptr;
+  // The engine runs the toy model through a FaultInjectingStepRunner (fault_runner()).
+  bool inject_faults = false;
+  int32_t max_recoveries_per_request = EngineOptions{}.max_recoveries_per_request;
+  Duration recovery_retry_interval = EngineOptions{}.recovery_retry_interval;
 };
 
 // Owns the KV cache, the toy runner, a manual clock and the engine, in dependency order.
@@ -98,14 +103,21 @@ class EngineHarness {
                                               options.model_seed, options.num_adapters)
                             .value());
     runner_->set_max_logit_rows(options.max_logit_rows);
+    if (options.inject_faults) {
+      fault_runner_ = std::make_unique<FaultInjectingStepRunner>(*runner_, *block_manager_,
+                                                                 options.model_seed + 1);
+    }
     EngineOptions engine_options;
+    engine_options.max_recoveries_per_request = options.max_recoveries_per_request;
+    engine_options.recovery_retry_interval = options.recovery_retry_interval;
     engine_options.scheduler = options.scheduler;
     engine_options.eos_token = options.eos_token;
     engine_options.seed = options.engine_seed;
     engine_options.phase_tuner = options.phase_tuner;
     EngineParts parts;
     parts.block_manager = block_manager_.get();
-    parts.runner = runner_.get();
+    parts.runner =
+        fault_runner_ != nullptr ? static_cast<StepRunner*>(fault_runner_.get()) : runner_.get();
     parts.has_swap_space = swap_space_ != nullptr;
     parts.preemption_cost = options.preemption_cost;
     parts.clock = &clock_;
@@ -117,6 +129,8 @@ class EngineHarness {
 
   Engine& engine() { return *engine_; }
   ToyStepRunner& runner() { return *runner_; }
+  // Requires: options.inject_faults.
+  FaultInjectingStepRunner& fault_runner() { return *fault_runner_; }
   kv::BlockManager& block_manager() { return *block_manager_; }
   ManualClock& clock() { return clock_; }
   metrics::Registry& registry() { return registry_; }
@@ -142,6 +156,7 @@ class EngineHarness {
   std::unique_ptr<kv::HostSwapSpace> swap_space_;
   std::unique_ptr<kv::BlockManager> block_manager_;
   std::unique_ptr<ToyStepRunner> runner_;
+  std::unique_ptr<FaultInjectingStepRunner> fault_runner_;  // with options.inject_faults
   ManualClock clock_;
   metrics::Registry registry_;
   std::unique_ptr<Engine> engine_;

@@ -56,6 +56,33 @@ TEST_F(BlockManagerCacheTest, PrefixHitsHoldTheBytesAFreshPrefillWrites) {
   manager_->check_invariants();
 }
 
+TEST_F(BlockManagerCacheTest, DroppedCachedBlocksAreFreeAndNeverHitWhileOwnedOnesStay) {
+  make(16);
+  const std::vector<int32_t> freed_prompt = tokens(40);  // 5 full blocks
+  std::vector<int32_t> held_prompt = tokens(24);         // 3 full blocks, still running
+  held_prompt[0] = 4242;
+  prefill(SeqId(1), freed_prompt);
+  prefill(SeqId(2), held_prompt);
+  ASSERT_TRUE(manager_->free(SeqId(1)).ok());
+  const BlockCounts before = manager_->counts();
+  EXPECT_EQ(before.cached, 5);
+  const int64_t evicted_before = manager_->prefix_stats().evicted_blocks;
+  Result<int64_t> dropped = manager_->drop_cached_blocks();
+  ASSERT_TRUE(dropped.ok()) << dropped.status();
+  EXPECT_EQ(*dropped, 5);
+  EXPECT_EQ(manager_->counts().cached, 0);
+  EXPECT_EQ(manager_->counts().owned, before.owned);
+  EXPECT_EQ(manager_->prefix_stats().evicted_blocks, evicted_before + 5);
+  manager_->check_invariants();
+  EXPECT_EQ(prefill(SeqId(3), freed_prompt).num_cached_tokens, 0);
+  // The running sequence's computed blocks stay in the prefix index.
+  EXPECT_EQ(prefill(SeqId(4), held_prompt).num_cached_tokens, 16);
+  Result<int64_t> none = manager_->drop_cached_blocks();
+  ASSERT_TRUE(none.ok());
+  EXPECT_EQ(*none, 0);
+  manager_->check_invariants();
+}
+
 TEST_F(BlockManagerCacheTest, NoReuseAcrossAdaptersSaltsOrDifferentEarlierTokens) {
   make(32);
   const std::vector<int32_t> prompt = tokens(33);  // 4 full blocks + 1 token

@@ -43,6 +43,13 @@ Result<std::unique_ptr<Engine>> Engine::create(const EngineOptions& options,
     return invalid_argument("EOS token {} is outside the vocabulary of {} tokens",
                             *options.eos_token, parts.runner->vocab_size());
   }
+  if (options.max_recoveries_per_request < 0) {
+    return invalid_argument("max_recoveries_per_request must not be negative, got {}",
+                            options.max_recoveries_per_request);
+  }
+  if (options.recovery_retry_interval <= Duration::zero()) {
+    return invalid_argument("recovery_retry_interval must be positive");
+  }
   // Steps never ask for more logits rows than the runner returns.
   SchedulerOptions scheduler_options = options.scheduler;
   if (const int32_t runner_rows = parts.runner->max_logit_rows(); runner_rows > 0) {
@@ -98,7 +105,9 @@ Engine::Engine(const EngineOptions& options, const EngineParts& parts, EngineMet
       metrics_(std::move(metrics)),
       scheduler_(std::move(scheduler)),
       phase_tuner_(std::move(phase_tuner)),
-      step_batch_builder_(max_blocks_per_sequence_) {}
+      step_batch_builder_(max_blocks_per_sequence_) {
+  note_progress();
+}
 
 Engine::~Engine() {
   stop();
@@ -210,11 +219,23 @@ Result<RequestId> Engine::submit(Request request) {
     }
     state->choices.push_back(std::move(choice));
   }
+  // Read before the lock: the runner answers from its own state (any thread).
+  const bool runner_available = runner_.available();
   RequestId id;
   {
     MutexLock lock(inbox_mutex_);
     if (!accepting_) {
       return failed_precondition("the engine is stopped and accepts no more requests");
+    }
+    // Acquire: pairs with the driving thread's release in enter_runner_unavailable(), which
+    // sets unavailable_cause_ under this lock first.
+    if (runner_unavailable_.load(std::memory_order_acquire) || !runner_available) {
+      return unavailable(
+          "the model's step runner is unavailable ({}); requests are accepted again once it "
+          "recovers (retried every {:.3g} s)",
+          unavailable_cause_.empty() ? "it lost a worker and has not recovered yet"
+                                     : unavailable_cause_,
+          to_seconds(options_.recovery_retry_interval));
     }
     id = RequestId(next_request_id_++);
     state->id = id;
@@ -230,6 +251,8 @@ Result<RequestId> Engine::submit(Request request) {
     }
     // Counted before the driving thread can see (and finish) the request.
     metrics_.on_submitted(num_prompt_tokens, request.num_choices);
+    // Release: pairs with the acquire in health(); before the driving thread can decrement it.
+    num_unfinished_requests_.fetch_add(1, std::memory_order_release);
     // The driving thread may take and finish the request as soon as the lock is released.
     submissions_.push_back(std::move(state));
   }
@@ -280,13 +303,28 @@ void Engine::stop() {
 void Engine::loop() {
   while (true) {
     const bool busy = scheduler_->has_unfinished();
+    // Relaxed: this thread is the only one that stores it.
+    const bool retrying = runner_unavailable_.load(std::memory_order_relaxed);
     {
       MutexLock lock(inbox_mutex_);
-      lock.wait(inbox_changed_, [&]() FOLIO_REQUIRES(inbox_mutex_) {
+      const auto ready = [&]() FOLIO_REQUIRES(inbox_mutex_) {
         return stop_requested_ || busy || !submissions_.empty() || !cancellations_.empty();
-      });
+      };
+      if (retrying) {
+        // Every request has ended and submit() refuses: wait for the next attempt at recovery
+        // (a submission that raced the refusal is taken and ended at once).
+        note_idle();
+        lock.wait_for(inbox_changed_, options_.recovery_retry_interval,
+                      [&]() FOLIO_REQUIRES(inbox_mutex_) {
+                        return stop_requested_ || !submissions_.empty();
+                      });
+      } else if (!ready()) {
+        note_idle();
+        lock.wait(inbox_changed_, ready);
+      }
       if (stop_requested_) return;
     }
+    note_progress();  // awake: from here on a step that never returns shows in health()
     if (step_once() || !scheduler_->has_unfinished()) continue;
     // Work is left but nothing could run (waiting requests need memory another owner holds):
     // wait a little for the inbox rather than spin.
@@ -332,6 +370,32 @@ void Engine::finish_request(RequestId id, FinishReason reason, const Status& err
       }
     }
   }
+}
+
+void Engine::note_progress() {
+  // Release: pairs with the acquire in health().
+  progress_nanoseconds_.store(clock_.now().time_since_epoch().count(), std::memory_order_release);
+}
+
+void Engine::note_idle() {
+  // Release: pairs with the acquire in health().
+  progress_nanoseconds_.store(kIdleProgress, std::memory_order_release);
+}
+
+EngineHealth Engine::health() const {
+  EngineHealth health;
+  // Acquire: pairs with the release stores in enter_runner_unavailable() / restore_runner().
+  health.runner_available =
+      !runner_unavailable_.load(std::memory_order_acquire) && runner_.available();
+  // Acquire: pairs with the release increments in submit() and decrements in finish().
+  health.has_work = num_unfinished_requests_.load(std::memory_order_acquire) > 0;
+  // Acquire: pairs with the release stores in note_progress() and note_idle().
+  const int64_t progress = progress_nanoseconds_.load(std::memory_order_acquire);
+  if (progress != kIdleProgress) {
+    const Duration since = clock_.now().time_since_epoch() - Duration(progress);
+    health.seconds_since_progress = std::max(0.0, to_seconds(since));
+  }
+  return health;
 }
 
 bool Engine::has_unfinished_requests() {

@@ -14,22 +14,41 @@
 //
 // Guarantees: every request accepted by submit() ends with exactly one on_finish call (stop,
 // length, cancelled, or error with a message: never fits the KV cache, preempted too often, the
-// runner failed, the engine stopped); tokens are streamed once each, in order. Greedy output
-// does not depend on batching, chunking or preemption, since a preempted sequence keeps its
-// tokens and its generator's state and recomputes (or swaps back) exactly the same KV.
+// runner failed, too many recoveries, the runner unavailable, the engine stopped); tokens are
+// streamed once each, in order. Output (greedy, and seeded sampling) does not depend on
+// batching, chunking, preemption or recoveries of the runner, since a preempted or recovered
+// sequence keeps its tokens and its generator's state and recomputes (or swaps back, or
+// replays) exactly the same KV.
 //
-// Thread-safety: submit(), cancel(), stats() and the metrics registry may be used from any
-// thread at any time. Submissions and cancellations go to an inbox under `inbox_mutex_`, drained
-// by the driving thread at the start of each step (DESIGN.md: frees from other threads reach
-// the owner through a queue drained each step). step(), run_until_idle() and the queries marked
-// "driving thread" may only be called while the loop thread is not running.
+// Recovery (step_runner.h; docs/design/engine.md "Recovery"): when run() fails, the engine asks
+// the runner to recover(). The commit rule: a step's tokens are accepted (sampled, streamed,
+// appended) only from a run() that succeeded, so a failed step produces nothing, and the
+// sampler's state and each choice's generator advance only with accepted tokens. On success
+// the engine rebuilds the KV the runner lost (replay() of every running sequence's computed
+// tokens, or every running sequence back to recompute), drops the prefix cache's ref-0 blocks
+// (their KV may be gone too), and runs the same plan again. Each recovery counts against every
+// request with a running sequence; past max_recoveries_per_request it ends with kUnavailable.
+// When recover() fails and the runner reports itself unavailable, every request ends with
+// kUnavailable, submit() refuses new ones (kUnavailable), and the loop thread calls recover()
+// again every recovery_retry_interval until it succeeds. A runner without recovery (StepRunner's
+// default: recover() returns the failure, available() stays true) behaves as before: a failed
+// step fails its own requests only.
+//
+// Thread-safety: submit(), cancel(), stats(), health() and the metrics registry may be used from
+// any thread at any time. Submissions and cancellations go to an inbox under `inbox_mutex_`,
+// drained by the driving thread at the start of each step (DESIGN.md: frees from other threads
+// reach the owner through a queue drained each step). step(), run_until_idle() and the queries
+// marked "driving thread" may only be called while the loop thread is not running.
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
+#include <limits>
 #include <memory>
 #include <optional>
+#include <string>
 #include <thread>
 #include <unordered_map>
 #include <vector>
@@ -63,6 +82,23 @@ struct EngineOptions {
   PhaseBudgetTunerOptions phase_tuner;
   std::optional<int32_t> eos_token;  // the model's end of sequence: a stop token by default
   uint64_t seed = 0;                 // seeds requests that bring none (with their id)
+  // Recoveries of the step runner (see "Recovery" above) a request may live through while it
+  // has a running sequence; the next one ends it with kError (kUnavailable). >= 0.
+  int32_t max_recoveries_per_request = 3;
+  // While the runner is unavailable, the loop thread asks it to recover this often. > 0.
+  Duration recovery_retry_interval = std::chrono::seconds(1);
+};
+
+// What the server's /health reads (Engine::health()), from any thread.
+struct EngineHealth {
+  // False while the step runner is unavailable (a recovery failed; requests are refused).
+  bool runner_available = true;
+  // Requests accepted and not finished (waiting, running or swapped, or still in the inbox).
+  bool has_work = false;
+  // Seconds (of the engine's clock) since the driving thread last finished a step; 0 while its
+  // loop waits for work. It grows during a step that does not return (a runner call stuck on a
+  // lost worker), so has_work with a large value means the engine is stuck.
+  double seconds_since_progress = 0;
 };
 
 // What the engine drives; borrowed, must outlive it.
@@ -101,7 +137,8 @@ class Engine {
   // limit (a prompt only scored, max_tokens 0 with prompt_logprobs, may fill it), max_tokens < 1 (<
   // 0 with prompt_logprobs), bad sampling parameters (logit bias included), logprobs outside [0,
   // 20], num_choices outside [1, max_num_sequences], empty stop strings or stop strings without a
-  // text decoder, an adapter the runner does not serve; kFailedPrecondition after stop().
+  // text decoder, an adapter the runner does not serve; kFailedPrecondition after stop();
+  // kUnavailable (nothing queued) while the step runner is unavailable (see "Recovery").
   Result<RequestId> submit(Request request);
   // Asks for the request to end with kCancelled at the start of the next step (every choice not
   // finished yet: one on_finish each), its blocks freed in that step. Unknown or already
@@ -124,6 +161,10 @@ class Engine {
   // Driving thread: aborts unless the scheduler's and the block manager's invariants hold.
   void check_invariants() const;
 
+  // From any thread: whether the runner is available, whether work is pending, and how long
+  // since the driving thread last made progress (EngineHealth).
+  EngineHealth health() const;
+
   EngineStats stats() const { return metrics_.snapshot(); }
   metrics::Registry& registry() { return *registry_; }
   // The number of block table columns steps use.
@@ -143,7 +184,11 @@ class Engine {
   // Takes the inbox; admits submissions, applies cancellations.
   void drain_inbox();
   void accept(std::unique_ptr<RequestState> state);
-  void run_plan(StepPlan& plan, TimePoint started);
+  // One step (step_once() notes the progress after it).
+  bool run_step();
+  // Runs the plan and accepts its tokens; false when it did not complete (failed, or voided
+  // by a recovery that sent its sequences back to recompute).
+  bool run_plan(StepPlan& plan, TimePoint started);
   // With a profile: charges the time since the last lap to `row` (if given) and starts the
   // next lap.
   void profile_lap(std::optional<exec::ProfileRow> row);
@@ -165,6 +210,37 @@ class Engine {
   // Ends every choice of the request not finished yet; an unknown id is ignored.
   void finish_request(RequestId id, FinishReason reason, const Status& error);
   void fail_segments(const StepPlan& plan, const Status& error);
+
+  // --- Recovery of the step runner (engine_recovery.cc).
+  enum class StepRecovery {
+    kRunAgain,     // the runner recovered and the lost KV is rebuilt: run the (pruned) plan again
+    kRecomputing,  // every running sequence went back to recompute: the plan is void
+    kFailed,       // the runner did not recover: the plan's requests (or all) have failed
+  };
+  // After run() failed with `failure` while running `plan`: recover() until the runner is
+  // re-formed and the KV it lost is rebuilt, failing the requests past their recovery limit
+  // (their segments leave the plan).
+  StepRecovery recover_step(StepPlan& plan, Status failure);
+  // Counts a successful recovery against every request with a running sequence, ends those
+  // past max_recoveries_per_request (taking their segments out of `plan`, if given) and returns
+  // how many requests live on.
+  int64_t count_recovery(StepPlan* plan);
+  // Rebuilds what `lost` says is lost; an error from replay() when it fails.
+  Status rebuild_lost_kv(const RunnerRecovery& lost);
+  // Replays every running sequence's computed tokens through stages 0..through_stage.
+  Status replay_running_kv(int32_t through_stage);
+  // The cached (ref-0) prefix blocks' KV is lost: drop them from the prefix cache.
+  void drop_cached_prefixes();
+  // The runner did not recover and is unavailable: every request ends with kUnavailable and
+  // submissions are refused until restore_runner() succeeds.
+  void enter_runner_unavailable(const Status& recover_error);
+  // While unavailable: one recover() attempt; true when the runner is back.
+  bool restore_runner();
+  void fail_all_requests(const Status& error);
+  // Driving thread: the engine made progress now (health()).
+  void note_progress();
+  // Driving thread: the loop waits for work (health() reports no stall meanwhile).
+  void note_idle();
   void report_state();
   // Feeds the step to the phase tuner and applies the split it moves to.
   void tune_phases(const StepPlan& plan, Duration step_time);
@@ -195,6 +271,24 @@ class Engine {
   Sampler sampler_;
   std::vector<float> logits_scratch_;  // f32 [vocab]: the sampler rewrites its row
   std::unordered_map<RequestId, std::unique_ptr<RequestState>> requests_;
+  // The recover() failure the runner is unavailable since (runner_unavailable_ is true): what
+  // restore_runner() passes to recover() again.
+  Status runner_failure_;
+
+  // --- Health, read by health() on any thread.
+  // True from a failed recovery (with the runner unavailable) until restore_runner() succeeded.
+  // Stored (release) by the driving thread; loaded (acquire) by submit() and health().
+  std::atomic<bool> runner_unavailable_{false};
+  // Requests accepted and not finished: incremented by submit() (release, under inbox_mutex_,
+  // before the request is visible to the driving thread), decremented by the driving thread
+  // (release) when a request's last choice ends; loaded (acquire) by health().
+  std::atomic<int64_t> num_unfinished_requests_{0};
+  // The engine clock's nanoseconds when the driving thread last finished a step, or
+  // kIdleProgress while its loop waits for work. Stored (release) by the driving thread only
+  // after run() and recover() returned, so a stuck runner call never looks like progress;
+  // loaded (acquire) by health().
+  static constexpr int64_t kIdleProgress = std::numeric_limits<int64_t>::min();
+  std::atomic<int64_t> progress_nanoseconds_{0};
 
   // --- Inbox, shared with submitting threads.
   mutable Mutex inbox_mutex_;
@@ -204,6 +298,8 @@ class Engine {
   int64_t next_request_id_ FOLIO_GUARDED_BY(inbox_mutex_) = 1;
   int64_t next_seq_id_ FOLIO_GUARDED_BY(inbox_mutex_) = 1;  // a KV sequence per choice
   bool accepting_ FOLIO_GUARDED_BY(inbox_mutex_) = true;
+  // Why the runner is unavailable (runner_unavailable_), for submit()'s refusals.
+  std::string unavailable_cause_ FOLIO_GUARDED_BY(inbox_mutex_);
   bool stop_requested_ FOLIO_GUARDED_BY(inbox_mutex_) = false;
 
   std::thread loop_thread_;  // joinable while started; touched by start()/stop() only

@@ -111,6 +111,22 @@ Result<EngineMetrics> EngineMetrics::create(metrics::Registry& registry) {
                          registry.histogram("folio_engine_step_seconds",
                                             "Seconds per engine step (schedule, run, sample).",
                                             metrics::exponential_buckets(0.0001, 2.0, 16)));
+  FOLIO_ASSIGN_OR_RETURN(result.recoveries_,
+                         registry.counter("folio_dist_recoveries_total",
+                                          "Recoveries of the step runner after it lost part of its "
+                                          "state (a worker), by the engine."));
+  FOLIO_ASSIGN_OR_RETURN(
+      result.requests_recovered_,
+      registry.counter("folio_dist_requests_recovered_total",
+                       "Requests with a running sequence that lived on through a recovery."));
+  FOLIO_ASSIGN_OR_RETURN(result.recovery_failures_,
+                         registry.counter("folio_dist_recovery_failures_total",
+                                          "Recoveries of the step runner that failed."));
+  FOLIO_ASSIGN_OR_RETURN(
+      result.recovery_time_,
+      registry.histogram("folio_dist_recovery_seconds",
+                         "Seconds from a failed step to its rerun: recover() and KV rebuild.",
+                         metrics::exponential_buckets(0.001, 2.0, 16)));
   return result;
 }
 
@@ -190,6 +206,10 @@ EngineStats EngineMetrics::snapshot() const {
   stats.phase_split_moves =
       as_count(token_share_moves_->value()) + as_count(kv_share_moves_->value());
   stats.admissions_held_by_kv_share = as_count(held_by_kv_share_->value());
+  stats.recoveries = as_count(recoveries_->value());
+  stats.requests_recovered = as_count(requests_recovered_->value());
+  stats.recovery_failures = as_count(recovery_failures_->value());
+  stats.recovery_observations = static_cast<int64_t>(recovery_time_->count());
   return stats;
 }
 

@@ -25,6 +25,14 @@
 //     split's decode KV share held back (one per candidate per step)
 //   folio_engine_time_to_first_token_seconds, folio_engine_time_per_output_token_seconds,
 //   folio_engine_step_seconds                                        histograms
+// Recovery of the step runner (engine.h "Recovery"; named folio_dist_ with the rest of the
+// distributed runner's series, though the engine counts them):
+//   folio_dist_recoveries_total            counter: recover() calls that succeeded
+//   folio_dist_requests_recovered_total    counter: requests that had a running sequence at a
+//     successful recovery and lived on (those past max_recoveries_per_request are not counted)
+//   folio_dist_recovery_failures_total     counter: recover() calls that failed
+//   folio_dist_recovery_seconds            histogram: a recovery's recover() calls and KV
+//     rebuild (replay or sending back to recompute), from the failed step to the step run again
 //
 // Thread-safety: updates come from the engine thread; snapshot() and the registry's render()
 // may run on any thread (the metrics are atomics; see metrics.h).
@@ -62,6 +70,10 @@ struct EngineStats {
   double decode_kv_share = 0.0;
   int64_t phase_split_moves = 0;  // both shares' moves
   int64_t admissions_held_by_kv_share = 0;
+  int64_t recoveries = 0;
+  int64_t requests_recovered = 0;
+  int64_t recovery_failures = 0;
+  int64_t recovery_observations = 0;  // folio_dist_recovery_seconds' count
 };
 
 class EngineMetrics {
@@ -82,6 +94,14 @@ class EngineMetrics {
   // The split now and the tuner's cumulative moves of each share.
   void on_phase_split(const PhaseSplit& split, int64_t token_share_moves, int64_t kv_share_moves);
   void on_finished(FinishReason reason, const RequestTiming& timing, int32_t num_generated);
+  // A successful recover() with `num_requests` requests living on through it.
+  void on_recovery(int64_t num_requests) {
+    recoveries_->increment();
+    requests_recovered_->increment(static_cast<double>(num_requests));
+  }
+  void on_recovery_failure() { recovery_failures_->increment(); }
+  // A recovery ended (rebuilt, or given up): its recover() calls and KV rebuild took `time`.
+  void on_recovery_time(Duration time) { recovery_time_->observe(to_seconds(time)); }
   // Gauges of queue lengths and KV blocks; the prefix cache counters advance to `prefix`.
   void on_state(int32_t num_waiting, int32_t num_running, int32_t num_swapped,
                 const kv::BlockCounts& blocks, const kv::PrefixCacheStats& prefix);
@@ -120,6 +140,10 @@ class EngineMetrics {
   metrics::Histogram* time_to_first_token_ = nullptr;
   metrics::Histogram* time_per_output_token_ = nullptr;
   metrics::Histogram* step_time_ = nullptr;
+  metrics::Counter* recoveries_ = nullptr;
+  metrics::Counter* requests_recovered_ = nullptr;
+  metrics::Counter* recovery_failures_ = nullptr;
+  metrics::Histogram* recovery_time_ = nullptr;
   // The block manager's cumulative prefix statistics at the last on_state (engine thread only).
   kv::PrefixCacheStats reported_prefix_;
   // The tuner's cumulative moves at the last on_phase_split (engine thread only).

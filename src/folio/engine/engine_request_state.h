@@ -82,6 +82,8 @@ struct Engine::RequestState {
   std::vector<std::unique_ptr<ChoiceState>> choices;  // stable addresses: sequences are shared
   int32_t num_unfinished = 1;
   bool forked = true;
+  // Recoveries of the step runner while the request had a running sequence (engine.h).
+  int32_t num_recoveries = 0;
   TimePoint first_scheduled;
 };
 

@@ -27,6 +27,12 @@ void Engine::profile_lap(std::optional<exec::ProfileRow> row) {
 }
 
 bool Engine::step_once() {
+  const bool ran = run_step();
+  note_progress();
+  return ran;
+}
+
+bool Engine::run_step() {
   const auto step_start = profile_ != nullptr ? std::chrono::steady_clock::now()
                                               : std::chrono::steady_clock::time_point();
   if (profile_ != nullptr) {
@@ -35,6 +41,14 @@ bool Engine::step_once() {
     profile_lap_start_ = step_start;
   }
   drain_inbox();
+  // Relaxed: this thread is the only one that stores it.
+  if (runner_unavailable_.load(std::memory_order_relaxed) && !restore_runner()) {
+    // Still unavailable: what arrived meanwhile (submissions that raced the refusal) ends now.
+    fail_all_requests(
+        unavailable("the model's step runner is unavailable: {}", runner_failure_.message()));
+    report_state();
+    return false;
+  }
   // Finished adapter loads become visible to this step's admissions.
   if (adapters_ != nullptr) adapters_->maintain();
   if (!scheduler_->has_unfinished()) {
@@ -52,10 +66,7 @@ bool Engine::step_once() {
     finish(choice_of(*sequence), FinishReason::kError, error);
   }
   const bool ran = !plan.empty();
-  if (ran) {
-    run_plan(plan, started);
-    tune_phases(plan, clock_.now() - started);
-  }
+  if (ran && run_plan(plan, started)) tune_phases(plan, clock_.now() - started);
   report_state();
   if (ran && profile_ != nullptr) {
     profile_->end_step(
@@ -70,37 +81,54 @@ Engine::ChoiceState& Engine::choice_of(const Sequence& sequence) {
   return *state.choices[static_cast<size_t>(sequence.choice)];
 }
 
-void Engine::run_plan(StepPlan& plan, TimePoint started) {
-  int64_t num_prefill_tokens = 0;
+bool Engine::run_plan(StepPlan& plan, TimePoint started) {
   for (const ScheduledSegment& segment : plan.segments) {
     Sequence& sequence = *segment.sequence;
     if (!sequence.scheduled_once) {
       sequence.scheduled_once = true;
       requests_.at(sequence.request)->first_scheduled = started;
     }
-    if (!segment.is_decode) num_prefill_tokens += segment.num_tokens;
   }
   if (Status copied = block_manager_.apply_pending_copies(); !copied.ok()) {
     fail_segments(plan, copied.with_context("copying KV blocks before the step"));
-    return;
+    return false;
   }
-  Result<ir::StepBatch> built = step_batch_builder_.build(plan, block_manager_);
-  FOLIO_CHECK(built.ok(), "laying out a step: {}", built.status().to_string());
-  const ir::StepBatch& step = *built;
-  profile_lap(exec::ProfileRow::kStepBuilding);
-  Result<ir::StepOutput> output = runner_.run(step);
-  profile_lap(std::nullopt);  // the executor charged the step's own rows
-  if (!output.ok()) {
-    fail_segments(plan, output.status().with_context("model step"));
-    return;
+  // The commit rule (engine.h "Recovery"): nothing of the plan is accepted until a run() of it
+  // succeeds; a failed one is recovered from and the same plan (less the requests the recovery
+  // ended) runs again.
+  ir::StepBatch step;
+  ir::StepOutput output;
+  while (true) {
+    Result<ir::StepBatch> built = step_batch_builder_.build(plan, block_manager_);
+    FOLIO_CHECK(built.ok(), "laying out a step: {}", built.status().to_string());
+    step = *built;
+    profile_lap(exec::ProfileRow::kStepBuilding);
+    Result<ir::StepOutput> ran = runner_.run(step);
+    profile_lap(std::nullopt);  // the executor charged the step's own rows
+    if (ran.ok()) {
+      output = *ran;
+      break;
+    }
+    switch (recover_step(plan, ran.status())) {
+      case StepRecovery::kRunAgain:
+        if (plan.empty()) return false;
+        continue;
+      case StepRecovery::kRecomputing:
+      case StepRecovery::kFailed:
+        return false;
+    }
   }
-  if (output->vocab_size != vocab_size_ ||
-      output->logits.size() != step.logit_indices.size() * static_cast<size_t>(vocab_size_)) {
+  if (output.vocab_size != vocab_size_ ||
+      output.logits.size() != step.logit_indices.size() * static_cast<size_t>(vocab_size_)) {
     fail_segments(plan, internal_error("the step runner returned {} logits of vocabulary {} for "
                                        "{} rows of vocabulary {}",
-                                       output->logits.size(), output->vocab_size,
+                                       output.logits.size(), output.vocab_size,
                                        step.logit_indices.size(), vocab_size_));
-    return;
+    return false;
+  }
+  int64_t num_prefill_tokens = 0;
+  for (const ScheduledSegment& segment : plan.segments) {
+    if (!segment.is_decode) num_prefill_tokens += segment.num_tokens;
   }
   scheduler_->complete(plan);
   const auto vocab = static_cast<size_t>(vocab_size_);
@@ -109,7 +137,7 @@ void Engine::run_plan(StepPlan& plan, TimePoint started) {
     const int32_t num_rows = segment.num_logit_rows();
     if (num_rows == 0) continue;
     const std::span<const float> rows =
-        output->logits.subspan(row * vocab, static_cast<size_t>(num_rows) * vocab);
+        output.logits.subspan(row * vocab, static_cast<size_t>(num_rows) * vocab);
     row += static_cast<size_t>(num_rows);
     // Looked up per segment: a segment's processing may finish (and so destroy) its own
     // request, never another one, and each choice has at most one segment.
@@ -125,6 +153,7 @@ void Engine::run_plan(StepPlan& plan, TimePoint started) {
   }
   metrics_.on_step(plan, num_prefill_tokens, clock_.now() - started);
   profile_lap(exec::ProfileRow::kSampling);
+  return true;
 }
 
 void Engine::record_prompt_logprobs(RequestState& state, const ScheduledSegment& segment,
@@ -308,6 +337,8 @@ void Engine::finish(ChoiceState& choice, FinishReason reason, const Status& erro
   if (state.num_unfinished == 0) {
     owned = std::move(requests_.at(state.id));
     requests_.erase(state.id);
+    // Release: pairs with the acquire in health().
+    num_unfinished_requests_.fetch_sub(1, std::memory_order_release);
   }
   if (state.on_finish) {
     for (const Completion& completion : completions) state.on_finish(completion);

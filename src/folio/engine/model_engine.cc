@@ -260,6 +260,8 @@ Result<std::unique_ptr<ModelEngine>> ModelEngine::create(std::unique_ptr<model::
   FOLIO_ASSIGN_OR_RETURN(engine_options.scheduler, bundle->fit_steps_to_memory(options));
   engine_options.phase_tuner = options.phase_tuner;
   engine_options.seed = options.seed;
+  engine_options.max_recoveries_per_request = options.max_recoveries_per_request;
+  engine_options.recovery_retry_interval = options.recovery_retry_interval;
   if (std::optional<tokenizer::TokenId> eos = bundle->model_->tokenizer().eos()) {
     engine_options.eos_token = static_cast<int32_t>(*eos);
   }

@@ -98,6 +98,11 @@ struct ModelEngineOptions {
   // remote caches stale, and swap space and adapters are refused with a remote runner. Null:
   // the local executor runs the steps.
   RemoteRunnerFactory remote_runner;
+  // Recovery of the step runner (engine.h "Recovery"; a remote runner that lost a worker): how
+  // many recoveries a request may live through, and how often an unavailable runner is asked
+  // to recover again (EngineOptions).
+  int32_t max_recoveries_per_request = EngineOptions{}.max_recoveries_per_request;
+  Duration recovery_retry_interval = EngineOptions{}.recovery_retry_interval;
 };
 
 class ModelEngine {

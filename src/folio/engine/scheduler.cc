@@ -688,6 +688,13 @@ void Scheduler::preempt_by_recompute(Sequence* victim) {
   waiting_.push_back(victim);
 }
 
+int32_t Scheduler::recompute_running() {
+  const auto num_sent = static_cast<int32_t>(running_.size());
+  // preempt_by_recompute takes each out of running_.
+  while (!running_.empty()) preempt_by_recompute(running_.back());
+  return num_sent;
+}
+
 void Scheduler::fail(Sequence* sequence, Status error, StepPlan& plan) {
   finish(sequence);
   plan.failed.emplace_back(sequence, std::move(error));

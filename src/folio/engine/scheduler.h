@@ -227,9 +227,19 @@ class Scheduler {
   StepPlan schedule(TimePoint now);
   // Records that the plan's segments ran: their tokens' KV is now written.
   void complete(const StepPlan& plan);
+  // Recovery (step_runner.h, the runner lost the whole KV cache): every RUNNING sequence goes
+  // back to WAITING as preemption by recompute sends it (its KV released, its tokens kept), but
+  // without counting a preemption: its KV was lost, not taken for memory. A plan scheduled and
+  // not completed is void afterwards. SWAPPED sequences keep their KV in the host swap space and
+  // stay. Returns how many sequences it sent back.
+  int32_t recompute_running();
 
   int32_t num_waiting() const { return static_cast<int32_t>(waiting_.size()); }
   int32_t num_running() const { return static_cast<int32_t>(running_.size()); }
+  // The RUNNING sequences, in no particular order.
+  const std::vector<Sequence*>& running() const { return running_; }
+  // The prefill chunk in force: the option's, cut by memory pressure.
+  int32_t prefill_chunk_size() const;
   // Running sequences plus the choices they will fork: what max_num_sequences bounds.
   int32_t num_running_slots() const { return num_running() + num_reserved_forks_; }
   int32_t num_swapped() const { return static_cast<int32_t>(swapped_.size()); }
@@ -301,8 +311,6 @@ class Scheduler {
   void remove_running(Sequence* sequence);
   int64_t aged_priority(const Sequence& sequence, TimePoint now) const;
 
-  // The prefill chunk in force: the option's, cut by memory pressure.
-  int32_t prefill_chunk_size() const;
   void preempt_for_pressure(StepPlan& plan);
 
   SchedulerOptions options_;

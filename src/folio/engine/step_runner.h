@@ -53,8 +53,10 @@ struct RunnerRecovery {
 class StepRunner {
  public:
   virtual ~StepRunner() = default;
-  // Runs one step. An error fails the requests scheduled in it (with this status) and leaves
-  // the KV cache of their sequences unspecified; the engine frees them.
+  // Runs one step. An error leaves the KV cache of the step's sequences unspecified; the engine
+  // then calls recover(), and either runs the same step again (nothing of the failed run is
+  // used: the commit rule) or fails the requests scheduled in it with this status and frees
+  // their KV.
   virtual Result<ir::StepOutput> run(const ir::StepBatch& step) = 0;
   // Columns of every StepOutput.
   virtual int32_t vocab_size() const = 0;
@@ -66,12 +68,22 @@ class StepRunner {
   virtual bool supports_adapter(int64_t adapter_id) const { return adapter_id == 0; }
 
   // After run() or replay() failed with `failure`: re-forms the runner (a lost worker replaced)
-  // and says which KV the failure lost. An error: not recoverable (the default), or not now (no
-  // worker to take the lost one's place); the engine then fails the step's requests as before.
-  // The runner stays unavailable() until a later recover() succeeds.
+  // and says which KV the failure lost. An error: not recoverable (the default: the engine then
+  // fails the step's requests as before), or not now (no worker to take the lost one's place:
+  // available() is then false, the engine ends every request with kUnavailable and calls
+  // recover() again every EngineOptions::recovery_retry_interval). The runner stays
+  // unavailable() until a later recover() succeeds. After every success the engine drops the
+  // prefix cache's ref-0 blocks, whatever the loss.
+  // The losses of consecutive failures add up: after a replay() that failed, the engine
+  // rebuilds what both recoveries reported (the later stage bound; all KV wins).
   virtual Result<RunnerRecovery> recover(const Status& failure) { return failure; }
   // Writes the KV of `step`'s tokens in the stages 0..through_stage only, and computes no
-  // logits (step.logit_indices is empty). Called after recover() returned kStageKv.
+  // logits (step.logit_indices is empty). Called after recover() returned kStageKv, with steps
+  // the engine builds from every running sequence's computed tokens: prefill chunks within the
+  // scheduler's limits (max_num_batched_tokens, max_num_sequences, prefill_chunk_size), one
+  // segment per sequence and step, each KV slot written once over all of them (blocks shared
+  // by several sequences are replayed by the first), every position after the positions before
+  // it. An error: the engine calls recover() again.
   virtual Status replay(const ir::StepBatch& step, int32_t through_stage) {
     (void)step;
     return failed_precondition("this step runner cannot replay stage {}: it never reports lost KV",

@@ -314,6 +314,27 @@ void BlockAllocator::drop_page(int32_t page_index, bool give_back) {
   in_transaction_ = was_logging;
 }
 
+int64_t BlockAllocator::drop_cached_blocks() {
+  FOLIO_CHECK(!in_transaction_, "drop_cached_blocks() inside a transaction");
+  int64_t dropped = 0;
+  for (int32_t block = lru_.front(); block >= 0; block = lru_.front()) {
+    lru_.remove(block);
+    const auto entry = prefix_index_.find(block_keys_[block].hash);
+    FOLIO_CHECK(entry != prefix_index_.end() && entry->second == block,
+                "CACHED block {} is not in the prefix index", block);
+    prefix_index_.erase(entry);
+    blocks_[block].registered = false;
+    set_state(block, BlockState::kFree);
+    // Pinning follows OWNED blocks only, so the page keeps its pin state; only its list moves.
+    const int32_t page_index = page_of(block);
+    pages_[page_index].free_blocks.push_front(block);
+    relink_page(page_index);
+    ++stats_.evicted_blocks;
+    ++dropped;
+  }
+  return dropped;
+}
+
 void BlockAllocator::release_surplus_pages(int32_t keep_empty_pages) {
   FOLIO_CHECK(!in_transaction_);
   IndexList& empty = page_lists_[static_cast<int>(PageList::kEmpty)];

@@ -67,7 +67,7 @@ struct PrefixCacheStats {
   int64_t hit_blocks = 0;
   int64_t missed_blocks = 0;
   int64_t hit_tokens = 0;
-  int64_t evicted_blocks = 0;  // CACHED blocks dropped (reused, or their page evicted)
+  int64_t evicted_blocks = 0;  // CACHED blocks dropped (reused, their page evicted, or lost)
 };
 
 // What one acquisition needs.
@@ -134,6 +134,11 @@ class BlockAllocator final : public KvEvictionHandler {
   void release_surplus_pages(int32_t keep_empty_pages);
   // Drops the blocks of pages the source evicted since the last call.
   void process_evictions();
+  // Makes every CACHED block FREE and drops it from the prefix index (OWNED blocks, registered
+  // or not, stay as they are). For KV content that was lost (a step runner that lost a worker,
+  // engine/step_runner.h): a ref-0 block no sequence will rewrite must never be a hit again.
+  // Returns how many blocks it dropped (counted as evicted in stats()).
+  int64_t drop_cached_blocks();
 
   // --- Queries.
   // Whether a registered block holds exactly this key, parent key, tokens and namespace (a

@@ -387,6 +387,13 @@ Status BlockManager::mark_computed(SeqId seq, int32_t num_computed_tokens) {
   return Status();
 }
 
+Result<int64_t> BlockManager::drop_cached_blocks() {
+  FOLIO_RETURN_IF_ERROR(begin_operation());
+  const int64_t dropped = allocator_->drop_cached_blocks();
+  allocator_->release_surplus_pages(options_.keep_empty_pages);
+  return dropped;
+}
+
 Status BlockManager::free(SeqId seq) {
   FOLIO_RETURN_IF_ERROR(begin_operation());
   const auto entry = sequences_.find(seq);

@@ -167,6 +167,10 @@ class BlockManager {
   Result<SwapOutcome> swap_in(std::span<const SeqId> seqs, bool apply_watermark = true);
   // Processes the page source's eviction notices now (every mutating call also does first).
   Status process_evictions() { return begin_operation(); }
+  // Forgets the KV of every CACHED block (ref 0): they become FREE and leave the prefix index,
+  // so no later allocation hits them. Blocks held by sequences stay. For a cache whose content
+  // was lost (engine/step_runner.h, recovery); returns the number of blocks dropped.
+  Result<int64_t> drop_cached_blocks();
   // Runs the queued copy-on-write pairs as one batch.
   Status apply_pending_copies();
   std::span<const BlockCopy> pending_copies() const { return pending_copies_; }
