@@ -124,6 +124,14 @@ pipelined=$("$folio" generate -m "$model" -p "And God said" -n 24 --temperature 
 printf '[one process] %s\n[2 workers  ] %s\n' "$one_process" "$pipelined"
 if [ "$one_process" = "$pipelined" ]; then echo "same text"; else echo "texts differ" >&2; exit 1; fi
 
+section "losing a worker: the same text while a local worker is SIGKILLed every 6 steps, 3 times"
+recovery_log="$build/recovery-demo.log"
+recovered=$("$folio" generate -m "$model" -p "And God said" -n 24 --temperature 0 \
+  --local-workers 2 --kill-local-worker-every 6 --kill-rounds 3 2>"$recovery_log")
+grep -E "replacing it with|recovered from a lost worker" "$recovery_log" || true
+printf '[one process    ] %s\n[3 workers lost ] %s\n' "$one_process" "$recovered"
+if [ "$one_process" = "$recovered" ]; then echo "same text"; else echo "texts differ" >&2; exit 1; fi
+
 section "folio bench: 64 requests, concurrency 16, graphs on"
 "$folio" bench -m "$model" --requests 64 --concurrency 16 --prompt-len 16:96 --output-len 16:48 \
   --shared-prefix 32 -q --json "$build/bench-graphs.json"

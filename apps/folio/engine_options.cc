@@ -1,15 +1,19 @@
 #include "apps/folio/engine_options.h"
 
+#include <signal.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <deque>
 #include <filesystem>
 
 #include "apps/folio/local_workers.h"
 #include "apps/folio/model_hash.h"
 #include "apps/folio/progress_bar.h"
 #include "folio/base/mutex.h"
+#include "folio/base/random.h"
 #include "folio/dist/pipeline_plan.h"
 #include "folio/dist/pipeline_step_runner.h"
 
@@ -29,78 +33,171 @@ std::unique_ptr<LocalWorkers>& local_worker_group() {
 struct RecordedTraffic {
   Mutex mutex;
   std::optional<dist::PipelineTraffic> traffic FOLIO_GUARDED_BY(mutex);
+  int64_t recoveries FOLIO_GUARDED_BY(mutex) = 0;  // recover() calls that succeeded
 };
 RecordedTraffic& recorded_traffic() {
   static RecordedTraffic recorded;
   return recorded;
 }
 
+// Kills a local worker every `every` steps (SIGKILL, a random one of the group), `rounds` times:
+// --kill-local-worker-every, to watch the recovery of issue 16 work on a real run.
+struct WorkerKiller {
+  int32_t every = 0;  // 0: never
+  int32_t rounds = 0;
+  uint64_t seed = 0;
+};
+
 // The engine's runner over the pipeline: the PipelineStepRunner, recording its traffic after
 // every step for pipeline_traffic() (the engine owns the runner and may be gone when a command
-// prints its report).
-class TrafficRecordingRunner final : public engine::StepRunner {
+// prints its report), and killing local workers when asked to (WorkerKiller).
+class InstrumentedPipelineRunner final : public engine::StepRunner {
  public:
-  explicit TrafficRecordingRunner(std::unique_ptr<dist::PipelineStepRunner> runner)
-      : runner_(std::move(runner)) {
+  InstrumentedPipelineRunner(std::unique_ptr<dist::PipelineStepRunner> runner, WorkerKiller killer)
+      : runner_(std::move(runner)), killer_(killer), random_(killer.seed) {
     record();
   }
   Result<ir::StepOutput> run(const ir::StepBatch& step) override {
+    maybe_kill();
     Result<ir::StepOutput> output = runner_->run(step);
     record();
     return output;
   }
   int32_t vocab_size() const override { return runner_->vocab_size(); }
   int32_t max_logit_rows() const override { return runner_->max_logit_rows(); }
+  Result<engine::RunnerRecovery> recover(const Status& failure) override {
+    Result<engine::RunnerRecovery> recovery = runner_->recover(failure);
+    record();
+    if (recovery.ok()) {
+      RecordedTraffic& recorded = recorded_traffic();
+      const MutexLock lock(recorded.mutex);
+      ++recorded.recoveries;
+    }
+    return recovery;
+  }
+  Status replay(const ir::StepBatch& step, int32_t through_stage) override {
+    Status replayed = runner_->replay(step, through_stage);
+    record();
+    return replayed;
+  }
+  bool available() const override { return runner_->available(); }
 
  private:
+  void maybe_kill() {
+    if (killer_.every <= 0 || killer_.rounds <= 0 || local_worker_group() == nullptr) return;
+    if (++steps_ % killer_.every != 0) return;
+    const std::vector<pid_t> pids = local_worker_group()->worker_pids();
+    const pid_t victim = pids[random_.next() % pids.size()];
+    if (victim > 0) kill(victim, SIGKILL);
+    --killer_.rounds;
+  }
   void record() {
     RecordedTraffic& recorded = recorded_traffic();
     const MutexLock lock(recorded.mutex);
     recorded.traffic = runner_->traffic();
   }
   std::unique_ptr<dist::PipelineStepRunner> runner_;
+  WorkerKiller killer_;
+  Xoshiro256StarStar random_;
+  int64_t steps_ = 0;
 };
+
+// What the engine's remote runner is made from (the command's flags).
+struct PipelineRunnerSettings {
+  std::vector<std::string> addresses;
+  // Workers that take a lost one's place, in order (--spare-workers); with --local-workers the
+  // group's supervisor starts one instead.
+  std::vector<std::string> spare_addresses;
+  std::string model_path;
+  model::LlamaShape shape;
+  int64_t activation_bytes = 0;
+  bool quiet = false;
+  std::chrono::milliseconds lease_interval{100};
+  int32_t lease_misses = 3;
+  WorkerKiller killer;
+};
+
+// Finds the worker that takes a lost one's place: a new local worker (--local-workers), else
+// the next spare (--spare-workers), else the lost worker's own address (one restarted there).
+dist::WorkerReplacer worker_replacer(std::vector<std::string> spare_addresses,
+                                     dist::ModelIdentity identity, bool quiet) {
+  auto spares =
+      std::make_shared<std::deque<std::string>>(spare_addresses.begin(), spare_addresses.end());
+  return [spares, identity = std::move(identity), quiet](
+             int32_t stage,
+             const std::string& lost_address) -> Result<std::unique_ptr<dist::WorkerClient>> {
+    std::string address = lost_address;
+    if (local_worker_group() != nullptr) {
+      FOLIO_ASSIGN_OR_RETURN(address, local_worker_group()->replace(lost_address));
+    } else if (!spares->empty()) {
+      address = spares->front();
+      spares->pop_front();
+    }
+    if (!quiet) {
+      std::fprintf(
+          stderr, "pipeline stage %d: worker %s lost; %s %s\n", stage, lost_address.c_str(),
+          address == lost_address ? "reconnecting to" : "replacing it with", address.c_str());
+    }
+    return dist::WorkerClient::connect(address, identity);
+  };
+}
 
 // The engine's remote runner over `addresses`: connects to each (handshake, model hash), plans
 // the layer split by the IR's decode costs within each worker's declared memory, and prepares
 // one stage per worker. Each stage's pool holds its layers' share of the engine's KV blocks
 // and, for activations and captured graphs, half of this process's memory budget.
-engine::RemoteRunnerFactory pipeline_runner_factory(std::vector<std::string> addresses,
-                                                    std::string model_path, model::LlamaShape shape,
-                                                    int64_t activation_bytes, bool quiet) {
-  return [addresses = std::move(addresses), model_path = std::move(model_path), shape,
-          activation_bytes, quiet](
+engine::RemoteRunnerFactory pipeline_runner_factory(PipelineRunnerSettings settings) {
+  return [settings = std::move(settings)](
              const engine::RemoteStepSetup& setup) -> Result<std::unique_ptr<engine::StepRunner>> {
-    FOLIO_ASSIGN_OR_RETURN(const dist::ModelIdentity identity, model_identity(model_path));
+    FOLIO_ASSIGN_OR_RETURN(const dist::ModelIdentity identity, model_identity(settings.model_path));
+    FOLIO_ASSIGN_OR_RETURN(const dist::PipelineModelCost cost,
+                           dist::llama_pipeline_cost(settings.shape, setup.kv_dtype, 512));
+    // The stages over `infos`, balanced by the IR's decode costs within each one's memory: at
+    // start, and again over the survivors when a lost worker has no replacement.
+    auto plan_stages = [cost, setup, activation_bytes = settings.activation_bytes,
+                        quiet = settings.quiet](const std::vector<dist::WorkerInfo>& infos)
+        -> Result<std::vector<dist::PipelineStageSpec>> {
+      std::vector<dist::PipelineWorker> workers;
+      for (const dist::WorkerInfo& info : infos) {
+        const uint64_t memory = info.memory_budget_bytes;
+        workers.push_back(
+            {info.address,
+             memory > 0 ? std::optional<int64_t>(static_cast<int64_t>(memory) - activation_bytes)
+                        : std::nullopt});
+      }
+      const dist::PipelinePlanOptions plan_options{
+          .balance = dist::PipelineBalance::kDecode,
+          .kv_tokens = setup.num_kv_blocks * setup.block_size};
+      FOLIO_ASSIGN_OR_RETURN(const dist::PipelinePlan plan,
+                             dist::plan_pipeline(cost, workers, plan_options));
+      if (!quiet) std::fputs(plan.to_string().c_str(), stderr);
+      std::vector<dist::PipelineStageSpec> specs;
+      for (const dist::PipelineStagePlan& stage : plan.stages) {
+        specs.push_back(dist::pipeline_stage_spec(setup, stage.first_layer, stage.end_layer,
+                                                  stage.kv_bytes + activation_bytes));
+      }
+      return specs;
+    };
     std::vector<std::unique_ptr<dist::WorkerClient>> clients;
-    std::vector<dist::PipelineWorker> workers;
-    for (const std::string& address : addresses) {
+    std::vector<dist::WorkerInfo> infos;
+    for (const std::string& address : settings.addresses) {
       FOLIO_ASSIGN_OR_RETURN(std::unique_ptr<dist::WorkerClient> client,
                              dist::WorkerClient::connect(address, identity));
-      const uint64_t memory = client->info().memory_budget_bytes;
-      workers.push_back({address, memory > 0 ? std::optional<int64_t>(static_cast<int64_t>(memory) -
-                                                                      activation_bytes)
-                                             : std::nullopt});
+      infos.push_back(client->info());
       clients.push_back(std::move(client));
     }
-    FOLIO_ASSIGN_OR_RETURN(const dist::PipelineModelCost cost,
-                           dist::llama_pipeline_cost(shape, setup.kv_dtype, 512));
-    const dist::PipelinePlanOptions plan_options{
-        .balance = dist::PipelineBalance::kDecode,
-        .kv_tokens = setup.num_kv_blocks * setup.block_size};
-    FOLIO_ASSIGN_OR_RETURN(const dist::PipelinePlan plan,
-                           dist::plan_pipeline(cost, workers, plan_options));
-    if (!quiet) std::fputs(plan.to_string().c_str(), stderr);
-    std::vector<dist::PipelineStageSpec> specs;
-    for (const dist::PipelineStagePlan& stage : plan.stages) {
-      specs.push_back(dist::pipeline_stage_spec(setup, stage.first_layer, stage.end_layer,
-                                                stage.kv_bytes + activation_bytes));
-    }
-    FOLIO_ASSIGN_OR_RETURN(
-        std::unique_ptr<dist::PipelineStepRunner> runner,
-        dist::PipelineStepRunner::create(std::move(clients), std::move(specs), identity.hash));
+    FOLIO_ASSIGN_OR_RETURN(std::vector<dist::PipelineStageSpec> specs, plan_stages(infos));
+    dist::PipelineRecoveryOptions recovery;
+    recovery.lease_interval = settings.lease_interval;
+    recovery.lease_misses = settings.lease_misses;
+    recovery.replace_worker = worker_replacer(settings.spare_addresses, identity, settings.quiet);
+    recovery.replan_on_survivors = plan_stages;
+    recovery.registry = setup.registry;
+    FOLIO_ASSIGN_OR_RETURN(std::unique_ptr<dist::PipelineStepRunner> runner,
+                           dist::PipelineStepRunner::create(std::move(clients), std::move(specs),
+                                                            identity.hash, std::move(recovery)));
     return std::unique_ptr<engine::StepRunner>(
-        std::make_unique<TrafficRecordingRunner>(std::move(runner)));
+        std::make_unique<InstrumentedPipelineRunner>(std::move(runner), settings.killer));
   };
 }
 
@@ -118,6 +215,33 @@ void add_engine_options(CLI::App& command, EngineCommandOptions& options) {
                      "free loopback ports for this command");
   command.add_option("--local-worker-threads", options.local_worker_threads,
                      "Compute threads of each local worker (0: --threads)");
+  command
+      .add_option("--spare-workers", options.spare_workers,
+                  "Workers that take a lost worker's place, HOST:PORT,... in order (without: a "
+                  "lost worker is waited for at its own address; --local-workers starts one)")
+      ->delimiter(',');
+  command
+      .add_option("--lease-ms", options.lease_ms,
+                  "Each worker's heartbeat interval, ms; a worker silent for --lease-misses of "
+                  "them is lost")
+      ->capture_default_str();
+  command
+      .add_option("--lease-misses", options.lease_misses,
+                  "Heartbeats missed before a worker is lost")
+      ->capture_default_str();
+  command
+      .add_option("--max-recoveries", options.max_recoveries,
+                  "Recoveries from lost workers a request may go through; past them it ends "
+                  "with an error")
+      ->capture_default_str();
+  command.add_option("--kill-local-worker-every", options.kill_local_worker_every,
+                     "Fault injection: SIGKILL a random local worker every this many steps "
+                     "(--kill-rounds times), to watch recovery work");
+  command.add_option("--kill-rounds", options.kill_rounds, "Kills of --kill-local-worker-every")
+      ->capture_default_str();
+  command
+      .add_option("--kill-seed", options.kill_seed, "Which workers --kill-local-worker-every picks")
+      ->capture_default_str();
   command.add_option("--threads", options.threads, "Compute threads (0: all cores)");
   command
       .add_option("--memory-mib", options.memory_mib,
@@ -363,6 +487,11 @@ Result<std::unique_ptr<engine::ModelEngine>> start_model_engine(
     return invalid_argument("--preemption must be auto, recompute, swap or cheaper, got '{}'",
                             options.preemption);
   }
+  if (options.max_recoveries < 0) {
+    return invalid_argument("--max-recoveries must not be negative, got {}",
+                            options.max_recoveries);
+  }
+  engine_options.max_recoveries_per_request = options.max_recoveries;
   engine_options.adapters = options.adapters || !options.loras.empty() || !options.lora_dir.empty();
   if (options.lora_hot_mib < 0 || options.lora_warm_mib < 0) {
     return invalid_argument("--lora-hot-mib and --lora-warm-mib must not be negative");
@@ -388,9 +517,30 @@ Result<std::unique_ptr<engine::ModelEngine>> start_model_engine(
     }
   }
   if (!worker_addresses.empty()) {
-    engine_options.remote_runner =
-        pipeline_runner_factory(worker_addresses, options.model_path, model->shape(),
-                                engine_options.memory_budget_bytes / 2, options.quiet);
+    PipelineRunnerSettings settings;
+    settings.addresses = worker_addresses;
+    settings.spare_addresses = options.spare_workers;
+    settings.model_path = options.model_path;
+    settings.shape = model->shape();
+    settings.activation_bytes = engine_options.memory_budget_bytes / 2;
+    settings.quiet = options.quiet;
+    settings.lease_interval = std::chrono::milliseconds(options.lease_ms);
+    settings.lease_misses = options.lease_misses;
+    settings.killer = {.every = options.kill_local_worker_every,
+                       .rounds = options.kill_rounds,
+                       .seed = options.kill_seed};
+    engine_options.remote_runner = pipeline_runner_factory(std::move(settings));
+  } else if (!options.spare_workers.empty() || options.kill_local_worker_every > 0) {
+    return invalid_argument(
+        "--spare-workers and --kill-local-worker-every need a pipeline: give --workers or "
+        "--local-workers");
+  }
+  if (options.kill_local_worker_every > 0 && options.local_workers == 0) {
+    return invalid_argument("--kill-local-worker-every kills local workers: give --local-workers");
+  }
+  if (options.lease_ms < 1 || options.lease_misses < 1) {
+    return invalid_argument("--lease-ms and --lease-misses must be at least 1, got {} and {}",
+                            options.lease_ms, options.lease_misses);
   }
   if (customize) customize(engine_options);
   Result<std::unique_ptr<engine::ModelEngine>> bundle =
@@ -421,6 +571,12 @@ std::optional<dist::PipelineTraffic> pipeline_traffic() {
   RecordedTraffic& recorded = recorded_traffic();
   const MutexLock lock(recorded.mutex);
   return recorded.traffic;
+}
+
+int64_t pipeline_recoveries() {
+  RecordedTraffic& recorded = recorded_traffic();
+  const MutexLock lock(recorded.mutex);
+  return recorded.recoveries;
 }
 
 Result<int64_t> resolve_adapter(engine::ModelEngine& model_engine, const std::string& name) {

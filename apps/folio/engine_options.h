@@ -59,6 +59,15 @@ struct EngineCommandOptions {
   std::vector<std::string> workers;
   int32_t local_workers = 0;
   int32_t local_worker_threads = 0;  // 0: --threads
+  // Recovery from a lost worker (issue 16): the workers that take its place, the heartbeat
+  // lease, each request's limit, and fault injection to try it.
+  std::vector<std::string> spare_workers;
+  int32_t lease_ms = 100;
+  int32_t lease_misses = 3;
+  int32_t max_recoveries = 3;
+  int32_t kill_local_worker_every = 0;  // 0: never
+  int32_t kill_rounds = 1;
+  uint64_t kill_seed = 1;
 };
 
 struct AdapterSpec {
@@ -85,6 +94,8 @@ Result<std::unique_ptr<engine::ModelEngine>> start_model_engine(
 // What crossed the wire between this process and its pipeline workers so far (serialized gRPC
 // messages), when the engine started with --workers or --local-workers; nullopt otherwise.
 std::optional<dist::PipelineTraffic> pipeline_traffic();
+// Recoveries from a lost worker the pipeline has gone through so far (0 without workers).
+int64_t pipeline_recoveries();
 
 // The adapter a command runs with: `name` ("base" for none); empty: the only registered
 // adapter when exactly one is, else the base model. kNotFound naming the registered ones.

@@ -6,6 +6,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <chrono>
 #include <cstring>
 #include <filesystem>
@@ -41,10 +42,11 @@ std::string listening_address(const std::string& log) {
   return log.substr(start, end - start);
 }
 
-// True once `pid` has exited (and is reaped).
+// True once `pid` has exited (and is reaped, here or before: ECHILD).
 bool reaped(pid_t pid) {
   int status = 0;
-  return waitpid(pid, &status, WNOHANG) == pid;
+  const pid_t answered = waitpid(pid, &status, WNOHANG);
+  return answered == pid || (answered < 0 && errno == ECHILD);
 }
 
 }  // namespace
@@ -57,75 +59,127 @@ Result<std::unique_ptr<LocalWorkers>> LocalWorkers::start(int32_t count,
   const std::filesystem::path binary = std::filesystem::read_symlink("/proc/self/exe", error);
   if (error) return internal_error("cannot find this program's path: {}", error.message());
   std::unique_ptr<LocalWorkers> group(new LocalWorkers());
+  group->binary_ = binary.string();
+  group->model_path_ = model_path;
+  group->threads_ = threads;
+  group->memory_bytes_ = memory_bytes;
   std::string pattern =
       (std::filesystem::temp_directory_path() / "folio-local-workers-XXXXXX").string();
   if (mkdtemp(pattern.data()) == nullptr) {
     return internal_error("cannot create a directory for the workers' logs ({})", pattern);
   }
   group->log_directory_ = pattern;
+  const MutexLock lock(group->mutex_);
+  // All start at once; then each is waited for.
   for (int32_t i = 0; i < count; ++i) {
-    std::vector<std::string> arguments = {binary.string(),
-                                          "worker",
-                                          "--listen",
-                                          "127.0.0.1:0",
-                                          "-m",
-                                          model_path,
-                                          "--parent-pid",
-                                          std::to_string(getpid())};
-    if (threads > 0) {
-      arguments.insert(arguments.end(), {"--threads", std::to_string(threads)});
-    }
-    if (memory_bytes > 0) {
-      arguments.insert(arguments.end(), {"--memory", std::to_string(memory_bytes)});
-    }
-    std::vector<char*> argv;
-    for (std::string& argument : arguments) argv.push_back(argument.data());
-    argv.push_back(nullptr);
-    const std::string log = fmt::format("{}/worker{}.log", group->log_directory_, i);
-    posix_spawn_file_actions_t actions;
-    posix_spawn_file_actions_init(&actions);
-    posix_spawn_file_actions_addopen(&actions, STDOUT_FILENO, log.c_str(),
-                                     O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    posix_spawn_file_actions_adddup2(&actions, STDOUT_FILENO, STDERR_FILENO);
-    pid_t pid = -1;
-    const int spawned = posix_spawn(&pid, argv[0], &actions, nullptr, argv.data(), environ);
-    posix_spawn_file_actions_destroy(&actions);
-    if (spawned != 0) {
-      return internal_error("cannot start local worker {} ({}): {}", i, argv[0],
-                            std::strerror(spawned));
-    }
-    group->pids_.push_back(pid);
-    group->logs_.push_back(log);
+    FOLIO_ASSIGN_OR_RETURN(Worker worker, group->spawn(static_cast<size_t>(i), 0));
+    group->workers_.push_back(std::move(worker));
   }
   const auto deadline = std::chrono::steady_clock::now() + kListenTimeout;
-  for (size_t i = 0; i < group->pids_.size(); ++i) {
-    while (true) {
-      const std::string text = read_text(group->logs_[i]);
-      const std::string address = listening_address(text);
-      if (!address.empty()) {
-        group->addresses_.push_back(address);
-        break;
-      }
-      if (reaped(group->pids_[i])) {
-        group->pids_[i] = -1;
-        return unavailable("local worker {} exited before listening: {}", i, text);
-      }
-      if (std::chrono::steady_clock::now() > deadline) {
-        return deadline_exceeded("local worker {} did not listen within {} s: {}", i,
-                                 kListenTimeout.count(), text);
-      }
-      std::this_thread::sleep_for(std::chrono::milliseconds(20));
-    }
+  for (size_t i = 0; i < group->workers_.size(); ++i) {
+    FOLIO_RETURN_IF_ERROR(group->wait_listening(i, group->workers_[i], deadline));
   }
   return group;
 }
 
+Result<LocalWorkers::Worker> LocalWorkers::spawn(size_t index, int32_t generation) const {
+  std::vector<std::string> arguments = {
+      binary_, "worker",    "--listen",     "127.0.0.1:0",
+      "-m",    model_path_, "--parent-pid", std::to_string(getpid())};
+  if (threads_ > 0) arguments.insert(arguments.end(), {"--threads", std::to_string(threads_)});
+  if (memory_bytes_ > 0) {
+    arguments.insert(arguments.end(), {"--memory", std::to_string(memory_bytes_)});
+  }
+  std::vector<char*> argv;
+  for (std::string& argument : arguments) argv.push_back(argument.data());
+  argv.push_back(nullptr);
+  Worker worker;
+  worker.log = generation == 0
+                   ? fmt::format("{}/worker{}.log", log_directory_, index)
+                   : fmt::format("{}/worker{}.{}.log", log_directory_, index, generation);
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  posix_spawn_file_actions_addopen(&actions, STDOUT_FILENO, worker.log.c_str(),
+                                   O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  posix_spawn_file_actions_adddup2(&actions, STDOUT_FILENO, STDERR_FILENO);
+  const int spawned = posix_spawn(&worker.pid, argv[0], &actions, nullptr, argv.data(), environ);
+  posix_spawn_file_actions_destroy(&actions);
+  if (spawned != 0) {
+    return internal_error("cannot start local worker {} ({}): {}", index, argv[0],
+                          std::strerror(spawned));
+  }
+  return worker;
+}
+
+Status LocalWorkers::wait_listening(size_t index, Worker& worker,
+                                    std::chrono::steady_clock::time_point deadline) const {
+  while (true) {
+    const std::string text = read_text(worker.log);
+    worker.address = listening_address(text);
+    if (!worker.address.empty()) return Status();
+    if (reaped(worker.pid)) {
+      worker.pid = -1;
+      return unavailable("local worker {} exited before listening: {}", index, text);
+    }
+    if (std::chrono::steady_clock::now() > deadline) {
+      return deadline_exceeded("local worker {} did not listen within {} s: {}", index,
+                               kListenTimeout.count(), text);
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+}
+
+std::vector<std::string> LocalWorkers::addresses() const {
+  const MutexLock lock(mutex_);
+  std::vector<std::string> addresses;
+  for (const Worker& worker : workers_) addresses.push_back(worker.address);
+  return addresses;
+}
+
+std::vector<pid_t> LocalWorkers::worker_pids() const {
+  const MutexLock lock(mutex_);
+  std::vector<pid_t> pids;
+  for (const Worker& worker : workers_) pids.push_back(worker.pid);
+  return pids;
+}
+
+int32_t LocalWorkers::num_replaced() const {
+  const MutexLock lock(mutex_);
+  return num_replaced_;
+}
+
+Result<std::string> LocalWorkers::replace(const std::string& lost_address) {
+  const MutexLock lock(mutex_);
+  size_t index = 0;
+  while (index < workers_.size() && workers_[index].address != lost_address) ++index;
+  if (index == workers_.size()) {
+    return not_found("no local worker listens on {} (it may have been replaced already)",
+                     lost_address);
+  }
+  FOLIO_ASSIGN_OR_RETURN(Worker worker, spawn(index, num_replaced_ + 1));
+  const Status listening =
+      wait_listening(index, worker, std::chrono::steady_clock::now() + kListenTimeout);
+  if (!listening.ok()) {
+    if (worker.pid > 0) retired_pids_.push_back(worker.pid);
+    return listening.with_context(fmt::format("replacing the worker at {}", lost_address));
+  }
+  retired_pids_.push_back(workers_[index].pid);
+  workers_[index] = std::move(worker);
+  ++num_replaced_;
+  return workers_[index].address;
+}
+
 LocalWorkers::~LocalWorkers() {
-  for (pid_t pid : pids_) {
+  const MutexLock lock(mutex_);
+  std::vector<pid_t> pids = retired_pids_;
+  for (const Worker& worker : workers_) pids.push_back(worker.pid);
+  for (pid_t pid : pids) {
     if (pid > 0) kill(pid, SIGTERM);
+    // A stopped worker (SIGSTOP) acts on SIGTERM only once it runs again.
+    if (pid > 0) kill(pid, SIGCONT);
   }
   const auto deadline = std::chrono::steady_clock::now() + kStopGrace;
-  for (pid_t& pid : pids_) {
+  for (pid_t& pid : pids) {
     while (pid > 0 && !reaped(pid)) {
       if (std::chrono::steady_clock::now() > deadline) {
         kill(pid, SIGKILL);

@@ -57,6 +57,7 @@ class ChildProcess {
   ChildProcess(const ChildProcess&) = delete;
   ChildProcess& operator=(const ChildProcess&) = delete;
 
+  pid_t pid() const { return pid_; }
   void signal(int number) { ASSERT_EQ(kill(pid_, number), 0); }
   // After SIGSTOP: returns once the process is stopped (the signal is delivered asynchronously,
   // so a call right after kill() could still be answered).

@@ -160,7 +160,8 @@ Status ModelEngine::build_executor(const ModelEngineOptions& options) {
                                   .max_num_tokens = executor_options.max_num_tokens,
                                   .max_sequences = executor_options.max_sequences,
                                   .max_logit_rows = executor_options.max_logit_rows,
-                                  .use_graphs = options.use_graphs};
+                                  .use_graphs = options.use_graphs,
+                                  .registry = &registry_};
   return Status();
 }
 

@@ -45,6 +45,9 @@ struct RemoteStepSetup {
   int32_t max_sequences = 0;
   int32_t max_logit_rows = 0;
   bool use_graphs = true;
+  // The engine's registry, for the runner's own series (a pipeline's folio_dist_*); outlives
+  // the runner.
+  metrics::Registry* registry = nullptr;
 };
 
 using RemoteRunnerFactory =

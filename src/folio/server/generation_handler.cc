@@ -323,7 +323,10 @@ void Server::Handlers::generate(Endpoint endpoint, const HttpRequest& http_reque
           404, fmt::format("the model '{}' does not exist (it was just unloaded)", parsed->model),
           kInvalidRequestError, "model_not_found"));
     }
-    const bool stopped = id.status().code() == StatusCode::kFailedPrecondition;
+    // Stopped, or its step runner unavailable (a pipeline without a complete worker group):
+    // the server's state, not the request's fault.
+    const bool stopped = id.status().code() == StatusCode::kFailedPrecondition ||
+                         id.status().code() == StatusCode::kUnavailable;
     return refuse(error_response(stopped ? 503 : 400, id.status().message(),
                                  stopped ? kServerError : kInvalidRequestError));
   }

@@ -107,6 +107,27 @@ class Server::Service final : public HttpService {
       if (shutting_down) {
         return server.answer(*exchange, route, error_response(503, "shutting down", kServerError));
       }
+      // Never 200 over an engine that cannot serve: a pipeline with a worker lost and not yet
+      // replaced, or a loop stuck in a step (liveness) while requests wait.
+      const engine::EngineHealth health = server.model_.engine->health();
+      if (!health.runner_available) {
+        return server.answer(
+            *exchange, route,
+            error_response(503,
+                           "the engine's step runner is unavailable (no complete worker group)",
+                           kServerError));
+      }
+      const double liveness_seconds =
+          std::chrono::duration<double>(server.options_.liveness_timeout).count();
+      if (health.has_work && health.seconds_since_progress > liveness_seconds) {
+        return server.answer(
+            *exchange, route,
+            error_response(
+                503,
+                fmt::format("the engine loop has not advanced for {:.1f} s (limit {:.1f} s)",
+                            health.seconds_since_progress, liveness_seconds),
+                kServerError));
+      }
       HttpResponse response;
       response.body = "{\"status\":\"ok\"}";
       return server.answer(*exchange, route, std::move(response));

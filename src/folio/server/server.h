@@ -83,6 +83,9 @@ struct ServerOptions {
   // is only parsed as an adapter, never shown), so pair it with an API key. Needs
   // ServedModel::adapters.
   bool allow_lora_loading = false;
+  // GET /health answers 503 when the engine has work and its loop has not finished a step for
+  // this long (a stuck step: a worker that hangs without closing its connection).
+  std::chrono::milliseconds liveness_timeout{60'000};
 };
 
 // What the server serves; everything borrowed must outlive the server.
