@@ -234,6 +234,12 @@ void add_engine_options(CLI::App& command, EngineCommandOptions& options) {
                   "Recoveries from lost workers a request may go through; past them it ends "
                   "with an error")
       ->capture_default_str();
+  command
+      .add_option("--recovery", options.recovery,
+                  "How the KV of a lost worker's stage is rebuilt: replay (the running sequences' "
+                  "tokens through the stages up to the lost one only) or recompute (every "
+                  "running sequence from its tokens, through every stage)")
+      ->capture_default_str();
   command.add_option("--kill-local-worker-every", options.kill_local_worker_every,
                      "Fault injection: SIGKILL a random local worker every this many steps "
                      "(--kill-rounds times), to watch recovery work");
@@ -492,6 +498,10 @@ Result<std::unique_ptr<engine::ModelEngine>> start_model_engine(
                             options.max_recoveries);
   }
   engine_options.max_recoveries_per_request = options.max_recoveries;
+  if (options.recovery != "replay" && options.recovery != "recompute") {
+    return invalid_argument("--recovery must be replay or recompute, got '{}'", options.recovery);
+  }
+  engine_options.replay_lost_stages = options.recovery == "replay";
   engine_options.adapters = options.adapters || !options.loras.empty() || !options.lora_dir.empty();
   if (options.lora_hot_mib < 0 || options.lora_warm_mib < 0) {
     return invalid_argument("--lora-hot-mib and --lora-warm-mib must not be negative");

@@ -65,6 +65,7 @@ struct EngineCommandOptions {
   int32_t lease_ms = 100;
   int32_t lease_misses = 3;
   int32_t max_recoveries = 3;
+  std::string recovery = "replay";      // or "recompute": EngineOptions::replay_lost_stages
   int32_t kill_local_worker_every = 0;  // 0: never
   int32_t kill_rounds = 1;
   uint64_t kill_seed = 1;

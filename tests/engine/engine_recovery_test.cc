@@ -289,10 +289,12 @@ TEST(EngineRecoveryTest, RandomFaultsOfEveryKindLeaveEveryStreamAsAnUninterrupte
   EXPECT_EQ(recoveries, faults);
 }
 
-// One fault of `kind` at the 4th run(), after the step ran: the metrics count it exactly.
-void check_one_fault(LostKv kind) {
+// One fault of `kind` at the 4th run(), after the step ran: the metrics count it exactly. With
+// `replay_lost_stages` false a lost stage is recomputed instead, to the same tokens.
+void check_one_fault(LostKv kind, bool replay_lost_stages = true) {
   HarnessOptions options;
   options.inject_faults = true;
+  options.replay_lost_stages = replay_lost_stages;
   options.scheduler.max_num_batched_tokens = 64;
   options.scheduler.prefill_chunk_size = 8;
   EngineHarness harness(options);
@@ -327,8 +329,8 @@ void check_one_fault(LostKv kind) {
   EXPECT_EQ(stats.recovery_observations, 1);
   // The 4th step's tokens were streamed once: from its second run.
   EXPECT_EQ(stats.generated_tokens, 36);
-  EXPECT_EQ(runner.num_replays() > 0, kind == LostKv::kStageKv);
-  if (kind == LostKv::kAllKv) {
+  EXPECT_EQ(runner.num_replays() > 0, kind == LostKv::kStageKv && replay_lost_stages);
+  if (kind == LostKv::kAllKv || !replay_lost_stages) {
     EXPECT_EQ(recorder.completion(ids[0]).num_preemptions, 0);
   }
   harness.expect_all_blocks_free_or_cached();
@@ -336,6 +338,9 @@ void check_one_fault(LostKv kind) {
 
 TEST(EngineRecoveryTest, OneLostStageIsReplayedAndCountedOnce) {
   check_one_fault(LostKv::kStageKv);
+}
+TEST(EngineRecoveryTest, OneLostStageIsRecomputedWhenReplayIsOff) {
+  check_one_fault(LostKv::kStageKv, /*replay_lost_stages=*/false);
 }
 TEST(EngineRecoveryTest, OneLostCacheIsRecomputedAndCountedOnce) {
   check_one_fault(LostKv::kAllKv);

@@ -77,6 +77,7 @@ struct HarnessOptions {
   bool inject_faults = false;
   int32_t max_recoveries_per_request = EngineOptions{}.max_recoveries_per_request;
   Duration recovery_retry_interval = EngineOptions{}.recovery_retry_interval;
+  bool replay_lost_stages = EngineOptions{}.replay_lost_stages;
 };
 
 // Owns the KV cache, the toy runner, a manual clock and the engine, in dependency order.
@@ -110,6 +111,7 @@ class EngineHarness {
     EngineOptions engine_options;
     engine_options.max_recoveries_per_request = options.max_recoveries_per_request;
     engine_options.recovery_retry_interval = options.recovery_retry_interval;
+    engine_options.replay_lost_stages = options.replay_lost_stages;
     engine_options.scheduler = options.scheduler;
     engine_options.eos_token = options.eos_token;
     engine_options.seed = options.engine_seed;

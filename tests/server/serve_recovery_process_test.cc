@@ -190,13 +190,14 @@ double metric(int port, const std::string& series) {
   return value.value_or(-1);
 }
 
-TEST(ServeRecoveryProcessTest, AWorkerKilledMidDecodeLosesNoStreamAndChangesNoText) {
+// `recovery`: --recovery replay (the lost stage's lineage only) or recompute (every layer).
+void kill_a_worker_mid_decode(const std::string& recovery) {
   const std::vector<Json> requests = completion_requests(8);
   const std::vector<std::string> expected = reference_texts(requests);
 
   // A long lease: only the kill may count as a loss, however loaded the machine.
-  ServeProcess served(
-      {"--local-workers", "2", "--local-worker-threads", "1", "--lease-misses", "20"});
+  ServeProcess served({"--local-workers", "2", "--local-worker-threads", "1", "--lease-misses",
+                       "20", "--recovery", recovery});
   const int port = served.wait_for_port(120s);
   ASSERT_GT(port, 0) << served.output();
   const std::vector<pid_t> workers = child_processes(served.pid());
@@ -226,6 +227,13 @@ TEST(ServeRecoveryProcessTest, AWorkerKilledMidDecodeLosesNoStreamAndChangesNoTe
   const std::vector<pid_t> now = child_processes(served.pid());
   EXPECT_EQ(now.size(), 2u);
   EXPECT_EQ(std::count(now.begin(), now.end(), workers[1]), 0);
+}
+
+TEST(ServeRecoveryProcessTest, AWorkerKilledMidDecodeLosesNoStreamAndChangesNoText) {
+  kill_a_worker_mid_decode("replay");
+}
+TEST(ServeRecoveryProcessTest, RecomputingInsteadOfReplayingGivesTheSameTexts) {
+  kill_a_worker_mid_decode("recompute");
 }
 
 // Chaos: a random worker killed every 5 steps, 4 times, while 16 streams run: no request lost,

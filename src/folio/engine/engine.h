@@ -87,6 +87,10 @@ struct EngineOptions {
   int32_t max_recoveries_per_request = 3;
   // While the runner is unavailable, the loop thread asks it to recover this often. > 0.
   Duration recovery_retry_interval = std::chrono::seconds(1);
+  // A loss of some stages' KV (RunnerRecovery::kStageKv) is rebuilt by replaying the running
+  // sequences through those stages only; false: by recomputing every running sequence, as for
+  // kAllKv (the baseline the replay is measured against; the output is the same).
+  bool replay_lost_stages = true;
 };
 
 // What the server's /health reads (Engine::health()), from any thread.

@@ -75,8 +75,9 @@ Engine::StepRecovery Engine::recover_step(StepPlan& plan, Status failure) {
     metrics_.on_recovery_time(clock_.now() - started);
     switch (lost.lost_kv) {
       case RunnerRecovery::LostKv::kNone:
-      case RunnerRecovery::LostKv::kStageKv:
         return StepRecovery::kRunAgain;
+      case RunnerRecovery::LostKv::kStageKv:
+        return options_.replay_lost_stages ? StepRecovery::kRunAgain : StepRecovery::kRecomputing;
       case RunnerRecovery::LostKv::kAllKv:
         return StepRecovery::kRecomputing;
     }
@@ -128,7 +129,8 @@ Status Engine::rebuild_lost_kv(const RunnerRecovery& lost) {
     case RunnerRecovery::LostKv::kNone:
       return Status();
     case RunnerRecovery::LostKv::kStageKv:
-      return replay_running_kv(lost.replay_through_stage);
+      if (options_.replay_lost_stages) return replay_running_kv(lost.replay_through_stage);
+      [[fallthrough]];
     case RunnerRecovery::LostKv::kAllKv: {
       const int32_t num_sent = scheduler_->recompute_running();
       // Their blocks just became CACHED: drop those too.

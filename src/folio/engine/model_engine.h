@@ -105,6 +105,7 @@ struct ModelEngineOptions {
   // many recoveries a request may live through, and how often an unavailable runner is asked
   // to recover again (EngineOptions).
   int32_t max_recoveries_per_request = EngineOptions{}.max_recoveries_per_request;
+  bool replay_lost_stages = EngineOptions{}.replay_lost_stages;
   Duration recovery_retry_interval = EngineOptions{}.recovery_retry_interval;
 };
 
