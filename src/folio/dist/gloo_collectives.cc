@@ -1,7 +1,5 @@
 #include "folio/dist/gloo_collectives.h"
 
-#include <signal.h>
-
 #include <algorithm>
 #include <cctype>
 #include <cstring>
@@ -27,6 +25,7 @@
 #include <gloo/types.h>
 
 #include "folio/base/random.h"
+#include "folio/dist/sigpipe.h"
 
 namespace folio::dist {
 namespace {
@@ -42,20 +41,6 @@ uint32_t call_tag(CollectiveOp op, uint64_t bytes, int root) {
   SplitMix64 mix(bytes * 0x100000001b3ULL + static_cast<uint64_t>(op) * 131 +
                  static_cast<uint64_t>(root + 1));
   return static_cast<uint32_t>(mix.next() >> 32);
-}
-
-// Only when nothing else installed a handler: a dead peer then makes writes fail with EPIPE.
-void ignore_sigpipe_once() {
-  static std::once_flag once;
-  std::call_once(once, [] {
-    struct sigaction current = {};
-    if (sigaction(SIGPIPE, nullptr, &current) == 0 && current.sa_handler == SIG_DFL) {
-      struct sigaction ignore = {};
-      ignore.sa_handler = SIG_IGN;
-      sigemptyset(&ignore.sa_mask);
-      sigaction(SIGPIPE, &ignore, nullptr);
-    }
-  });
 }
 
 bool is_timeout(std::string_view message) {

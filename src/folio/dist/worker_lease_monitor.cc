@@ -1,32 +1,13 @@
 #include "folio/dist/worker_lease_monitor.h"
 
-#include <signal.h>
-
 #include <algorithm>
 #include <mutex>
 
 #include "folio/base/check.h"
 #include "folio/base/log.h"
+#include "folio/dist/sigpipe.h"
 
 namespace folio::dist {
-namespace {
-
-// A write to a worker that vanished must fail with EPIPE, not end the coordinator (gRPC sends
-// with MSG_NOSIGNAL, but not every path of every version does).
-void ignore_sigpipe_once() {
-  static std::once_flag once;
-  std::call_once(once, [] {
-    struct sigaction current = {};
-    if (sigaction(SIGPIPE, nullptr, &current) == 0 && current.sa_handler == SIG_DFL) {
-      struct sigaction ignore = {};
-      ignore.sa_handler = SIG_IGN;
-      sigemptyset(&ignore.sa_mask);
-      sigaction(SIGPIPE, &ignore, nullptr);
-    }
-  });
-}
-
-}  // namespace
 
 WorkerLeaseMonitor::WorkerLeaseMonitor(int32_t num_stages, LeaseOptions options,
                                        RecoveryStats& stats)
