@@ -190,6 +190,15 @@ double metric(int port, const std::string& series) {
   return value.value_or(-1);
 }
 
+// KV blocks owned, once a first request has run (the block manager keeps one owned from then on
+// however many requests run after it).
+const std::string kOwnedBlocks = "folio_engine_kv_blocks{state=\"owned\"}";
+double owned_blocks_after_a_first_request(int port) {
+  const Json request = {{"model", "demo"}, {"prompt", "Amen"}, {"max_tokens", 4}};
+  EXPECT_EQ(post(port, "/v1/completions", request.dump()).status, 200);
+  return metric(port, kOwnedBlocks);
+}
+
 // `recovery`: --recovery replay (the lost stage's lineage only) or recompute (every layer).
 void kill_a_worker_mid_decode(const std::string& recovery) {
   const std::vector<Json> requests = completion_requests(8);
@@ -202,6 +211,7 @@ void kill_a_worker_mid_decode(const std::string& recovery) {
   ASSERT_GT(port, 0) << served.output();
   const std::vector<pid_t> workers = child_processes(served.pid());
   ASSERT_EQ(workers.size(), 2u) << served.output();
+  const double owned_before = owned_blocks_after_a_first_request(port);
 
   // Killed once every stream has its first tokens (or ended): mid-decode for all of them.
   std::atomic<bool> killed{false};
@@ -223,6 +233,7 @@ void kill_a_worker_mid_decode(const std::string& recovery) {
   EXPECT_GE(metric(port, "folio_dist_requests_recovered_total"), 1);
   EXPECT_EQ(metric(port, "folio_dist_epoch"), 2);
   EXPECT_EQ(get(port, "/health").status, 200);
+  EXPECT_EQ(metric(port, kOwnedBlocks), owned_before);  // no block leaked
   // The replacement took the lost worker's place.
   const std::vector<pid_t> now = child_processes(served.pid());
   EXPECT_EQ(now.size(), 2u);
@@ -247,6 +258,7 @@ TEST(ServeRecoveryProcessTest, KillingRandomWorkersUnderLoadChangesNoText) {
                        "--max-recoveries", "8"});
   const int port = served.wait_for_port(120s);
   ASSERT_GT(port, 0) << served.output();
+  const double owned_before = owned_blocks_after_a_first_request(port);
   const StreamRound round = stream_all(port, requests);
   for (size_t index = 0; index < requests.size(); ++index) {
     EXPECT_EQ(round.statuses[index], 200) << round.bodies[index];
@@ -256,6 +268,10 @@ TEST(ServeRecoveryProcessTest, KillingRandomWorkersUnderLoadChangesNoText) {
   EXPECT_GE(metric(port, "folio_dist_recoveries_total"), 1);
   EXPECT_EQ(metric(port, "folio_dist_recovery_failures_total"), 0);
   EXPECT_EQ(get(port, "/health").status, 200);
+  // No block leaked: every request ended, so as many blocks are owned as before the streams. The
+  // workers allocate nothing per request: their KV caches are addressed by the coordinator's
+  // block ids.
+  EXPECT_EQ(metric(port, kOwnedBlocks), owned_before);
 }
 
 // A `folio worker` process on `listen` (HOST:PORT; port 0: any free one).
