@@ -70,11 +70,11 @@ std::string run_ip(const std::string& ip, std::vector<std::string> arguments) {
   return fmt::format("{}: exit status {}: {}", command, status, child.output());
 }
 
-// A network namespace joined to this one by a veth pair: HOST.1/30 on the host's end, HOST.2/30
-// on the namespace's, loopback up inside. A blackhole route for the /30 (behind the link's own)
-// keeps packets for the namespace from leaving by the default route while the link is down:
-// they are dropped here, silently. Names and addresses are unique per process and instance.
-// Thread-safety: none (the test's thread).
+// A network namespace joined to this one by a veth pair: the first address of a /30 of
+// 10.213.0.0/16 on the host's end, the second on the namespace's, loopback up inside. A blackhole
+// route for the /30 (behind the link's own) keeps packets for the namespace from leaving by the
+// default route while the link is down: they are dropped here, silently. Names and addresses are
+// unique per process and instance. Thread-safety: none (the test's thread).
 class NetworkNamespace {
  public:
   // The namespace, or null with `why_not` set (whatever was made is removed).
@@ -212,8 +212,8 @@ class PartitionedPipeline {
                                       address));
       FOLIO_CHECK(!address.empty(), "worker did not start: {}", workers_.back()->output());
       WorkerClientOptions options;
-      // gRPC sets TCP_USER_TIMEOUT on a client's connection to its keepalive timeout (gRPC
-      // proposal A18): with the default 5 s, a partition that outlasts it (a slow recovery on a
+      // gRPC sets TCP_USER_TIMEOUT on a client's connection to its keepalive timeout (strace
+      // shows 5000 ms by default): with that, a partition that outlasts it (a slow recovery on a
       // loaded machine) would drop the connection, and the worker, never heard from again, would
       // not be told to exit. Here the connection outlives any partition of the test.
       if (inside) options.keepalive_timeout = 60s;
