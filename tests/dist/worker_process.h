@@ -1,6 +1,7 @@
 // A `folio` process (`folio worker ...` unless told otherwise) for tests of the real binary
 // (FOLIO_BINARY_PATH, defined by the test's CMake target), whose stdout and stderr the test
-// reads.
+// reads. A `launcher` runs the binary in another context (e.g. `ip netns exec NS`, which execs
+// it in place, so the process is still the worker itself).
 #pragma once
 
 #include <chrono>
@@ -13,8 +14,10 @@ namespace folio::dist::testing {
 
 class WorkerProcess : public folio::testing::ChildProcess {
  public:
-  explicit WorkerProcess(std::vector<std::string> arguments, const std::string& command = "worker")
-      : ChildProcess(with_binary(std::move(arguments), command), /*capture_output=*/true) {}
+  explicit WorkerProcess(std::vector<std::string> arguments, const std::string& command = "worker",
+                         std::vector<std::string> launcher = {})
+      : ChildProcess(with_binary(std::move(arguments), command, std::move(launcher)),
+                     /*capture_output=*/true) {}
 
   // The address of the "folio worker: listening on ADDRESS (...)" line; empty when the process
   // ended or printed nothing of the kind within `timeout`.
@@ -35,8 +38,10 @@ class WorkerProcess : public folio::testing::ChildProcess {
 
  private:
   static std::vector<std::string> with_binary(std::vector<std::string> arguments,
-                                              const std::string& command) {
+                                              const std::string& command,
+                                              std::vector<std::string> launcher) {
     arguments.insert(arguments.begin(), {FOLIO_BINARY_PATH, command});
+    arguments.insert(arguments.begin(), launcher.begin(), launcher.end());
     return arguments;
   }
 };
