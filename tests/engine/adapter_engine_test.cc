@@ -181,17 +181,31 @@ TEST_F(AdapterEngineTest, RareAdapterIsNotStarvedByPopularOnes) {
   for (int i = 0; i < 6; ++i) requests.push_back(request(popular, 4));
   requests.push_back(request(rare, 4));
   for (int i = 0; i < 6; ++i) requests.push_back(request(popular, 4));
-  const std::vector<RequestId> ids = run(std::move(requests));
-  const auto started = [&](RequestId id) {
-    return recorder_.completion(id).timing.time_to_first_token;
-  };
-  for (RequestId id : ids) {
-    ASSERT_NE(recorder_.completion(id).reason, FinishReason::kError);
+  std::vector<RequestId> ids;
+  for (Request& r : requests) {
+    Result<RequestId> id = model_engine_->engine().submit(recorder_.attach(r));
+    ASSERT_TRUE(id.ok()) << id.status();
+    ids.push_back(*id);
   }
-  const auto rare_first = started(ids[6]);
+  // The step in which each request got its first token: steps, not times, so that requests
+  // started in the same step are not ordered by the microseconds between their submissions.
+  std::vector<int32_t> first_token_step(ids.size(), -1);
+  for (int32_t step = 0; step < 100000 && model_engine_->engine().has_unfinished_requests();
+       ++step) {
+    model_engine_->engine().step();
+    for (size_t i = 0; i < ids.size(); ++i) {
+      if (first_token_step[i] < 0 && !recorder_.stream(ids[i]).tokens.empty()) {
+        first_token_step[i] = step;
+      }
+    }
+  }
+  for (size_t i = 0; i < ids.size(); ++i) {
+    ASSERT_NE(recorder_.completion(ids[i]).reason, FinishReason::kError);
+    ASSERT_GE(first_token_step[i], 0);
+  }
   int32_t later_popular_before_rare = 0;
   for (size_t i = 7; i < ids.size(); ++i) {
-    if (started(ids[i]) < rare_first) ++later_popular_before_rare;
+    if (first_token_step[i] < first_token_step[6]) ++later_popular_before_rare;
   }
   EXPECT_EQ(later_popular_before_rare, 0);
 }
