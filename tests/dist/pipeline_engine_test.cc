@@ -3,7 +3,9 @@
 // RemoteStepSetup it describes, here two PipelineStages of a generated model chained in this
 // process (what PipelineStepRunner does over gRPC, without the wire). Eight requests of mixed
 // lengths, greedy and seeded sampling, graphs and eager: the token streams equal those of the
-// engine running the model itself. Adapters and swap space are refused with a remote runner.
+// engine running the model itself. Requests of n = 3 choices (forked sequences whose shared last
+// block is copied on write: StepRunner::copy_blocks on every stage) give the same tokens too.
+// Adapters and swap space are refused with a remote runner.
 #include <gtest/gtest.h>
 
 #include <unistd.h>
@@ -48,6 +50,14 @@ class ChainedStagesRunner final : public engine::StepRunner {
     hidden_.assign(first.hidden.begin(), first.hidden.end());  // as a wire would
     return stages_[1]->run(step, hidden_);
   }
+  Status copy_blocks(std::span<const kv::BlockCopy> copies) override {
+    block_copies += static_cast<int64_t>(copies.size());
+    for (const std::unique_ptr<PipelineStage>& stage : stages_) {
+      FOLIO_RETURN_IF_ERROR(stage->copy_blocks(copies));
+    }
+    return Status();
+  }
+  static inline int64_t block_copies = 0;  // by every instance
   int32_t vocab_size() const override { return stages_[1]->vocab_size(); }
   int32_t max_logit_rows() const override {
     const PipelineStageSpec& spec = stages_[1]->spec();
@@ -91,7 +101,10 @@ class PipelineEngineTest : public ::testing::TestWithParam<bool> {
 
   // Eight requests, all submitted before the first step, stepped to the end; with `remote`, the
   // steps run on chained stages built from the engine's RemoteStepSetup.
-  static std::vector<std::vector<int32_t>> run(bool use_graphs, bool remote) {
+  // num_choices > 1: every request asks for that many choices; the result lists each request's
+  // choices in order.
+  static std::vector<std::vector<int32_t>> run(bool use_graphs, bool remote,
+                                               int32_t num_choices = 1) {
     Result<std::unique_ptr<model::LlamaModel>> model = model::LlamaModel::open(*path_);
     EXPECT_TRUE(model.ok()) << model.status();
     if (!model.ok()) return {};
@@ -126,14 +139,20 @@ class PipelineEngineTest : public ::testing::TestWithParam<bool> {
       spec.sampling.temperature = index % 2 == 0 ? 0.0f : 0.8f;
       spec.sampling.seed = 40 + index;
       engine::Request request = engine::testing::to_request(spec);
+      request.num_choices = num_choices;
       Result<RequestId> id = engine.submit(recorder.attach(request));
       EXPECT_TRUE(id.ok()) << id.status();
       if (id.ok()) ids.push_back(*id);
     }
     engine.run_until_idle();
-    recorder.expect_each_finished_once(ids);
+    const std::vector<int32_t> choices(ids.size(), num_choices);
+    recorder.expect_each_finished_once(ids, choices);
     std::vector<std::vector<int32_t>> outputs;
-    for (RequestId id : ids) outputs.push_back(recorder.stream(id).tokens);
+    for (RequestId id : ids) {
+      for (int32_t choice = 0; choice < num_choices; ++choice) {
+        outputs.push_back(recorder.stream(id, choice).tokens);
+      }
+    }
     bundle->reset();  // before the stages' model goes
     return outputs;
   }
@@ -148,6 +167,21 @@ TEST_P(PipelineEngineTest, TokensEqualTheEngineRunningTheModelItself) {
   EXPECT_GT(ChainedStagesRunner::steps_run, 8);  // every step went through the stages
   ASSERT_EQ(local.size(), 8u);
   for (size_t i = 0; i < local.size(); ++i) EXPECT_EQ(local[i].size(), 6 + i);
+  EXPECT_EQ(pipelined, local);
+}
+
+TEST_P(PipelineEngineTest, ThreeChoicesCopyBlocksOnTheStagesAndEqualTheModelItself) {
+  const std::vector<std::vector<int32_t>> local = run(GetParam(), false, 3);
+  ChainedStagesRunner::block_copies = 0;
+  const std::vector<std::vector<int32_t>> pipelined = run(GetParam(), true, 3);
+  // Each request's choices 1 and 2 (and 0, unless it appends last) copy the shared last block
+  // of the prompt, unless the prompt ends on a block boundary.
+  EXPECT_GE(ChainedStagesRunner::block_copies, 8);
+  ASSERT_EQ(local.size(), 24u);
+  for (size_t i = 0; i < local.size(); ++i) EXPECT_EQ(local[i].size(), 6 + i / 3);
+  // Seeded choices of one request differ (each choice draws with its own generator), so a copy
+  // that went wrong would show in the tokens of some choice.
+  EXPECT_NE(local[3], local[4]);
   EXPECT_EQ(pipelined, local);
 }
 
