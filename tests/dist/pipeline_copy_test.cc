@@ -8,6 +8,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <cstring>
 #include <memory>
 #include <tuple>
@@ -176,6 +177,64 @@ TEST(PipelineCopyErrorsTest, CopyFailedByAWorkerIsRecoveredAndSentAgain) {
   ASSERT_TRUE(actual.ok()) << actual.status();
   expect_bit_equal(*actual, *expected, "after the recovered copy");
   EXPECT_EQ(pipeline.runner->traffic().block_copies, 1);
+}
+
+TEST(PipelineCopyErrorsTest, QueuedCopyGoesBeforeTheReplayOfALostStage) {
+  // Sequence 0 prefills block 0 and sequence 1 forks from it (copy 0 -> 2 queued); then
+  // sequence 0 ends, so no running sequence holds block 0 and no replay rewrites it. Stage 1's
+  // worker goes; its replacement's block 0 is blank. The replay rewrites sequence 1's 7 tokens
+  // in block 2: the queued copy must reach the replacement before the replay (after it, it
+  // would overwrite block 2 with the blank block 0).
+  using namespace std::chrono_literals;
+  const ModelOnDisk model(DType::kF32);
+  std::vector<std::unique_ptr<WorkerService>> services;
+  std::vector<std::unique_ptr<WorkerService>> spares;
+  std::vector<std::unique_ptr<WorkerClient>> clients;
+  std::vector<PipelineStageSpec> specs;
+  for (const auto& [first, end] : {std::pair<int64_t, int64_t>{0, 2}, {2, 4}}) {
+    services.push_back(testing::start_worker(model));
+    clients.push_back(testing::connect_to(*services.back()));
+    specs.push_back(testing::stage_spec(first, end, true));
+  }
+  PipelineRecoveryOptions recovery;
+  recovery.lease_interval = 100ms;
+  recovery.lease_misses = 20;
+  recovery.replace_worker = [&](int32_t, const std::string&) {
+    spares.push_back(testing::start_worker(model));
+    return WorkerClient::connect(spares.back()->address(), model.identity);
+  };
+  Result<std::unique_ptr<PipelineStepRunner>> created =
+      PipelineStepRunner::create(std::move(clients), specs, model.identity.hash, recovery);
+  ASSERT_TRUE(created.ok()) << created.status();
+  std::unique_ptr<PipelineStepRunner> runner = std::move(created).value();
+  Result<std::unique_ptr<model::LlamaModel>> local = model::LlamaModel::open(model.path);
+  ASSERT_TRUE(local.ok()) << local.status();
+  Result<std::unique_ptr<PipelineStage>> whole =
+      PipelineStage::create(**local, testing::stage_spec(0, kNumLayers, true), 2);
+  ASSERT_TRUE(whole.ok()) << whole.status();
+
+  const folio::testing::PipelineStepArrays prefill = step_of({{0, 0, 7}}, 3);
+  ASSERT_TRUE(runner->run(prefill.batch()).ok());
+  ASSERT_TRUE((*whole)->run(prefill.batch(), {}).ok());
+  const std::vector<kv::BlockCopy> fork = {{0, 2}};
+  ASSERT_TRUE(runner->copy_blocks(fork).ok());
+  ASSERT_TRUE((*whole)->copy_blocks(fork).ok());
+  services[1]->shutdown(0ms);
+  const folio::testing::PipelineStepArrays decode = step_of({{1, 7, 1}}, 29);
+  Result<ir::StepOutput> failed = runner->run(decode.batch());
+  ASSERT_EQ(failed.status().code(), StatusCode::kUnavailable) << failed.status();
+  Result<engine::RunnerRecovery> recovered = runner->recover(failed.status());
+  ASSERT_TRUE(recovered.ok()) << recovered.status();
+  ASSERT_EQ(recovered->lost_kv, engine::RunnerRecovery::LostKv::kStageKv);
+  ASSERT_EQ(recovered->replay_through_stage, 1);
+  // Sequence 1's computed tokens are sequence 0's prompt (it forked from it).
+  ASSERT_TRUE(runner->replay(step_of({{1, 0, 7}}, 3).batch(), 1).ok());
+  Result<ir::StepOutput> expected = (*whole)->run(decode.batch(), {});
+  ASSERT_TRUE(expected.ok()) << expected.status();
+  Result<ir::StepOutput> actual = runner->run(decode.batch());
+  ASSERT_TRUE(actual.ok()) << actual.status();
+  expect_bit_equal(*actual, *expected, "after the replay");
+  runner.reset();  // before the services
 }
 
 TEST(PipelineCopyErrorsTest, StaleEpochCopyIsRefusedByTheWorker) {
