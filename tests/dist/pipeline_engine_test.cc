@@ -5,7 +5,9 @@
 // lengths, greedy and seeded sampling, graphs and eager: the token streams equal those of the
 // engine running the model itself. Requests of n = 3 choices (forked sequences whose shared last
 // block is copied on write: StepRunner::copy_blocks on every stage) give the same tokens too.
-// Adapters and swap space are refused with a remote runner.
+// Over a PipelineStepRunner on loopback worker services, a worker failing the first copy is
+// recovered from and the choices' tokens stay the same. Adapters and swap space are refused with
+// a remote runner.
 #include <gtest/gtest.h>
 
 #include <unistd.h>
@@ -16,6 +18,8 @@
 
 #include "engine/engine_test_util.h"
 #include "folio/dist/pipeline_stage.h"
+#include "folio/dist/pipeline_step_runner.h"
+#include "folio/dist/worker_service.h"
 #include "folio/engine/model_engine.h"
 #include "folio/model/llama_model_file.h"
 
@@ -103,8 +107,11 @@ class PipelineEngineTest : public ::testing::TestWithParam<bool> {
   // steps run on chained stages built from the engine's RemoteStepSetup.
   // num_choices > 1: every request asks for that many choices; the result lists each request's
   // choices in order.
+  // `runner`: set, the remote runner is made by it (over `remote` stages) instead of chained
+  // stages.
   static std::vector<std::vector<int32_t>> run(bool use_graphs, bool remote,
-                                               int32_t num_choices = 1) {
+                                               int32_t num_choices = 1,
+                                               engine::RemoteRunnerFactory runner = {}) {
     Result<std::unique_ptr<model::LlamaModel>> model = model::LlamaModel::open(*path_);
     EXPECT_TRUE(model.ok()) << model.status();
     if (!model.ok()) return {};
@@ -116,7 +123,7 @@ class PipelineEngineTest : public ::testing::TestWithParam<bool> {
     if (remote) {
       engine_options.remote_runner = [&](const engine::RemoteStepSetup& setup) {
         setup_blocks = setup.num_kv_blocks;
-        return ChainedStagesRunner::create(**stage_model, setup);
+        return runner ? runner(setup) : ChainedStagesRunner::create(**stage_model, setup);
       };
     }
     Result<std::unique_ptr<ModelEngine>> bundle =
@@ -186,6 +193,74 @@ TEST_P(PipelineEngineTest, ThreeChoicesCopyBlocksOnTheStagesAndEqualTheModelItse
 }
 
 INSTANTIATE_TEST_SUITE_P(GraphsAndEager, PipelineEngineTest, ::testing::Bool());
+
+// Forwards to a PipelineStepRunner; at the first batch of copies, makes the second stage's
+// worker fail its next call (which is that copy: copies go first with the next step).
+class FailFirstCopyRunner final : public engine::StepRunner {
+ public:
+  FailFirstCopyRunner(std::unique_ptr<PipelineStepRunner> runner, WorkerService& second)
+      : runner_(std::move(runner)), second_(second) {}
+  Result<ir::StepOutput> run(const ir::StepBatch& step) override { return runner_->run(step); }
+  Status copy_blocks(std::span<const kv::BlockCopy> copies) override {
+    if (!injected_) second_.inject_unavailable(1);
+    injected_ = true;
+    return runner_->copy_blocks(copies);
+  }
+  int32_t vocab_size() const override { return runner_->vocab_size(); }
+  int32_t max_logit_rows() const override { return runner_->max_logit_rows(); }
+  Result<engine::RunnerRecovery> recover(const Status& failure) override {
+    Result<engine::RunnerRecovery> recovery = runner_->recover(failure);
+    if (recovery.ok()) ++recoveries;
+    return recovery;
+  }
+  Status replay(const ir::StepBatch& step, int32_t through_stage) override {
+    return runner_->replay(step, through_stage);
+  }
+  bool available() const override { return runner_->available(); }
+  static inline int64_t recoveries = 0;
+
+ private:
+  std::unique_ptr<PipelineStepRunner> runner_;
+  WorkerService& second_;
+  bool injected_ = false;
+};
+
+TEST_F(PipelineEngineTest, ThreeChoicesOverWorkersRecoverFromAFailedCopy) {
+  const std::vector<std::vector<int32_t>> local = run(false, false, 3);
+  std::vector<std::unique_ptr<WorkerService>> services;
+  for (int index = 0; index < 2; ++index) {
+    WorkerServiceOptions service_options;
+    service_options.threads = 2;
+    service_options.model = ModelIdentity{.hash = "", .name = "model.gguf"};
+    service_options.model_path = *path_;
+    Result<std::unique_ptr<WorkerService>> service = WorkerService::start(service_options);
+    ASSERT_TRUE(service.ok()) << service.status();
+    services.push_back(std::move(service).value());
+  }
+  FailFirstCopyRunner::recoveries = 0;
+  const engine::RemoteRunnerFactory factory =
+      [&](const engine::RemoteStepSetup& setup) -> Result<std::unique_ptr<engine::StepRunner>> {
+    std::vector<std::unique_ptr<WorkerClient>> clients;
+    std::vector<PipelineStageSpec> specs;
+    for (int64_t stage = 0; stage < 2; ++stage) {
+      FOLIO_ASSIGN_OR_RETURN(
+          std::unique_ptr<WorkerClient> client,
+          WorkerClient::connect(services[static_cast<size_t>(stage)]->address(), ModelIdentity{}));
+      clients.push_back(std::move(client));
+      specs.push_back(pipeline_stage_spec(setup, stage, stage + 1, int64_t{16} << 20));
+    }
+    PipelineRecoveryOptions recovery;
+    recovery.lease_interval = std::chrono::milliseconds(100);
+    recovery.lease_misses = 20;
+    FOLIO_ASSIGN_OR_RETURN(std::unique_ptr<PipelineStepRunner> runner,
+                           PipelineStepRunner::create(std::move(clients), specs, "", recovery));
+    return std::unique_ptr<engine::StepRunner>(
+        std::make_unique<FailFirstCopyRunner>(std::move(runner), *services[1]));
+  };
+  const std::vector<std::vector<int32_t>> pipelined = run(false, true, 3, factory);
+  EXPECT_EQ(FailFirstCopyRunner::recoveries, 1);
+  EXPECT_EQ(pipelined, local);
+}
 
 TEST_F(PipelineEngineTest, AdaptersAndSwapAreRefusedWithARemoteRunner) {
   for (const bool adapters : {true, false}) {
