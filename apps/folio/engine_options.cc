@@ -63,6 +63,11 @@ class InstrumentedPipelineRunner final : public engine::StepRunner {
     record();
     return output;
   }
+  // Copy-on-write copies of forked sequences (n > 1): queued by the pipeline, sent with the next
+  // step.
+  Status copy_blocks(std::span<const kv::BlockCopy> copies) override {
+    return runner_->copy_blocks(copies);
+  }
   int32_t vocab_size() const override { return runner_->vocab_size(); }
   int32_t max_logit_rows() const override { return runner_->max_logit_rows(); }
   Result<engine::RunnerRecovery> recover(const Status& failure) override {

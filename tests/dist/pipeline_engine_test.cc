@@ -3,7 +3,11 @@
 // RemoteStepSetup it describes, here two PipelineStages of a generated model chained in this
 // process (what PipelineStepRunner does over gRPC, without the wire). Eight requests of mixed
 // lengths, greedy and seeded sampling, graphs and eager: the token streams equal those of the
-// engine running the model itself. Adapters and swap space are refused with a remote runner.
+// engine running the model itself. Requests of n = 3 choices (forked sequences whose shared last
+// block is copied on write: StepRunner::copy_blocks on every stage) give the same tokens too.
+// Over a PipelineStepRunner on loopback worker services, a worker failing the first copy is
+// recovered from and the choices' tokens stay the same. Adapters and swap space are refused with
+// a remote runner.
 #include <gtest/gtest.h>
 
 #include <unistd.h>
@@ -14,6 +18,8 @@
 
 #include "engine/engine_test_util.h"
 #include "folio/dist/pipeline_stage.h"
+#include "folio/dist/pipeline_step_runner.h"
+#include "folio/dist/worker_service.h"
 #include "folio/engine/model_engine.h"
 #include "folio/model/llama_model_file.h"
 
@@ -48,6 +54,14 @@ class ChainedStagesRunner final : public engine::StepRunner {
     hidden_.assign(first.hidden.begin(), first.hidden.end());  // as a wire would
     return stages_[1]->run(step, hidden_);
   }
+  Status copy_blocks(std::span<const kv::BlockCopy> copies) override {
+    block_copies += static_cast<int64_t>(copies.size());
+    for (const std::unique_ptr<PipelineStage>& stage : stages_) {
+      FOLIO_RETURN_IF_ERROR(stage->copy_blocks(copies));
+    }
+    return Status();
+  }
+  static inline int64_t block_copies = 0;  // by every instance
   int32_t vocab_size() const override { return stages_[1]->vocab_size(); }
   int32_t max_logit_rows() const override {
     const PipelineStageSpec& spec = stages_[1]->spec();
@@ -91,7 +105,13 @@ class PipelineEngineTest : public ::testing::TestWithParam<bool> {
 
   // Eight requests, all submitted before the first step, stepped to the end; with `remote`, the
   // steps run on chained stages built from the engine's RemoteStepSetup.
-  static std::vector<std::vector<int32_t>> run(bool use_graphs, bool remote) {
+  // num_choices > 1: every request asks for that many choices; the result lists each request's
+  // choices in order.
+  // `runner`: set, the remote runner is made by it (over `remote` stages) instead of chained
+  // stages.
+  static std::vector<std::vector<int32_t>> run(bool use_graphs, bool remote,
+                                               int32_t num_choices = 1,
+                                               engine::RemoteRunnerFactory runner = {}) {
     Result<std::unique_ptr<model::LlamaModel>> model = model::LlamaModel::open(*path_);
     EXPECT_TRUE(model.ok()) << model.status();
     if (!model.ok()) return {};
@@ -103,7 +123,7 @@ class PipelineEngineTest : public ::testing::TestWithParam<bool> {
     if (remote) {
       engine_options.remote_runner = [&](const engine::RemoteStepSetup& setup) {
         setup_blocks = setup.num_kv_blocks;
-        return ChainedStagesRunner::create(**stage_model, setup);
+        return runner ? runner(setup) : ChainedStagesRunner::create(**stage_model, setup);
       };
     }
     Result<std::unique_ptr<ModelEngine>> bundle =
@@ -126,14 +146,20 @@ class PipelineEngineTest : public ::testing::TestWithParam<bool> {
       spec.sampling.temperature = index % 2 == 0 ? 0.0f : 0.8f;
       spec.sampling.seed = 40 + index;
       engine::Request request = engine::testing::to_request(spec);
+      request.num_choices = num_choices;
       Result<RequestId> id = engine.submit(recorder.attach(request));
       EXPECT_TRUE(id.ok()) << id.status();
       if (id.ok()) ids.push_back(*id);
     }
     engine.run_until_idle();
-    recorder.expect_each_finished_once(ids);
+    const std::vector<int32_t> choices(ids.size(), num_choices);
+    recorder.expect_each_finished_once(ids, choices);
     std::vector<std::vector<int32_t>> outputs;
-    for (RequestId id : ids) outputs.push_back(recorder.stream(id).tokens);
+    for (RequestId id : ids) {
+      for (int32_t choice = 0; choice < num_choices; ++choice) {
+        outputs.push_back(recorder.stream(id, choice).tokens);
+      }
+    }
     bundle->reset();  // before the stages' model goes
     return outputs;
   }
@@ -151,7 +177,90 @@ TEST_P(PipelineEngineTest, TokensEqualTheEngineRunningTheModelItself) {
   EXPECT_EQ(pipelined, local);
 }
 
+TEST_P(PipelineEngineTest, ThreeChoicesCopyBlocksOnTheStagesAndEqualTheModelItself) {
+  const std::vector<std::vector<int32_t>> local = run(GetParam(), false, 3);
+  ChainedStagesRunner::block_copies = 0;
+  const std::vector<std::vector<int32_t>> pipelined = run(GetParam(), true, 3);
+  // Each request's choices 1 and 2 (and 0, unless it appends last) copy the shared last block
+  // of the prompt, unless the prompt ends on a block boundary.
+  EXPECT_GE(ChainedStagesRunner::block_copies, 8);
+  ASSERT_EQ(local.size(), 24u);
+  for (size_t i = 0; i < local.size(); ++i) EXPECT_EQ(local[i].size(), 6 + i / 3);
+  // Seeded choices of one request differ (each choice draws with its own generator), so a copy
+  // that went wrong would show in the tokens of some choice.
+  EXPECT_NE(local[3], local[4]);
+  EXPECT_EQ(pipelined, local);
+}
+
 INSTANTIATE_TEST_SUITE_P(GraphsAndEager, PipelineEngineTest, ::testing::Bool());
+
+// Forwards to a PipelineStepRunner; at the first batch of copies, makes the second stage's
+// worker fail its next call (which is that copy: copies go first with the next step).
+class FailFirstCopyRunner final : public engine::StepRunner {
+ public:
+  FailFirstCopyRunner(std::unique_ptr<PipelineStepRunner> runner, WorkerService& second)
+      : runner_(std::move(runner)), second_(second) {}
+  Result<ir::StepOutput> run(const ir::StepBatch& step) override { return runner_->run(step); }
+  Status copy_blocks(std::span<const kv::BlockCopy> copies) override {
+    if (!injected_) second_.inject_unavailable(1);
+    injected_ = true;
+    return runner_->copy_blocks(copies);
+  }
+  int32_t vocab_size() const override { return runner_->vocab_size(); }
+  int32_t max_logit_rows() const override { return runner_->max_logit_rows(); }
+  Result<engine::RunnerRecovery> recover(const Status& failure) override {
+    Result<engine::RunnerRecovery> recovery = runner_->recover(failure);
+    if (recovery.ok()) ++recoveries;
+    return recovery;
+  }
+  Status replay(const ir::StepBatch& step, int32_t through_stage) override {
+    return runner_->replay(step, through_stage);
+  }
+  bool available() const override { return runner_->available(); }
+  static inline int64_t recoveries = 0;
+
+ private:
+  std::unique_ptr<PipelineStepRunner> runner_;
+  WorkerService& second_;
+  bool injected_ = false;
+};
+
+TEST_F(PipelineEngineTest, ThreeChoicesOverWorkersRecoverFromAFailedCopy) {
+  const std::vector<std::vector<int32_t>> local = run(false, false, 3);
+  std::vector<std::unique_ptr<WorkerService>> services;
+  for (int index = 0; index < 2; ++index) {
+    WorkerServiceOptions service_options;
+    service_options.threads = 2;
+    service_options.model = ModelIdentity{.hash = "", .name = "model.gguf"};
+    service_options.model_path = *path_;
+    Result<std::unique_ptr<WorkerService>> service = WorkerService::start(service_options);
+    ASSERT_TRUE(service.ok()) << service.status();
+    services.push_back(std::move(service).value());
+  }
+  FailFirstCopyRunner::recoveries = 0;
+  const engine::RemoteRunnerFactory factory =
+      [&](const engine::RemoteStepSetup& setup) -> Result<std::unique_ptr<engine::StepRunner>> {
+    std::vector<std::unique_ptr<WorkerClient>> clients;
+    std::vector<PipelineStageSpec> specs;
+    for (int64_t stage = 0; stage < 2; ++stage) {
+      FOLIO_ASSIGN_OR_RETURN(
+          std::unique_ptr<WorkerClient> client,
+          WorkerClient::connect(services[static_cast<size_t>(stage)]->address(), ModelIdentity{}));
+      clients.push_back(std::move(client));
+      specs.push_back(pipeline_stage_spec(setup, stage, stage + 1, int64_t{16} << 20));
+    }
+    PipelineRecoveryOptions recovery;
+    recovery.lease_interval = std::chrono::milliseconds(100);
+    recovery.lease_misses = 20;
+    FOLIO_ASSIGN_OR_RETURN(std::unique_ptr<PipelineStepRunner> runner,
+                           PipelineStepRunner::create(std::move(clients), specs, "", recovery));
+    return std::unique_ptr<engine::StepRunner>(
+        std::make_unique<FailFirstCopyRunner>(std::move(runner), *services[1]));
+  };
+  const std::vector<std::vector<int32_t>> pipelined = run(false, true, 3, factory);
+  EXPECT_EQ(FailFirstCopyRunner::recoveries, 1);
+  EXPECT_EQ(pipelined, local);
+}
 
 TEST_F(PipelineEngineTest, AdaptersAndSwapAreRefusedWithARemoteRunner) {
   for (const bool adapters : {true, false}) {

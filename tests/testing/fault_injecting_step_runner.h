@@ -65,6 +65,10 @@ class FaultInjectingStepRunner final : public StepRunner {
     // Acquire: pairs with the release stores in recover().
     return available_.load(std::memory_order_acquire);
   }
+  // Copies are never failed here: the wrapped runner's answer.
+  Status copy_blocks(std::span<const kv::BlockCopy> copies) override {
+    return inner_.copy_blocks(copies);
+  }
   int32_t vocab_size() const override { return inner_.vocab_size(); }
   int32_t max_logit_rows() const override { return inner_.max_logit_rows(); }
   bool supports_adapter(int64_t adapter_id) const override {

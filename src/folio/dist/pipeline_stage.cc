@@ -1,6 +1,7 @@
 #include "folio/dist/pipeline_stage.h"
 
 #include <algorithm>
+#include <cstring>
 #include <set>
 
 #include "folio/device/host_virtual_memory.h"
@@ -118,6 +119,7 @@ Result<std::unique_ptr<PipelineStage>> PipelineStage::create(const model::LlamaM
   }
   stage->kv_memory_ = std::move(kv_memory).value();
   layout.base = stage->kv_memory_.data();
+  stage->kv_layout_ = layout;
   stage->arena_ =
       exec::MultiShapeArena::create(std::make_unique<exec::PoolArenaMemory>(*stage->pool_, 1));
 
@@ -151,6 +153,39 @@ PipelineStage::~PipelineStage() {
 
 int32_t PipelineStage::vocab_size() const {
   return static_cast<int32_t>(executor_->vocab_size());
+}
+
+Status check_block_copies(std::span<const kv::BlockCopy> copies, int64_t num_kv_blocks) {
+  std::set<int32_t> sources, destinations;
+  for (const kv::BlockCopy& copy : copies) {
+    for (const int32_t block : {copy.source, copy.destination}) {
+      if (block < 0 || block >= num_kv_blocks) {
+        return invalid_argument("KV block {} is outside the stage's {} blocks", block,
+                                num_kv_blocks);
+      }
+    }
+    sources.insert(copy.source);
+    if (!destinations.insert(copy.destination).second) {
+      return invalid_argument("KV block {} is the destination of two copies of one batch",
+                              copy.destination);
+    }
+  }
+  for (const int32_t block : destinations) {
+    if (sources.contains(block)) {
+      return invalid_argument("KV block {} is both a source and a destination of one batch", block);
+    }
+  }
+  return Status();
+}
+
+Status PipelineStage::copy_blocks(std::span<const kv::BlockCopy> copies) {
+  FOLIO_RETURN_IF_ERROR(check_block_copies(copies, spec_.num_kv_blocks));
+  const auto bytes = static_cast<size_t>(kv_layout_.block_bytes);
+  for (const kv::BlockCopy& copy : copies) {
+    std::memcpy(kv_layout_.block_pointer(copy.destination), kv_layout_.block_pointer(copy.source),
+                bytes);
+  }
+  return Status();
 }
 
 Result<ir::StepOutput> PipelineStage::run(const ir::StepBatch& step,

@@ -23,6 +23,7 @@
 #include "folio/engine/model_engine.h"
 #include "folio/exec/executor.h"
 #include "folio/exec/multi_shape_arena.h"
+#include "folio/kv/kv_types.h"
 #include "folio/memory/page_pool.h"
 #include "folio/model/llama_model.h"
 
@@ -66,6 +67,12 @@ class PipelineStage {
 
   // One step (exec::Executor::execute): the output's spans are valid until the next run().
   Result<ir::StepOutput> run(const ir::StepBatch& step, std::span<const float> hidden_in);
+  // Copy-on-write copies in the stage's KV cache: each pair's destination block gets the
+  // source block's K and V of every layer the stage holds (the coordinator's block ids).
+  // kInvalidArgument, copying nothing, when a block id is outside [0, num_kv_blocks), a block
+  // is both a source and a destination, or a destination repeats (kv/block_copier.h's batch
+  // rule, which lets the pairs be copied in any order).
+  Status copy_blocks(std::span<const kv::BlockCopy> copies);
 
   const PipelineStageSpec& spec() const { return spec_; }
   int64_t hidden_input_size() const { return executor_->hidden_input_size(); }
@@ -85,11 +92,17 @@ class PipelineStage {
   std::unique_ptr<device::VirtualMemory> virtual_memory_;
   std::unique_ptr<memory::PagePool> pool_;
   memory::PageAllocation kv_memory_;
+  kv::KvLayoutNumbers kv_layout_;  // the KV cache of the stage's layers, in kv_memory_
   std::unique_ptr<exec::MultiShapeArena> arena_;
   std::unique_ptr<exec::Executor> executor_;
   int64_t weight_bytes_ = 0;
   int64_t kv_cache_bytes_ = 0;
 };
+
+// Whether `copies` is a batch a stage of `num_kv_blocks` blocks copies: every id in
+// [0, num_kv_blocks), no block both a source and a destination, no destination twice
+// (kv/block_copier.h's rule). kInvalidArgument naming the first offending block otherwise.
+Status check_block_copies(std::span<const kv::BlockCopy> copies, int64_t num_kv_blocks);
 
 // The weight bytes layers [first_layer, end_layer) of `model` hold (their step graph's weights,
 // each once, whole): what a worker must have room for besides the stage's pool.

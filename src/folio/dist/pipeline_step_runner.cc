@@ -119,10 +119,60 @@ Status PipelineStepRunner::lose(int32_t stage, const Status& cause) {
   return failure_;
 }
 
+Status PipelineStepRunner::check_answer(int32_t stage, uint64_t epoch, uint64_t incarnation) {
+  const WorkerClient& worker = *workers_[static_cast<size_t>(stage)];
+  if (epoch != epoch_ || incarnation != worker.info().incarnation) {
+    stats_->add_stale_reply();
+    return lose(stage, unavailable("it answered for epoch {} as incarnation {:016x}; the "
+                                   "coordinator is at epoch {} with incarnation {:016x}",
+                                   epoch, incarnation, epoch_, worker.info().incarnation));
+  }
+  // A lease declared lost during the call: the answer may be from a worker given up on.
+  if (monitor_->lost(stage)) return lose(stage, unavailable("it missed its lease during the call"));
+  return Status();
+}
+
+Status PipelineStepRunner::copy_blocks(std::span<const kv::BlockCopy> copies) {
+  if (copies.empty()) return Status();
+  FOLIO_RETURN_IF_ERROR(check_block_copies(copies, specs_.front().num_kv_blocks));
+  queued_copies_.emplace_back(copies.begin(), copies.end());
+  return Status();
+}
+
+Status PipelineStepRunner::send_copies() {
+  if (queued_copies_.empty()) return Status();
+  const auto num_stages = static_cast<int32_t>(workers_.size());
+  while (!queued_copies_.empty()) {
+    const std::vector<kv::BlockCopy>& batch = queued_copies_.front();
+    for (int32_t stage = 0; stage < num_stages; ++stage) {
+      const auto s = static_cast<size_t>(stage);
+      if (monitor_->lost(stage)) {
+        return lose(stage, unavailable("it missed its lease before a KV block copy"));
+      }
+      Result<std::pair<uint64_t, uint64_t>> answer =
+          workers_[s]->copy_blocks(prepared_[s].stage_id, batch, epoch_);
+      if (!answer.ok()) {
+        if (is_worker_failure(answer.status()) || monitor_->lost(stage)) {
+          return lose(stage, answer.status());
+        }
+        queued_copies_.clear();
+        return answer.status().with_context(
+            fmt::format("copying {} KV blocks in pipeline stage {} (layers [{}, {}))", batch.size(),
+                        stage, specs_[s].first_layer, specs_[s].end_layer));
+      }
+      FOLIO_RETURN_IF_ERROR(check_answer(stage, answer->first, answer->second));
+    }
+    traffic_.block_copies += static_cast<int64_t>(batch.size());
+    queued_copies_.erase(queued_copies_.begin());  // every stage copied it
+  }
+  return Status();
+}
+
 Status PipelineStepRunner::run_stages(const ir::StepBatch& step, int32_t through) {
   if (needs_recovery_) {
     return unavailable("the pipeline needs recovery before it runs a step: {}", failure_.message());
   }
+  FOLIO_RETURN_IF_ERROR(send_copies());
   std::span<const float> hidden;
   for (int32_t stage = 0; stage <= through; ++stage) {
     const auto s = static_cast<size_t>(stage);
@@ -137,17 +187,7 @@ Status PipelineStepRunner::run_stages(const ir::StepBatch& step, int32_t through
       return status.with_context(fmt::format("pipeline stage {} (layers [{}, {}))", stage,
                                              specs_[s].first_layer, specs_[s].end_layer));
     }
-    if (result.epoch != epoch_ || result.incarnation != worker.info().incarnation) {
-      stats_->add_stale_reply();
-      return lose(stage,
-                  unavailable("it answered for epoch {} as incarnation {:016x}; the "
-                              "coordinator is at epoch {} with incarnation {:016x}",
-                              result.epoch, result.incarnation, epoch_, worker.info().incarnation));
-    }
-    // A lease declared lost during the call: the answer may be from a worker given up on.
-    if (monitor_->lost(stage)) {
-      return lose(stage, unavailable("it missed its lease during the step"));
-    }
+    FOLIO_RETURN_IF_ERROR(check_answer(stage, result.epoch, result.incarnation));
     traffic_.request_bytes += result.request_bytes;
     traffic_.reply_bytes += result.reply_bytes;
     hidden = result.hidden_out;

@@ -24,7 +24,17 @@
 // to the highest lost stage (kNone when nothing was lost). replay() then runs the engine's
 // replay steps through stages 0..k only. Without a replacement, the layers are split again over
 // the survivors when a replanner is given (every stage re-prepared: kAllKv); otherwise recover()
-// fails (kUnavailable) and available() is false until a later recover() succeeds. Workers given up
+// fails (kUnavailable) and available() is false until a later recover() succeeds.
+//
+// Copies (protocol revision 4): copy_blocks() (copy-on-write of forked sequences' blocks, from
+// the engine's block manager) only queues; run() and replay() first send every queued batch to
+// every stage (CopyBlocks), then the step. The queue is dropped only once every stage copied it,
+// so after a failure the batches go again after recover(): to the stages that copied already
+// (harmless: no step wrote a destination since) and the ones that had not. They go before a
+// replay's step, so a copy out of a block that the lost stage's replacement never had is
+// overwritten by the replay wherever a running sequence reads it. Queuing rather than sending
+// keeps copy_blocks() from failing: the block manager flushes copies while the scheduler
+// allocates, where a failure could not be recovered from. Workers given up
 // on that come back (their beats arrive) are counted as stale and told to exit.
 //
 // Thread-safety: as StepRunner: run(), recover() and replay() from the engine's driving thread
@@ -56,6 +66,7 @@ struct PipelineTraffic {
   int64_t tokens = 0;
   int64_t request_bytes = 0;
   int64_t reply_bytes = 0;
+  int64_t block_copies = 0;  // copy-on-write pairs copied by every stage
 };
 
 // Finds a worker to take a lost stage's place; called by recover() on the engine thread. An
@@ -93,6 +104,11 @@ class PipelineStepRunner final : public engine::StepRunner {
   ~PipelineStepRunner() override;
 
   Result<ir::StepOutput> run(const ir::StepBatch& step) override;
+  // Queues the batch (kInvalidArgument, queuing nothing, for one that breaks
+  // check_block_copies()); the next run() or replay() sends the queued batches, in order, to
+  // every stage (worker.proto CopyBlocks) before its step, so a worker lost during a copy fails
+  // that run() or replay() and goes through recover() like any lost worker. See "Copies" above.
+  Status copy_blocks(std::span<const kv::BlockCopy> copies) override;
   int32_t vocab_size() const override { return vocab_size_; }
   int32_t max_logit_rows() const override { return max_logit_rows_; }
   Result<engine::RunnerRecovery> recover(const Status& failure) override;
@@ -110,6 +126,12 @@ class PipelineStepRunner final : public engine::StepRunner {
  private:
   PipelineStepRunner() = default;
 
+  // Whether a stage call's answer (its epoch and incarnation) or the lease shows the worker of
+  // `stage` lost; if so the runner needs recovery and the error says why.
+  Status check_answer(int32_t stage, uint64_t epoch, uint64_t incarnation);
+  // Sends the queued copy batches to every stage; drops them once all copied. A worker failure:
+  // lose(); another error: the batches are dropped (they would fail again) and it is returned.
+  Status send_copies();
   // Runs stages 0..through; the last stage's answer is in results_[through].
   Status run_stages(const ir::StepBatch& step, int32_t through);
   // A stage call failed because its worker is lost (or may be): the runner needs recovery.
@@ -134,6 +156,8 @@ class PipelineStepRunner final : public engine::StepRunner {
   int32_t max_logit_rows_ = 0;
   // Reused between steps: each stage's answer (the last one's logits are the step's output).
   std::vector<StageStepResult> results_;
+  // Copy batches queued by copy_blocks(), in order, not yet copied by every stage.
+  std::vector<std::vector<kv::BlockCopy>> queued_copies_;
   PipelineTraffic traffic_;
 
   PipelineRecoveryOptions recovery_;

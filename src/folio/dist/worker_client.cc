@@ -383,6 +383,28 @@ Status WorkerClient::run_stage(uint64_t stage_id, const ir::StepBatch& step,
   return Status();
 }
 
+Result<std::pair<uint64_t, uint64_t>> WorkerClient::copy_blocks(
+    uint64_t stage_id, std::span<const kv::BlockCopy> copies, uint64_t epoch) {
+  v1::CopyBlocksRequest request;
+  request.set_stage_id(stage_id);
+  request.set_epoch(epoch);
+  request.mutable_copies()->Reserve(static_cast<int>(copies.size()));
+  for (const kv::BlockCopy& copy : copies) {
+    FOLIO_CHECK(copy.source >= 0 && copy.destination >= 0, "KV block copy {} -> {}", copy.source,
+                copy.destination);
+    v1::BlockCopyPair* pair = request.add_copies();
+    pair->set_source(static_cast<uint32_t>(copy.source));
+    pair->set_destination(static_cast<uint32_t>(copy.destination));
+  }
+  v1::CopyBlocksReply reply;
+  grpc::ClientContext context;
+  context.set_deadline(deadline_after(state_->options.step_timeout));
+  FOLIO_RETURN_IF_ERROR(state_->begin_call(&context, "CopyBlocks"));
+  const grpc::Status status = state_->stub->CopyBlocks(&context, request, &reply);
+  FOLIO_RETURN_IF_ERROR(state_->finish_call("CopyBlocks", status, state_->options.step_timeout));
+  return std::pair<uint64_t, uint64_t>{reply.epoch(), reply.worker_incarnation()};
+}
+
 Result<uint64_t> WorkerClient::fence(uint64_t epoch, uint64_t stage_id) {
   v1::FenceRequest request;
   request.set_epoch(epoch);

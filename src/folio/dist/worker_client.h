@@ -34,7 +34,8 @@
 //
 // Thread safety: ping(), measure_latency(), shutdown() and abandon() may be called from several
 // threads at once (gRPC channels and stubs are thread-safe); info() and options() are fixed
-// after connect(); the stage calls (prepare_stage, run_stage, fence) from one thread at a time.
+// after connect(); the stage calls (prepare_stage, run_stage, copy_blocks, fence) from one thread
+// at a time.
 #pragma once
 
 #include <chrono>
@@ -42,12 +43,14 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "folio/base/result.h"
 #include "folio/dist/pipeline_stage.h"
 #include "folio/dist/worker_protocol.h"
 #include "folio/ir/step_batch.h"
+#include "folio/kv/kv_types.h"
 
 namespace folio::dist {
 
@@ -177,6 +180,13 @@ class WorkerClient {
   // holds the stage (it restarted or prepared another) or is at another epoch than `epoch`.
   Status run_stage(uint64_t stage_id, const ir::StepBatch& step, std::span<const float> hidden_in,
                    StageStepResult& result, uint64_t epoch = kFirstEpoch);
+  // Copies KV blocks in stage `stage_id`'s cache (copy-on-write, worker.proto CopyBlocks) in
+  // `epoch`; fenced and refused like run_stage(), and kInvalidArgument for a block id outside
+  // the stage's cache or a batch that breaks kv/block_copier.h's rule. Returns the epoch and the
+  // incarnation the reply states, for the coordinator to check.
+  Result<std::pair<uint64_t, uint64_t>> copy_blocks(uint64_t stage_id,
+                                                    std::span<const kv::BlockCopy> copies,
+                                                    uint64_t epoch = kFirstEpoch);
   // Moves the worker to `epoch`, keeping stage `stage_id` (0: none) and its KV cache.
   // kFailedPrecondition when the worker is at a newer epoch or no longer holds the stage; the
   // call errors above. Returns the incarnation that answered.

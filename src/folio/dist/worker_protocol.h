@@ -12,8 +12,9 @@ namespace folio::dist {
 // Bumped whenever a message of worker.proto changes meaning; a worker refuses a coordinator of
 // another revision (and the coordinator a worker of another) instead of guessing.
 // Revision 2 added the pipeline stage calls (PrepareStage, RunStage); revision 3 the recovery
-// calls (epochs on the stage calls, Fence, Watch, Shutdown).
-inline constexpr uint32_t kProtocolVersion = 3;
+// calls (epochs on the stage calls, Fence, Watch, Shutdown); revision 4 CopyBlocks (copy-on-write
+// block copies in the stages' KV caches).
+inline constexpr uint32_t kProtocolVersion = 4;
 
 // The model a process holds, as the handshake compares it. `hash` is "fnv1a64:<16 hex digits>"
 // of the model file's bytes (apps/folio computes it); empty when the process has no model.

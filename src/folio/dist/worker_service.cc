@@ -4,6 +4,7 @@
 
 #include <array>
 #include <atomic>
+#include <climits>
 #include <condition_variable>
 #include <cstring>
 #include <random>
@@ -218,30 +219,31 @@ class WorkerImpl final : public v1::Worker::Service {
     return grpc::Status::OK;
   }
 
-  grpc::Status RunStage(grpc::ServerContext* /*context*/, const v1::RunStageRequest* request,
-                        v1::RunStageReply* reply) override {
-    const MutexLock lock(mutex_);
+  // The fence of the calls on the prepared stage (RunStage, CopyBlocks): the worker's current
+  // epoch, the stage held, and the stage prepared (or fenced) in that epoch. OK: the call may
+  // use stage_.
+  grpc::Status check_stage_call(uint64_t epoch, uint64_t stage_id) FOLIO_REQUIRES(mutex_) {
     if (injected_unavailable_ > 0) {
       --injected_unavailable_;
       return grpc::Status(grpc::StatusCode::UNAVAILABLE, "injected failure (test)");
     }
     const uint64_t current = epoch_.load(std::memory_order_relaxed);
-    if (request->epoch() < current) return refuse(stale_epoch_message(request->epoch(), current));
-    if (request->epoch() > current) {
+    if (epoch < current) return refuse(stale_epoch_message(epoch, current));
+    if (epoch > current) {
       return refuse(
           fmt::format("epoch {} is newer than this worker's epoch {}: prepare its stage or fence "
                       "it in epoch {} first",
-                      request->epoch(), current, request->epoch()));
+                      epoch, current, epoch));
     }
-    if (stage_ == nullptr || request->stage_id() != stage_id_) {
+    if (stage_ == nullptr || stage_id != stage_id_) {
       return grpc::Status(
           grpc::StatusCode::FAILED_PRECONDITION,
           stage_ == nullptr
               ? fmt::format("no stage {:016x} here: this worker holds none; prepare it again",
-                            request->stage_id())
+                            stage_id)
               : fmt::format("no stage {:016x} here: this worker holds stage {:016x}; prepare it "
                             "again",
-                            request->stage_id(), stage_id_));
+                            stage_id, stage_id_));
     }
     if (stage_epoch_ != current) {
       return refuse(
@@ -249,6 +251,40 @@ class WorkerImpl final : public v1::Worker::Service {
                       "prepare it again, or fence the worker keeping the stage",
                       stage_id_, stage_epoch_, current));
     }
+    return grpc::Status::OK;
+  }
+
+  grpc::Status CopyBlocks(grpc::ServerContext* /*context*/, const v1::CopyBlocksRequest* request,
+                          v1::CopyBlocksReply* reply) override {
+    const MutexLock lock(mutex_);
+    if (grpc::Status fenced = check_stage_call(request->epoch(), request->stage_id());
+        !fenced.ok()) {
+      return fenced;
+    }
+    copies_.clear();
+    for (const v1::BlockCopyPair& pair : request->copies()) {
+      if (pair.source() > INT32_MAX || pair.destination() > INT32_MAX) {
+        return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                            fmt::format("KV block copy {} -> {} names a block id past int32",
+                                        pair.source(), pair.destination()));
+      }
+      copies_.push_back(kv::BlockCopy{static_cast<int32_t>(pair.source()),
+                                      static_cast<int32_t>(pair.destination())});
+    }
+    if (Status copied = stage_->copy_blocks(copies_); !copied.ok()) return to_grpc(copied);
+    reply->set_epoch(request->epoch());
+    reply->set_worker_incarnation(incarnation_);
+    return grpc::Status::OK;
+  }
+
+  grpc::Status RunStage(grpc::ServerContext* /*context*/, const v1::RunStageRequest* request,
+                        v1::RunStageReply* reply) override {
+    const MutexLock lock(mutex_);
+    if (grpc::Status fenced = check_stage_call(request->epoch(), request->stage_id());
+        !fenced.ok()) {
+      return fenced;
+    }
+    const uint64_t current = request->epoch();
     const std::string& hidden_bytes = request->hidden_in();
     if (hidden_bytes.size() % sizeof(float) != 0) {
       return grpc::Status(
@@ -350,6 +386,7 @@ class WorkerImpl final : public v1::Worker::Service {
   // The epoch stage_ was prepared in, or last fenced into; it runs steps only in that epoch.
   uint64_t stage_epoch_ FOLIO_GUARDED_BY(mutex_) = 0;
   std::vector<float> hidden_in_ FOLIO_GUARDED_BY(mutex_);
+  std::vector<kv::BlockCopy> copies_ FOLIO_GUARDED_BY(mutex_);
   // Written under mutex_ (PrepareStage, Fence), read without it by Watch, whose beats must not
   // wait behind a running step.
   std::atomic<uint64_t> epoch_{0};

@@ -4,7 +4,9 @@
 // Ping at once, for link latency measurement. With a model file (model_path) it runs one
 // pipeline stage (pipeline_stage.h): PrepareStage opens the model on first use and builds the
 // stage (replacing any earlier one) after checking the coordinator's model hash and that the
-// stage's weights and pool fit the declared memory budget; RunStage runs one step of it.
+// stage's weights and pool fit the declared memory budget; RunStage runs one step of it;
+// CopyBlocks (protocol revision 4) copies blocks in its KV cache (copy-on-write of forked
+// sequences), fenced like RunStage.
 //
 // Recovery (protocol revision 3): the worker holds an epoch (0 at start), raised by PrepareStage
 // and Fence and never lowered; it refuses a stage call of an older epoch ("stale epoch N, this
@@ -23,9 +25,9 @@
 // layer need neither gRPC's headers nor its build flags.
 //
 // Thread safety: the handlers run on gRPC's threads; Hello and Ping read only what start()
-// fixed, the stage calls (PrepareStage, RunStage, Fence) are serialized by a mutex (one stage,
-// one step at a time); Watch reads the epoch from an atomic, so beats never wait behind a step.
-// epoch(), shutdown_requested() and inject_unavailable() may be called from any thread;
+// fixed, the stage calls (PrepareStage, RunStage, CopyBlocks, Fence) are serialized by a mutex (one
+// stage, one step at a time); Watch reads the epoch from an atomic, so beats never wait behind a
+// step. epoch(), shutdown_requested() and inject_unavailable() may be called from any thread;
 // shutdown() and the destructor from any one thread.
 #pragma once
 
@@ -83,8 +85,8 @@ class WorkerService {
   uint64_t epoch() const;
   // Whether a coordinator called Shutdown.
   bool shutdown_requested() const;
-  // Fault injection for tests: the next `calls` RunStage calls answer UNAVAILABLE without
-  // running (a transient failure of a worker that is fine).
+  // Fault injection for tests: the next `calls` RunStage or CopyBlocks calls answer UNAVAILABLE
+  // without running (a transient failure of a worker that is fine).
   void inject_unavailable(int calls);
 
   // Stops accepting calls; calls in flight get until `grace` to finish, then are cancelled.

@@ -14,29 +14,42 @@ int32_t ceil_div(int32_t a, int32_t b) {
   return (a + b - 1) / b;
 }
 
-// The copier of an engine whose KV caches live with a remote runner: a copy here would leave
-// them stale, so it fails, naming what is missing.
-class UnrelayedKvBlockCopier final : public kv::KvBlockCopier {
+// The copier of an engine whose KV caches live with a remote runner (a pipeline of workers):
+// copy-on-write copies go to the runner (StepRunner::copy_blocks, which copies them in every
+// stage's cache); swap copies are refused, since host swap is not relayed to workers
+// (ModelEngine::create refuses swap space with a remote runner, so they never come). The runner
+// is created after the block manager (it needs the executor's layout), hence the indirection.
+class RemoteKvBlockCopier final : public kv::KvBlockCopier {
  public:
+  explicit RemoteKvBlockCopier(const std::unique_ptr<StepRunner>& runner) : runner_(runner) {}
+
   Status copy_blocks(const kv::KvLayoutNumbers&, std::span<const kv::BlockCopy> copies) override {
-    return refuse("copy-on-write", copies.size());
+    if (runner_ == nullptr) {
+      return failed_precondition(
+          "{} copy-on-write KV block copies before the remote step runner "
+          "exists",
+          copies.size());
+    }
+    return runner_->copy_blocks(copies);
   }
   Status copy_to_host(const kv::KvLayoutNumbers&, kv::HostSwapSpace&,
                       std::span<const kv::BlockCopy> copies) override {
-    return refuse("swap-out", copies.size());
+    return refuse_swap("swap-out", copies.size());
   }
   Status copy_to_device(const kv::KvLayoutNumbers&, const kv::HostSwapSpace&,
                         std::span<const kv::BlockCopy> copies) override {
-    return refuse("swap-in", copies.size());
+    return refuse_swap("swap-in", copies.size());
   }
 
  private:
-  static Status refuse(std::string_view kind, size_t count) {
+  static Status refuse_swap(std::string_view kind, size_t count) {
     return failed_precondition(
-        "{} {} KV block copies: the KV caches live on the pipeline's workers and block copies "
-        "are not relayed to them yet (issue 15); run without forked sequences or swap",
+        "{} {} KV block copies: the KV caches live on the pipeline's workers, and host swap "
+        "with workers is not supported; run without swap space (no --swap-mib)",
         count, kind);
   }
+
+  const std::unique_ptr<StepRunner>& runner_;
 };
 
 }  // namespace
@@ -77,7 +90,7 @@ Status ModelEngine::build_memory(const ModelEngineOptions& options) {
           ? 0
           : std::max<int64_t>(1, options.kv_cache_bytes / options.page_bytes);
   if (options.remote_runner) {
-    copier_ = std::make_unique<UnrelayedKvBlockCopier>();
+    copier_ = std::make_unique<RemoteKvBlockCopier>(remote_runner_);
   } else {
     copier_ = std::make_unique<kv::HostKvBlockCopier>();
   }

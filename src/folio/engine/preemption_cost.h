@@ -120,6 +120,9 @@ class CostCalibratingStepRunner final : public StepRunner {
       : runner_(runner), cost_(cost) {}
 
   Result<ir::StepOutput> run(const ir::StepBatch& step) override;
+  Status copy_blocks(std::span<const kv::BlockCopy> copies) override {
+    return runner_.copy_blocks(copies);
+  }
   int32_t vocab_size() const override { return runner_.vocab_size(); }
   int32_t max_logit_rows() const override { return runner_.max_logit_rows(); }
   bool supports_adapter(int64_t adapter_id) const override {

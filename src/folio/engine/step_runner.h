@@ -10,7 +10,9 @@
 // The step's arrays and their terms are ir::StepBatch's (ir/step_batch.h).
 //
 // Copies: copy-on-write and swap copies are run by the block manager's KvBlockCopier before
-// run() is called, so the cache is consistent when the step starts.
+// run() is called, so the cache is consistent when the step starts. A runner whose KV caches
+// live elsewhere (a pipeline of workers) takes the copy-on-write copies itself (copy_blocks():
+// the engine's copier forwards them); swap copies are not relayed (no host swap with workers).
 //
 // Recovery (issue 16, docs/design/dist.md "Plan for issue 16"): a runner whose state lives
 // elsewhere (a pipeline of worker processes) can lose part of it. run() then fails, and the
@@ -21,14 +23,16 @@
 // (sampled, streamed) only from a run() that succeeded, so the step in flight at a failure
 // yields nothing twice, and each sampler's state advances only with accepted tokens.
 //
-// Thread-safety: run(), recover() and replay() are called from the engine's driving thread
-// only, one at a time; supports_adapter() and available() from any thread.
+// Thread-safety: run(), copy_blocks(), recover() and replay() are called from the engine's
+// driving thread only, one at a time; supports_adapter() and available() from any thread.
 #pragma once
 
 #include <cstdint>
+#include <span>
 
 #include "folio/base/result.h"
 #include "folio/ir/step_batch.h"
+#include "folio/kv/kv_types.h"
 
 namespace folio::engine {
 
@@ -58,6 +62,23 @@ class StepRunner {
   // used: the commit rule) or fails the requests scheduled in it with this status and frees
   // their KV.
   virtual Result<ir::StepOutput> run(const ir::StepBatch& step) = 0;
+  // Copy-on-write copies into the runner's own KV caches, for a runner whose caches live
+  // elsewhere (ModelEngine's copier forwards the block manager's copies here when the runner is
+  // remote). Each pair's destination block gets the source's K and V of every layer; the batch
+  // follows kv/block_copier.h's rule (no block both a source and a destination, no destination
+  // twice), and copying it again before the next run() is harmless (the source is unchanged).
+  // Batches must reach the cache in the order they were given.
+  // The block manager calls this while the scheduler allocates blocks as well as before a step,
+  // and an error there cannot be recovered from: a runner whose copies cross a wire queues
+  // them and sends them at the start of the next run() or replay() (before the step's writes,
+  // and before a replay's), so a lost worker fails that call and goes through recover(); the
+  // queued copies survive the recovery and go again. An error here means a malformed batch.
+  // The default refuses: the KV cache is the engine's own.
+  virtual Status copy_blocks(std::span<const kv::BlockCopy> copies) {
+    return failed_precondition(
+        "{} KV block copies: this step runner holds no KV cache of its own to copy into",
+        copies.size());
+  }
   // Columns of every StepOutput.
   virtual int32_t vocab_size() const = 0;
   // The most logits rows one step may ask for (ir::StepBatch::logit_indices); 0: no limit. The

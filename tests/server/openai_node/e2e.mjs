@@ -1,6 +1,8 @@
 // End-to-end: the official OpenAI Node.js client against `folio serve`.
 //
-// Usage: node e2e.mjs <path to the folio binary> <scratch directory>
+// Usage: node e2e.mjs <path to the folio binary> <scratch directory> [folio serve arguments...]
+// (the extra arguments go to `folio serve` as they are, e.g. --local-workers 2: the same checks
+// with the model's layers on a pipeline of worker processes).
 // Generates a tiny model, starts `folio serve` on a free port with an API key, and drives it with
 // two versions of the client (the pinned 5.x as `openai`, the current 6.x as `openai-6`): plain,
 // streamed and n > 1 completions and chat completions, logprobs, echo (the harness's
@@ -24,9 +26,9 @@ for (const name of clientPackages) {
   }
 }
 
-const [folio, scratch] = process.argv.slice(2);
+const [folio, scratch, ...serveArguments] = process.argv.slice(2);
 if (!folio || !scratch) {
-  console.error("usage: node e2e.mjs <folio binary> <scratch directory>");
+  console.error("usage: node e2e.mjs <folio binary> <scratch directory> [folio serve arguments...]");
   process.exit(2);
 }
 fs.mkdirSync(scratch, { recursive: true });
@@ -37,7 +39,7 @@ execFileSync(folio, ["make-model", "-o", modelPath, "--preset", "tiny", "--seed"
 
 const apiKey = "e2e-secret";
 const server = spawn(folio, ["serve", "-m", modelPath, "--port", "0", "--api-key", apiKey,
-                             "--threads", "2", "--memory-mib", "64", "-q"],
+                             "--threads", "2", "--memory-mib", "64", "-q", ...serveArguments],
                      { stdio: ["ignore", "inherit", "pipe"] });
 let serverLog = "";
 const port = await new Promise((resolve, reject) => {
