@@ -30,7 +30,7 @@
 #include "folio/dist/pipeline_step_runner.h"
 #include "folio/dist/worker_lease_monitor.h"
 #include "pipeline_test_model.h"
-#include "worker_process.h"
+#include "testing/worker_process.h"
 
 namespace folio::dist {
 namespace {
@@ -39,7 +39,7 @@ using namespace std::chrono_literals;
 using engine::RunnerRecovery;
 using ::testing::HasSubstr;
 using testing::ModelOnDisk;
-using testing::WorkerProcess;
+using folio::testing::WorkerProcess;
 using Clock = std::chrono::steady_clock;
 
 // The pipeline's lease, as in pipeline_recovery_process_test.cc: long enough for a busy survivor

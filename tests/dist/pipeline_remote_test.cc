@@ -22,75 +22,19 @@
 #include "testing/collective_groups.h"
 #include "testing/pipeline_steps.h"
 
+#include "pipeline_test_model.h"
+
 namespace folio::dist {
 namespace {
 
 using ::testing::HasSubstr;
 using Script = folio::testing::PipelineStepScript;
 
-constexpr int64_t kNumLayers = 4;
-
-// A generated model written to a file, with its identity as a worker reports it.
-struct ModelOnDisk {
-  folio::testing::TemporaryDirectory directory;
-  std::string path;
-  ModelIdentity identity;
-
-  explicit ModelOnDisk(DType dtype, uint64_t seed = 41) {
-    model::LlamaShape shape;
-    shape.num_layers = kNumLayers;
-    shape.weight_dtype = dtype;
-    Result<gguf::GgufWriter> writer = model::make_random_llama_writer(shape, seed);
-    FOLIO_CHECK(writer.ok(), "{}", writer.status().to_string());
-    Result<std::vector<uint8_t>> bytes = writer->write_to_buffer();
-    FOLIO_CHECK(bytes.ok(), "{}", bytes.status().to_string());
-    path = directory.path() + "/model.gguf";
-    std::ofstream(path, std::ios::binary)
-        .write(reinterpret_cast<const char*>(bytes->data()),
-               static_cast<std::streamsize>(bytes->size()));
-    identity = ModelIdentity{.hash = fmt::format("fnv1a64:{:016x}", fnv1a64(*bytes)),
-                             .name = "model.gguf"};
-  }
-};
-
-PipelineStageSpec stage_spec(int64_t first, int64_t end, bool use_graphs) {
-  PipelineStageSpec spec;
-  spec.first_layer = first;
-  spec.end_layer = end;
-  spec.num_kv_blocks = Script::kNumBlocks;
-  spec.block_size = Script::kBlockSize;
-  spec.max_blocks_per_sequence = Script::kMaxBlocksPerSequence;
-  spec.kv_dtype = DType::kF32;
-  spec.first_dummy_block = Script::kFirstDummyBlock;
-  spec.num_dummy_blocks = Script::kNumDummyBlocks;
-  spec.bucket_ladder = {1, 2, 4, 8, 16, 32};
-  spec.max_sequences = Script::kMaxSequences;
-  spec.max_logit_rows = 8;
-  spec.use_graphs = use_graphs;
-  spec.pool_bytes = int64_t{16} << 20;
-  return spec;
-}
-
-std::unique_ptr<WorkerService> start_worker(const ModelOnDisk& model, uint64_t memory = 0,
-                                            bool with_model = true) {
-  WorkerServiceOptions options;
-  options.threads = 2;
-  options.memory_budget_bytes = memory;
-  if (with_model) {
-    options.model = model.identity;
-    options.model_path = model.path;
-  }
-  Result<std::unique_ptr<WorkerService>> service = WorkerService::start(options);
-  FOLIO_CHECK(service.ok(), "{}", service.status().to_string());
-  return std::move(service).value();
-}
-
-std::unique_ptr<WorkerClient> connect_to(const WorkerService& service) {
-  Result<std::unique_ptr<WorkerClient>> client =
-      WorkerClient::connect(service.address(), ModelIdentity{});
-  FOLIO_CHECK(client.ok(), "{}", client.status().to_string());
-  return std::move(client).value();
-}
+using testing::connect_to;
+using testing::kNumLayers;
+using testing::ModelOnDisk;
+using testing::stage_spec;
+using testing::start_worker;
 
 struct RemoteCase {
   const char* name;

@@ -66,11 +66,17 @@ inline PipelineStageSpec stage_spec(int64_t first, int64_t end, bool use_graphs,
   return spec;
 }
 
-inline std::unique_ptr<WorkerService> start_worker(const ModelOnDisk& model) {
+// A worker of 2 threads holding `model` (with_model false: holding none), declaring `memory`
+// bytes (0: no budget).
+inline std::unique_ptr<WorkerService> start_worker(const ModelOnDisk& model, uint64_t memory = 0,
+                                                   bool with_model = true) {
   WorkerServiceOptions options;
   options.threads = 2;
-  options.model = model.identity;
-  options.model_path = model.path;
+  options.memory_budget_bytes = memory;
+  if (with_model) {
+    options.model = model.identity;
+    options.model_path = model.path;
+  }
   Result<std::unique_ptr<WorkerService>> service = WorkerService::start(options);
   FOLIO_CHECK(service.ok(), "{}", service.status().to_string());
   return std::move(service).value();

@@ -22,7 +22,7 @@
 #include "testing/child_process.h"
 #include "testing/collective_groups.h"
 #include "testing/pipeline_steps.h"
-#include "worker_process.h"
+#include "testing/worker_process.h"
 
 namespace folio::dist {
 namespace {
@@ -30,7 +30,7 @@ namespace {
 using namespace std::chrono_literals;
 using ::testing::HasSubstr;
 
-using testing::WorkerProcess;
+using folio::testing::WorkerProcess;
 
 // The model file's hash as the worker must report it: FNV-1a 64 of its bytes (base/random.h's
 // fnv1a64 over the whole file at once, where the worker streams it in chunks).

@@ -10,9 +10,9 @@
 
 #include "testing/child_process.h"
 
-namespace folio::dist::testing {
+namespace folio::testing {
 
-class WorkerProcess : public folio::testing::ChildProcess {
+class WorkerProcess : public ChildProcess {
  public:
   explicit WorkerProcess(std::vector<std::string> arguments, const std::string& command = "worker",
                          std::vector<std::string> launcher = {})
@@ -46,4 +46,4 @@ class WorkerProcess : public folio::testing::ChildProcess {
   }
 };
 
-}  // namespace folio::dist::testing
+}  // namespace folio::testing
