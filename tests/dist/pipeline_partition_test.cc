@@ -30,6 +30,7 @@
 #include "folio/dist/pipeline_step_runner.h"
 #include "folio/dist/worker_lease_monitor.h"
 #include "pipeline_test_model.h"
+#include "process_pipeline.h"
 #include "testing/worker_process.h"
 
 namespace folio::dist {
@@ -37,15 +38,19 @@ namespace {
 
 using namespace std::chrono_literals;
 using engine::RunnerRecovery;
+using folio::testing::WorkerProcess;
+using testing::expect_bit_equal;
 using ::testing::HasSubstr;
 using testing::ModelOnDisk;
-using folio::testing::WorkerProcess;
 using Clock = std::chrono::steady_clock;
 
 // The pipeline's lease, as in pipeline_recovery_process_test.cc: long enough for a busy survivor
 // on a loaded 2-core machine.
-constexpr auto kLeaseInterval = 100ms;
-constexpr int32_t kPipelineLeaseMisses = 5;
+using testing::kLeaseInterval;
+using testing::kPipelineLeaseMisses;
+using testing::ProcessPipeline;
+using testing::wait_for;
+using testing::WorkerPlacement;
 // The detection measurement's lease (the process test measures SIGKILL and SIGSTOP with it).
 constexpr int32_t kLeaseMisses = 3;
 
@@ -174,87 +179,22 @@ std::unique_ptr<NetworkNamespace> namespace_or_skip_reason(std::string& reason) 
   return space;
 }
 
-// Polls until `done` holds; false after 60 s.
-template <typename Done>
-bool wait_for(Done done) {
-  const auto deadline = Clock::now() + 60s;
-  while (!done()) {
-    if (Clock::now() > deadline) return false;
-    std::this_thread::sleep_for(1ms);  // polling period, not synchronization
-  }
-  return true;
-}
-
-std::unique_ptr<WorkerProcess> spawn_worker(const ModelOnDisk& model, const std::string& host,
-                                            std::vector<std::string> launcher,
-                                            std::string& address) {
-  auto process = std::make_unique<WorkerProcess>(
-      std::vector<std::string>{"--listen", host + ":0", "--threads", "2", "-m", model.path},
-      "worker", std::move(launcher));
-  address = process->wait_for_listening(60s);
-  return process;
-}
-
-// A PP=2 pipeline of layers [0, 2) and [2, 4) whose stage `partitioned_stage` runs in the
-// namespace, the other beside the coordinator; its replacer spawns workers beside the
-// coordinator. Members in destruction order: the runner first, then the processes (killed).
-class PartitionedPipeline {
- public:
-  PartitionedPipeline(const ModelOnDisk& model, const NetworkNamespace& space,
-                      int32_t partitioned_stage)
-      : model_(model) {
-    std::vector<std::unique_ptr<WorkerClient>> clients;
-    for (int32_t s = 0; s < 2; ++s) {
-      const bool inside = s == partitioned_stage;
-      std::string address;
-      workers_.push_back(spawn_worker(model, inside ? space.inner_address() : "127.0.0.1",
-                                      inside ? space.launcher() : std::vector<std::string>{},
-                                      address));
-      FOLIO_CHECK(!address.empty(), "worker did not start: {}", workers_.back()->output());
-      WorkerClientOptions options;
-      // gRPC sets TCP_USER_TIMEOUT on a client's connection to its keepalive timeout (strace
-      // shows 5000 ms by default): with that, a partition that outlasts it (a slow recovery on a
-      // loaded machine) would drop the connection, and the worker, never heard from again, would
-      // not be told to exit. Here the connection outlives any partition of the test.
-      if (inside) options.keepalive_timeout = 60s;
-      Result<std::unique_ptr<WorkerClient>> client =
-          WorkerClient::connect(address, model.identity, options);
-      FOLIO_CHECK(client.ok(), "{}", client.status().to_string());
-      clients.push_back(std::move(client).value());
-    }
-    PipelineRecoveryOptions recovery;
-    recovery.lease_interval = kLeaseInterval;
-    recovery.lease_misses = kPipelineLeaseMisses;
-    recovery.replace_worker = [this](int32_t,
-                                     const std::string&) -> Result<std::unique_ptr<WorkerClient>> {
-      std::string address;
-      workers_.push_back(spawn_worker(model_, "127.0.0.1", {}, address));
-      if (address.empty()) return unavailable("a spare worker did not start");
-      return WorkerClient::connect(address, model_.identity);
-    };
-    Result<std::unique_ptr<PipelineStepRunner>> runner = PipelineStepRunner::create(
-        std::move(clients), {testing::stage_spec(0, 2, true), testing::stage_spec(2, 4, true)},
-        model.identity.hash, recovery);
-    FOLIO_CHECK(runner.ok(), "{}", runner.status().to_string());
-    runner_ = std::move(runner).value();
-  }
-
-  PipelineStepRunner& runner() { return *runner_; }
-  WorkerProcess& worker(size_t index) { return *workers_[index]; }
-  size_t num_processes() const { return workers_.size(); }
-
- private:
-  const ModelOnDisk& model_;
-  std::vector<std::unique_ptr<WorkerProcess>> workers_;
-  std::unique_ptr<PipelineStepRunner> runner_;  // last: gone before the processes are killed
-};
-
-void expect_bit_equal(const Result<ir::StepOutput>& actual, const std::vector<float>& expected,
-                      size_t step) {
-  ASSERT_TRUE(actual.ok()) << "step " << step << ": " << actual.status();
-  ASSERT_EQ(actual->logits.size(), expected.size()) << "step " << step;
-  EXPECT_EQ(std::memcmp(actual->logits.data(), expected.data(), expected.size() * sizeof(float)), 0)
-      << "step " << step;
+// A PP=2 pipeline whose stage `partitioned_stage` runs in the namespace, the other beside the
+// coordinator (as do the replacements).
+std::function<WorkerPlacement(int32_t)> partitioned_placement(const NetworkNamespace& space,
+                                                              int32_t partitioned_stage) {
+  return [&space, partitioned_stage](int32_t stage) {
+    WorkerPlacement placement;
+    if (stage != partitioned_stage) return placement;
+    placement.host = space.inner_address();
+    placement.launcher = space.launcher();
+    // gRPC sets TCP_USER_TIMEOUT on a client's connection to its keepalive timeout (strace
+    // shows 5000 ms by default): with that, a partition that outlasts it (a slow recovery on a
+    // loaded machine) would drop the connection, and the worker, never heard from again, would
+    // not be told to exit. Here the connection outlives any partition of the test.
+    placement.client_options.keepalive_timeout = std::chrono::seconds(60);
+    return placement;
+  };
 }
 
 double percentile(std::vector<double> values, double fraction) {
@@ -276,7 +216,7 @@ TEST_P(PipelinePartitionTest, PartitionedWorkerIsReplacedAndToldToExitOnceTheLin
   const std::vector<std::vector<float>> expected =
       testing::reference_logits(model, testing::stage_spec(0, testing::kNumLayers, true));
   const std::vector<folio::testing::PipelineStepArrays> steps = testing::script_steps();
-  PartitionedPipeline pipeline(model, *space, partitioned);
+  ProcessPipeline pipeline(model, partitioned_placement(*space, partitioned));
   PipelineStepRunner& runner = pipeline.runner();
   const std::string lost_address = runner.worker_info(partitioned).address;
   ASSERT_THAT(lost_address, HasSubstr(space->inner_address()));

@@ -21,6 +21,7 @@
 #include "folio/dist/pipeline_step_runner.h"
 #include "folio/dist/worker_lease_monitor.h"
 #include "pipeline_test_model.h"
+#include "process_pipeline.h"
 #include "testing/worker_process.h"
 
 namespace folio::dist {
@@ -28,85 +29,18 @@ namespace {
 
 using namespace std::chrono_literals;
 using engine::RunnerRecovery;
+using folio::testing::WorkerProcess;
+using testing::expect_bit_equal;
 using ::testing::HasSubstr;
 using testing::ModelOnDisk;
-using folio::testing::WorkerProcess;
 using Clock = std::chrono::steady_clock;
 
-constexpr auto kLeaseInterval = 100ms;
+using testing::kLeaseInterval;
+using testing::kPipelineLeaseMisses;
+using testing::ProcessPipeline;
+using testing::wait_for;
+// The lease of the detection measurement, as production's default.
 constexpr int32_t kLeaseMisses = 3;
-// The pipelines' leases: a stopped worker is given up on after 5 x 100 ms, while a busy survivor
-// (its step's threads on the same 2 cores as everything else) does not miss that many beats.
-constexpr int32_t kPipelineLeaseMisses = 5;
-
-std::unique_ptr<WorkerProcess> spawn_worker(const ModelOnDisk& model, std::string& address) {
-  auto process = std::make_unique<WorkerProcess>(
-      std::vector<std::string>{"--listen", "127.0.0.1:0", "--threads", "2", "-m", model.path});
-  address = process->wait_for_listening(60s);
-  return process;
-}
-
-// Two worker processes in a pipeline of layers [0, 2) and [2, 4), and the spare processes its
-// replacer spawned.
-class ProcessPipeline {
- public:
-  explicit ProcessPipeline(const ModelOnDisk& model) : model_(model) {
-    std::vector<std::unique_ptr<WorkerClient>> clients;
-    for (int s = 0; s < 2; ++s) {
-      std::string address;
-      workers_.push_back(spawn_worker(model, address));
-      FOLIO_CHECK(!address.empty(), "worker did not start: {}", workers_.back()->output());
-      addresses_.push_back(address);
-      Result<std::unique_ptr<WorkerClient>> client = WorkerClient::connect(address, model.identity);
-      FOLIO_CHECK(client.ok(), "{}", client.status().to_string());
-      clients.push_back(std::move(client).value());
-    }
-    PipelineRecoveryOptions recovery;
-    recovery.lease_interval = kLeaseInterval;
-    recovery.lease_misses = kPipelineLeaseMisses;
-    recovery.replace_worker = [this](int32_t,
-                                     const std::string&) -> Result<std::unique_ptr<WorkerClient>> {
-      std::string address;
-      workers_.push_back(spawn_worker(model_, address));
-      if (address.empty()) return unavailable("a spare worker did not start");
-      return WorkerClient::connect(address, model_.identity);
-    };
-    Result<std::unique_ptr<PipelineStepRunner>> runner = PipelineStepRunner::create(
-        std::move(clients), {testing::stage_spec(0, 2, true), testing::stage_spec(2, 4, true)},
-        model.identity.hash, recovery);
-    FOLIO_CHECK(runner.ok(), "{}", runner.status().to_string());
-    runner_ = std::move(runner).value();
-  }
-
-  PipelineStepRunner& runner() { return *runner_; }
-  WorkerProcess& worker(size_t index) { return *workers_[index]; }
-  size_t num_processes() const { return workers_.size(); }
-
- private:
-  const ModelOnDisk& model_;
-  std::vector<std::unique_ptr<WorkerProcess>> workers_;
-  std::vector<std::string> addresses_;
-  std::unique_ptr<PipelineStepRunner> runner_;  // last: gone before the processes are killed
-};
-
-void expect_bit_equal(const Result<ir::StepOutput>& actual, const std::vector<float>& expected,
-                      size_t step) {
-  ASSERT_TRUE(actual.ok()) << "step " << step << ": " << actual.status();
-  ASSERT_EQ(actual->logits.size(), expected.size()) << "step " << step;
-  EXPECT_EQ(std::memcmp(actual->logits.data(), expected.data(), expected.size() * sizeof(float)), 0)
-      << "step " << step;
-}
-
-// Polls until `done` holds; false after 60 s.
-template <typename Done>
-bool wait_for(Done done) {
-  const auto deadline = Clock::now() + 60s;
-  while (!done()) {
-    if (Clock::now() > deadline) return false;
-    std::this_thread::sleep_for(1ms);  // polling period, not synchronization
-  }
-  return true;
-}
 
 // Recovers the runner from `failure` (stage 1 lost), replays steps [0, failing_step) through
 // stage 1 and runs the rest of the script, bit-equal to `expected`.

@@ -22,6 +22,7 @@ namespace {
 
 using namespace std::chrono_literals;
 using engine::RunnerRecovery;
+using testing::expect_bit_equal;
 using ::testing::HasSubstr;
 using testing::ModelOnDisk;
 using Script = folio::testing::PipelineStepScript;
@@ -79,14 +80,6 @@ class LoopbackPipeline {
   // Last: destroyed first, so no lease or call outlives the services.
   std::unique_ptr<PipelineStepRunner> runner_;
 };
-
-void expect_bit_equal(const Result<ir::StepOutput>& actual, const std::vector<float>& expected,
-                      size_t step) {
-  ASSERT_TRUE(actual.ok()) << "step " << step << ": " << actual.status();
-  ASSERT_EQ(actual->logits.size(), expected.size()) << "step " << step;
-  EXPECT_EQ(std::memcmp(actual->logits.data(), expected.data(), expected.size() * sizeof(float)), 0)
-      << "step " << step;
-}
 
 struct LossCase {
   const char* name;

@@ -4,10 +4,13 @@
 #pragma once
 
 #include <cstdint>
+#include <cstring>
 #include <fstream>
 #include <memory>
 #include <string>
 #include <vector>
+
+#include <gtest/gtest.h>
 
 #include "folio/base/check.h"
 #include "folio/base/random.h"
@@ -116,6 +119,15 @@ inline std::vector<folio::testing::PipelineStepArrays> script_steps() {
     steps.push_back(maker.make(index));
   }
   return steps;
+}
+
+// A step's logits equal, bit for bit, to the reference's row of step `step`.
+inline void expect_bit_equal(const Result<ir::StepOutput>& actual,
+                             const std::vector<float>& expected, size_t step) {
+  ASSERT_TRUE(actual.ok()) << "step " << step << ": " << actual.status();
+  ASSERT_EQ(actual->logits.size(), expected.size()) << "step " << step;
+  EXPECT_EQ(std::memcmp(actual->logits.data(), expected.data(), expected.size() * sizeof(float)), 0)
+      << "step " << step;
 }
 
 }  // namespace folio::dist::testing

@@ -1,0 +1,107 @@
+// A PP=2 pipeline (layers [0, 2) and [2, 4) of pipeline_test_model.h's model) over real `folio
+// worker` processes, with a replacer that spawns a new process beside the coordinator: the
+// fixture of the recovery tests that kill, stop or cut off a worker process.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "folio/base/check.h"
+#include "folio/dist/pipeline_step_runner.h"
+#include "folio/dist/worker_client.h"
+#include "testing/worker_process.h"
+
+#include "pipeline_test_model.h"
+
+namespace folio::dist::testing {
+
+// The pipelines' leases: a stopped worker is given up on after 5 x 100 ms, while a busy survivor
+// (its step's threads on the same 2 cores as everything else) does not miss that many beats.
+inline constexpr std::chrono::milliseconds kLeaseInterval{100};
+inline constexpr int32_t kPipelineLeaseMisses = 5;
+
+// Polls `done` every millisecond (a polling period, not synchronization) until it holds (true)
+// or 60 s pass (false).
+template <typename Done>
+bool wait_for(Done done) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  while (!done()) {
+    if (std::chrono::steady_clock::now() > deadline) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  return true;
+}
+
+// Where a stage's worker runs and how the coordinator connects to it.
+struct WorkerPlacement {
+  std::string host = "127.0.0.1";
+  // Runs the binary in another context (e.g. `ip netns exec NS`); empty: directly.
+  std::vector<std::string> launcher;
+  WorkerClientOptions client_options;
+};
+
+// A `folio worker` of 2 threads holding `model` on HOST:0; `address` is where it listens (empty
+// if it did not start within 60 s).
+inline std::unique_ptr<folio::testing::WorkerProcess> spawn_worker(const ModelOnDisk& model,
+                                                                   const WorkerPlacement& placement,
+                                                                   std::string& address) {
+  auto process = std::make_unique<folio::testing::WorkerProcess>(
+      std::vector<std::string>{"--listen", placement.host + ":0", "--threads", "2", "-m",
+                               model.path},
+      "worker", placement.launcher);
+  address = process->wait_for_listening(std::chrono::seconds(60));
+  return process;
+}
+
+// Members in destruction order: the runner first, then the processes (killed).
+class ProcessPipeline {
+ public:
+  // `placement(stage)` says where each stage's first worker runs (default: loopback);
+  // replacements always run on loopback.
+  explicit ProcessPipeline(const ModelOnDisk& model,
+                           const std::function<WorkerPlacement(int32_t)>& placement = {})
+      : model_(model) {
+    std::vector<std::unique_ptr<WorkerClient>> clients;
+    for (int32_t s = 0; s < 2; ++s) {
+      const WorkerPlacement where = placement ? placement(s) : WorkerPlacement{};
+      std::string address;
+      workers_.push_back(spawn_worker(model, where, address));
+      FOLIO_CHECK(!address.empty(), "worker did not start: {}", workers_.back()->output());
+      Result<std::unique_ptr<WorkerClient>> client =
+          WorkerClient::connect(address, model.identity, where.client_options);
+      FOLIO_CHECK(client.ok(), "{}", client.status().to_string());
+      clients.push_back(std::move(client).value());
+    }
+    PipelineRecoveryOptions recovery;
+    recovery.lease_interval = kLeaseInterval;
+    recovery.lease_misses = kPipelineLeaseMisses;
+    recovery.replace_worker = [this](int32_t,
+                                     const std::string&) -> Result<std::unique_ptr<WorkerClient>> {
+      std::string address;
+      workers_.push_back(spawn_worker(model_, WorkerPlacement{}, address));
+      if (address.empty()) return unavailable("a spare worker did not start");
+      return WorkerClient::connect(address, model_.identity);
+    };
+    Result<std::unique_ptr<PipelineStepRunner>> runner = PipelineStepRunner::create(
+        std::move(clients), {stage_spec(0, 2, true), stage_spec(2, 4, true)}, model.identity.hash,
+        recovery);
+    FOLIO_CHECK(runner.ok(), "{}", runner.status().to_string());
+    runner_ = std::move(runner).value();
+  }
+
+  PipelineStepRunner& runner() { return *runner_; }
+  folio::testing::WorkerProcess& worker(size_t index) { return *workers_[index]; }
+  size_t num_processes() const { return workers_.size(); }
+
+ private:
+  const ModelOnDisk& model_;
+  std::vector<std::unique_ptr<folio::testing::WorkerProcess>> workers_;
+  std::unique_ptr<PipelineStepRunner> runner_;
+};
+
+}  // namespace folio::dist::testing
