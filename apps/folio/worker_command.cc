@@ -62,9 +62,9 @@ void run_worker(const WorkerOptions& options) {
     service_options.model = *model;
     service_options.model_path = options.model_path;
   }
-  // Shutdown from a coordinator: SIGTERM to this process, which the main thread waits for below,
-  // so the service stops in the same order (the Shutdown call's answer goes out in the grace).
-  service_options.on_shutdown_request = [] { kill(getpid(), SIGTERM); };
+  // Shutdown from a coordinator: SIGTERM to the thread that waits for it below, so the service
+  // stops in the same order (the Shutdown call's answer goes out in the grace).
+  service_options.on_shutdown_request = [&shutdown_signals] { shutdown_signals.request(SIGTERM); };
   Result<std::unique_ptr<dist::WorkerService>> service =
       dist::WorkerService::start(service_options);
   check_command(service.status());
