@@ -38,27 +38,8 @@ using LostKv = RunnerRecovery::LostKv;
 using Fault = FaultInjectingStepRunner::Fault;
 using Call = FaultInjectingStepRunner::Call;
 
-// A request of the workloads below, callbacks aside.
-struct Spec {
-  std::vector<int32_t> prompt;
-  int32_t max_tokens = 0;
-  int32_t num_choices = 1;
-  SamplingParams sampling;
-  bool prompt_logprobs = false;
-  std::optional<int32_t> logprobs;
-};
-
-Request to_request(const Spec& spec) {
-  Request request;
-  request.prompt = spec.prompt;
-  request.max_tokens = spec.max_tokens;
-  request.num_choices = spec.num_choices;
-  request.sampling = spec.sampling;
-  request.prompt_logprobs = spec.prompt_logprobs;
-  request.logprobs = spec.logprobs;
-  request.ignore_eos = true;
-  return request;
-}
+using Spec = testing::RequestSpec;
+using testing::to_request;
 
 // `count` requests over a vocabulary of `vocab` tokens (from `first_token` up): prompts of 4
 // to 40 tokens, a third behind a shared prefix of 19 tokens (prefix cache hits), greedy and
@@ -71,6 +52,7 @@ std::vector<Spec> workload(uint64_t seed, int32_t count, int32_t vocab, int32_t 
   std::vector<Spec> specs;
   for (int32_t index = 0; index < count; ++index) {
     Spec spec;
+    spec.ignore_eos = true;
     spec.prompt = random_prompt(state, static_cast<int32_t>(4 + (state >> 40) % 37), vocab);
     for (int32_t& token : spec.prompt) token += first_token;
     if (index % 3 == 0) {

@@ -343,6 +343,9 @@ struct RequestSpec {
   SamplingParams sampling;
   bool ignore_eos = false;
   int64_t adapter_id = 0;
+  int32_t num_choices = 1;
+  bool prompt_logprobs = false;
+  std::optional<int32_t> logprobs;
 };
 
 inline Request to_request(const RequestSpec& spec) {
@@ -353,6 +356,9 @@ inline Request to_request(const RequestSpec& spec) {
   request.sampling = spec.sampling;
   request.ignore_eos = spec.ignore_eos;
   request.adapter_id = spec.adapter_id;
+  request.num_choices = spec.num_choices;
+  request.prompt_logprobs = spec.prompt_logprobs;
+  request.logprobs = spec.logprobs;
   return request;
 }
 
