@@ -33,7 +33,6 @@ std::unique_ptr<LocalWorkers>& local_worker_group() {
 struct RecordedTraffic {
   Mutex mutex;
   std::optional<dist::PipelineTraffic> traffic FOLIO_GUARDED_BY(mutex);
-  int64_t recoveries FOLIO_GUARDED_BY(mutex) = 0;  // recover() calls that succeeded
 };
 RecordedTraffic& recorded_traffic() {
   static RecordedTraffic recorded;
@@ -73,11 +72,6 @@ class InstrumentedPipelineRunner final : public engine::StepRunner {
   Result<engine::RunnerRecovery> recover(const Status& failure) override {
     Result<engine::RunnerRecovery> recovery = runner_->recover(failure);
     record();
-    if (recovery.ok()) {
-      RecordedTraffic& recorded = recorded_traffic();
-      const MutexLock lock(recorded.mutex);
-      ++recorded.recoveries;
-    }
     return recovery;
   }
   Status replay(const ir::StepBatch& step, int32_t through_stage) override {
@@ -586,12 +580,6 @@ std::optional<dist::PipelineTraffic> pipeline_traffic() {
   RecordedTraffic& recorded = recorded_traffic();
   const MutexLock lock(recorded.mutex);
   return recorded.traffic;
-}
-
-int64_t pipeline_recoveries() {
-  RecordedTraffic& recorded = recorded_traffic();
-  const MutexLock lock(recorded.mutex);
-  return recorded.recoveries;
 }
 
 Result<int64_t> resolve_adapter(engine::ModelEngine& model_engine, const std::string& name) {

@@ -95,8 +95,6 @@ Result<std::unique_ptr<engine::ModelEngine>> start_model_engine(
 // What crossed the wire between this process and its pipeline workers so far (serialized gRPC
 // messages), when the engine started with --workers or --local-workers; nullopt otherwise.
 std::optional<dist::PipelineTraffic> pipeline_traffic();
-// Recoveries from a lost worker the pipeline has gone through so far (0 without workers).
-int64_t pipeline_recoveries();
 
 // The adapter a command runs with: `name` ("base" for none); empty: the only registered
 // adapter when exactly one is, else the base model. kNotFound naming the registered ones.

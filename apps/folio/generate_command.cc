@@ -80,7 +80,7 @@ void run_generate(const GenerateOptions& options) {
                completion->num_prompt_tokens, completion->num_generated_tokens,
                std::string(engine::finish_reason_name(completion->reason)).c_str(), ttft * 1e3,
                completion->num_generated_tokens / seconds);
-  if (const int64_t recoveries = pipeline_recoveries(); recoveries > 0) {
+  if (const int64_t recoveries = model_engine.engine().stats().recoveries; recoveries > 0) {
     std::fprintf(stderr, "[recovered from a lost worker %lld time%s]\n",
                  static_cast<long long>(recoveries), recoveries == 1 ? "" : "s");
   }
