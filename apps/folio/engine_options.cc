@@ -182,6 +182,15 @@ engine::RemoteRunnerFactory pipeline_runner_factory(PipelineRunnerSettings setti
     for (const std::string& address : settings.addresses) {
       FOLIO_ASSIGN_OR_RETURN(std::unique_ptr<dist::WorkerClient> client,
                              dist::WorkerClient::connect(address, identity));
+      // The link as the activations will see it (gRPC included), measured at join.
+      FOLIO_ASSIGN_OR_RETURN(const dist::WorkerLink link, client->measure_link());
+      if (!settings.quiet) {
+        std::fprintf(
+            stderr, "worker %s: round trip %.0f us, %.0f MiB/s each way (%lld KiB Pings)\n",
+            address.c_str(), std::chrono::duration<double, std::micro>(link.latency.median).count(),
+            link.bandwidth.bytes_per_second / double(1 << 20),
+            static_cast<long long>(dist::kLinkProbeBytes >> 10));
+      }
       infos.push_back(client->info());
       clients.push_back(std::move(client));
     }

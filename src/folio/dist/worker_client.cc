@@ -258,8 +258,18 @@ const WorkerClientOptions& WorkerClient::options() const {
 }
 
 Result<std::chrono::nanoseconds> WorkerClient::ping() {
+  return ping(0);
+}
+
+Result<std::chrono::nanoseconds> WorkerClient::ping(int64_t payload_bytes) {
+  if (payload_bytes < 0 || static_cast<uint64_t>(payload_bytes) > kMaxPingPayloadBytes) {
+    return invalid_argument("a Ping payload of {} bytes is outside [0, {}]", payload_bytes,
+                            kMaxPingPayloadBytes);
+  }
   v1::PingRequest request;
   request.set_sequence(state_->next_sequence.fetch_add(1, std::memory_order_relaxed));
+  request.mutable_payload()->resize(static_cast<size_t>(payload_bytes));
+  request.set_reply_payload_bytes(static_cast<uint64_t>(payload_bytes));
   v1::PingReply reply;
   grpc::ClientContext context;
   context.set_deadline(deadline_after(state_->options.call_timeout));
@@ -282,7 +292,48 @@ Result<std::chrono::nanoseconds> WorkerClient::ping() {
     return internal_error("worker {} answered Ping {} with sequence {}", state_->info.address,
                           request.sequence(), reply.sequence());
   }
+  if (static_cast<int64_t>(reply.payload().size()) != payload_bytes) {
+    return internal_error("worker {} answered a Ping asking for {} bytes with {}",
+                          state_->info.address, payload_bytes, reply.payload().size());
+  }
   return std::chrono::duration_cast<std::chrono::nanoseconds>(elapsed);
+}
+
+double WorkerLink::transfer_seconds(int64_t bytes) const {
+  const double latency_seconds = std::chrono::duration<double>(latency.median).count() / 2;
+  if (bandwidth.bytes_per_second <= 0) return latency_seconds;
+  return latency_seconds + static_cast<double>(bytes) / bandwidth.bytes_per_second;
+}
+
+Result<WorkerLink> WorkerClient::measure_link(int count) {
+  FOLIO_ASSIGN_OR_RETURN(const LinkLatency latency, measure_latency(count));
+  FOLIO_ASSIGN_OR_RETURN(const LinkBandwidth bandwidth, measure_bandwidth(kLinkProbeBytes, count));
+  return WorkerLink{.latency = latency, .bandwidth = bandwidth};
+}
+
+Result<LinkBandwidth> WorkerClient::measure_bandwidth(int64_t payload_bytes, int count) {
+  FOLIO_CHECK(count > 0, "measure_bandwidth needs at least one Ping, got {}", count);
+  FOLIO_CHECK(payload_bytes > 0 && static_cast<uint64_t>(payload_bytes) <= kMaxPingPayloadBytes,
+              "a bandwidth Ping carries 1 to {} bytes, got {}", kMaxPingPayloadBytes,
+              payload_bytes);
+  FOLIO_ASSIGN_OR_RETURN(const LinkLatency latency, measure_latency(count));
+  std::vector<std::chrono::nanoseconds> round_trips;
+  round_trips.reserve(static_cast<size_t>(count));
+  for (int i = 0; i < count; ++i) {
+    FOLIO_ASSIGN_OR_RETURN(std::chrono::nanoseconds round_trip, ping(payload_bytes));
+    round_trips.push_back(round_trip);
+  }
+  std::sort(round_trips.begin(), round_trips.end());
+  const std::chrono::nanoseconds median = round_trips[round_trips.size() / 2];
+  const std::chrono::nanoseconds transfer =
+      median > latency.median ? median - latency.median : median;
+  return LinkBandwidth{
+      .count = count,
+      .payload_bytes = payload_bytes,
+      .median = median,
+      .bytes_per_second =
+          2.0 * static_cast<double>(payload_bytes) /
+          std::chrono::duration<double>(std::max(transfer, std::chrono::nanoseconds(1))).count()};
 }
 
 Result<LinkLatency> WorkerClient::measure_latency(int count) {

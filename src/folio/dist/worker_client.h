@@ -89,6 +89,27 @@ struct LinkLatency {
   std::chrono::nanoseconds max{0};
 };
 
+// Round trips of `count` Pings carrying `payload_bytes` each way, one after another: the link's
+// bandwidth as a coordinator sees it for activations (serialization and gRPC included).
+struct LinkBandwidth {
+  int count = 0;
+  int64_t payload_bytes = 0;  // each way
+  std::chrono::nanoseconds median{0};
+  // 2 * payload_bytes over the median round trip less the empty Ping's median (the latency);
+  // the whole round trip when that is not shorter.
+  double bytes_per_second = 0;
+};
+
+// A link as measured when a worker joins: the empty Ping's round trip and the bandwidth of
+// kLinkProbeBytes each way.
+struct WorkerLink {
+  LinkLatency latency;
+  LinkBandwidth bandwidth;
+  // Seconds to move `bytes` one way: half the empty round trip plus bytes at the bandwidth.
+  double transfer_seconds(int64_t bytes) const;
+};
+inline constexpr int64_t kLinkProbeBytes = int64_t{1} << 20;
+
 // The epoch a coordinator starts in; a worker starts at epoch 0, so the first PrepareStage moves
 // it there.
 inline constexpr uint64_t kFirstEpoch = 1;
@@ -166,6 +187,14 @@ class WorkerClient {
 
   // `count` Pings one after another. Requires: count > 0.
   Result<LinkLatency> measure_latency(int count);
+  // One Ping round trip carrying `payload_bytes` to the worker and as many back.
+  // kInvalidArgument above kMaxPingPayloadBytes; the errors of ping() otherwise.
+  Result<std::chrono::nanoseconds> ping(int64_t payload_bytes);
+  // `count` Pings of `payload_bytes` each way after `count` empty ones (the latency to take
+  // off). Requires: count > 0, 0 < payload_bytes <= kMaxPingPayloadBytes.
+  Result<LinkBandwidth> measure_bandwidth(int64_t payload_bytes, int count);
+  // measure_bandwidth(kLinkProbeBytes, count), with its latency: what joining measures.
+  Result<WorkerLink> measure_link(int count = 3);
 
   // Prepares `spec` on the worker, which must hold the model of `model_hash` (empty: not
   // checked). Errors name the worker: kFailedPrecondition (no model, another model, a model it

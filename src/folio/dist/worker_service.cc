@@ -132,8 +132,14 @@ class WorkerImpl final : public v1::Worker::Service {
 
   grpc::Status Ping(grpc::ServerContext* /*context*/, const v1::PingRequest* request,
                     v1::PingReply* reply) override {
+    if (request->reply_payload_bytes() > kMaxPingPayloadBytes) {
+      return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                          fmt::format("a Ping reply carries at most {} bytes; {} were asked for",
+                                      kMaxPingPayloadBytes, request->reply_payload_bytes()));
+    }
     reply->set_sequence(request->sequence());
     reply->set_worker_incarnation(incarnation_);
+    reply->mutable_payload()->resize(static_cast<size_t>(request->reply_payload_bytes()));
     return grpc::Status::OK;
   }
 
