@@ -105,9 +105,9 @@ void BM_PrepareStage(benchmark::State& state, Source mode) {
     std::unique_ptr<WorkerClient> client =
         WorkerClient::connect(service->address(), setup.identity).value();
     ShardTransfer transfer;
-    Result<PreparedStage> prepared = prepare_stage_with_weights(
-        *client, setup.source.get(), CacheBench::spec(), setup.identity.hash, kFirstEpoch,
-        &transfer);
+    Result<PreparedStage> prepared =
+        prepare_stage_with_weights(*client, setup.source.get(), CacheBench::spec(),
+                                   setup.identity.hash, kFirstEpoch, &transfer);
     FOLIO_CHECK(prepared.ok(), "{}", prepared.status().to_string());
     fetched += transfer.bytes_fetched;
   }

@@ -24,8 +24,8 @@ namespace folio::dist {
 namespace {
 
 using engine::RunnerRecovery;
-using ::testing::HasSubstr;
 using testing::expect_bit_equal;
+using ::testing::HasSubstr;
 using testing::kNumLayers;
 using testing::ModelOnDisk;
 using testing::ProcessPipeline;
@@ -135,8 +135,8 @@ TEST(WeightCacheProcessTest, GenerateOverCacheBackedLocalWorkersFetchesOnceAndNo
     expected += static_cast<int64_t>(file->find_tensor("token_embd.weight")->byte_size);
   }
   folio::testing::TemporaryDirectory cache;
-  const std::vector<std::string> workers = {"--local-workers", "2", "--local-worker-threads", "2",
-                                            "--local-worker-cache", cache.path()};
+  const std::vector<std::string> workers = {
+      "--local-workers", "2", "--local-worker-threads", "2", "--local-worker-cache", cache.path()};
   const std::string cold = generate(workers);
   EXPECT_THAT(without_log_lines(cold), HasSubstr(text));
   const std::vector<int64_t> cold_fetched = fetched_lines(cold);
