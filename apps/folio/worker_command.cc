@@ -22,6 +22,7 @@
 #include "apps/folio/commands.h"
 #include "apps/folio/model_hash.h"
 #include "apps/folio/shutdown_signals.h"
+#include "folio/dist/weight_cache.h"
 #include "folio/dist/worker_service.h"
 
 namespace folio::app {
@@ -78,9 +79,19 @@ void run_worker(const WorkerOptions& options) {
     check_command(model.status());
     service_options.model = *model;
     service_options.model_path = options.model_path;
+  } else if (!options.cache_directory.empty()) {
+    service_options.cache_directory = options.cache_directory;  // an error at start if unusable
   } else {
-    service_options.cache_directory =
-        options.cache_directory.empty() ? default_cache_directory() : options.cache_directory;
+    // The default is a convenience: a worker that cannot use it still serves the handshake, and
+    // refuses stages saying to give --cache-dir.
+    const std::string directory = default_cache_directory();
+    Result<std::unique_ptr<dist::WeightCache>> usable = dist::WeightCache::open(directory);
+    if (usable.ok()) {
+      service_options.cache_directory = directory;
+    } else {
+      std::fprintf(stderr, "folio worker: no weight cache: %s\n",
+                   usable.status().to_string().c_str());
+    }
   }
   // Shutdown from a coordinator: SIGTERM to the thread that waits for it below, so the service
   // stops in the same order (the Shutdown call's answer goes out in the grace).
