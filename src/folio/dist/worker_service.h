@@ -31,7 +31,9 @@
 // Thread safety: the handlers run on gRPC's threads; Hello and Ping read only what start()
 // fixed, the stage calls (PrepareStage, RunStage, CopyBlocks, Fence) are serialized by a mutex (one
 // stage, one step at a time); Watch reads the epoch from an atomic, so beats never wait behind a
-// step. epoch(), shutdown_requested() and inject_unavailable() may be called from any thread;
+// step. OfferShard and PushTensors read and write the weight cache outside that mutex (the cache
+// is safe from any thread) and take it only to record or copy the offered manifest.
+// epoch(), shutdown_requested() and inject_unavailable() may be called from any thread;
 // shutdown() and the destructor from any one thread.
 #pragma once
 
