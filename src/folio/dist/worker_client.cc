@@ -457,6 +457,17 @@ Status WorkerClient::shutdown(uint64_t epoch, const std::string& reason) {
   return call_status(state_->info.address, "Shutdown", status, state_->options.call_timeout);
 }
 
+namespace {
+
+// prepare_timeout plus `bytes` at the options' slowest transfer rate.
+std::chrono::milliseconds transfer_timeout(const WorkerClientOptions& options, int64_t bytes) {
+  const int64_t rate = std::max<int64_t>(1, options.min_transfer_bytes_per_second);
+  return options.prepare_timeout +
+         std::chrono::milliseconds(bytes / rate * 1000 + bytes % rate * 1000 / rate);
+}
+
+}  // namespace
+
 Result<ShardOffer> WorkerClient::offer_shard(const ShardManifest& manifest, uint64_t epoch) {
   v1::OfferShardRequest request;
   request.set_model_hash(manifest.model_hash);
@@ -474,11 +485,13 @@ Result<ShardOffer> WorkerClient::offer_shard(const ShardManifest& manifest, uint
   }
   v1::OfferShardReply reply;
   grpc::ClientContext context;
-  // The worker reads and hashes every entry it holds of the shard: as long as a prepare.
-  context.set_deadline(deadline_after(state_->options.prepare_timeout));
+  // The worker reads and hashes every entry it holds of the shard.
+  const std::chrono::milliseconds timeout =
+      transfer_timeout(state_->options, manifest.tensor_bytes());
+  context.set_deadline(deadline_after(timeout));
   FOLIO_RETURN_IF_ERROR(state_->begin_call(&context, "OfferShard"));
   const grpc::Status status = state_->stub->OfferShard(&context, request, &reply);
-  FOLIO_RETURN_IF_ERROR(state_->finish_call("OfferShard", status, state_->options.prepare_timeout));
+  FOLIO_RETURN_IF_ERROR(state_->finish_call("OfferShard", status, timeout));
   ShardOffer offer;
   for (const std::string& text : reply.missing_hashes()) {
     Result<ContentHash> hash = ContentHash::parse(text);
@@ -497,9 +510,13 @@ Result<ShardOffer> WorkerClient::offer_shard(const ShardManifest& manifest, uint
 Result<int64_t> WorkerClient::push_tensors(std::span<const TensorUpload> tensors,
                                            int64_t chunk_bytes) {
   FOLIO_CHECK(chunk_bytes > 0, "chunk_bytes {}", chunk_bytes);
+  int64_t total_bytes = 0;
+  for (const TensorUpload& tensor : tensors)
+    total_bytes += static_cast<int64_t>(tensor.bytes.size());
+  const std::chrono::milliseconds timeout = transfer_timeout(state_->options, total_bytes);
   v1::PushTensorsReply reply;
   grpc::ClientContext context;
-  context.set_deadline(deadline_after(state_->options.prepare_timeout));
+  context.set_deadline(deadline_after(timeout));
   FOLIO_RETURN_IF_ERROR(state_->begin_call(&context, "PushTensors"));
   std::unique_ptr<grpc::ClientWriter<v1::TensorChunk>> writer =
       state_->stub->PushTensors(&context, &reply);
@@ -521,8 +538,7 @@ Result<int64_t> WorkerClient::push_tensors(std::span<const TensorUpload> tensors
   }
   if (open) writer->WritesDone();
   const grpc::Status status = writer->Finish();
-  FOLIO_RETURN_IF_ERROR(
-      state_->finish_call("PushTensors", status, state_->options.prepare_timeout));
+  FOLIO_RETURN_IF_ERROR(state_->finish_call("PushTensors", status, timeout));
   return static_cast<int64_t>(reply.bytes_received());
 }
 

@@ -68,6 +68,10 @@ struct WorkerClientOptions {
   // Bounds PrepareStage (the worker opens its model and builds the stage) and each RunStage.
   std::chrono::milliseconds prepare_timeout{60000};
   std::chrono::milliseconds step_timeout{30000};
+  // The weight cache's calls (offer_shard, push_tensors) move or read a shard's bytes: each is
+  // bounded by prepare_timeout plus its bytes at this rate, the slowest link or disk a transfer
+  // may meet (a 4 GB shard gets 60 s + about 76 s at the default 50 MiB/s).
+  int64_t min_transfer_bytes_per_second = int64_t{50} << 20;
   std::chrono::milliseconds keepalive_time{10000};
   std::chrono::milliseconds keepalive_timeout{5000};
 };
@@ -213,11 +217,12 @@ class WorkerClient {
   // Tells the worker process to exit once it has answered; `reason` goes to its log.
   Status shutdown(uint64_t epoch, const std::string& reason);
   // The weight cache (protocol revision 5), for a worker without the model file (its
-  // info().model.hash is empty). offer_shard() sends the stage's manifest; the worker verifies
+  // info().model.hash is empty); both calls are bounded by prepare_timeout plus their bytes at
+  // min_transfer_bytes_per_second. offer_shard() sends the stage's manifest; the worker verifies
   // what its cache holds and answers what it lacks (kFailedPrecondition: the worker has no cache
   // or reads a model file; kInvalidArgument: a manifest it finds malformed). push_tensors()
   // streams `tensors` (each labelled with the hash the manifest gave it) in chunks of at most
-  // `chunk_bytes`, one client-streaming call bounded by prepare_timeout; the worker hashes each
+  // `chunk_bytes`, one client-streaming call bounded as above; the worker hashes each
   // tensor as it arrives and refuses, storing nothing of that tensor, bytes that do not hash to
   // their label (kDataLoss naming the tensor). Returns the bytes the worker stored.
   Result<ShardOffer> offer_shard(const ShardManifest& manifest, uint64_t epoch = kFirstEpoch);
