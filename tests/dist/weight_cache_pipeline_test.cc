@@ -54,9 +54,11 @@ int64_t shard_bytes(const gguf::GgufFile& file, int64_t first, int64_t end) {
   return bytes;
 }
 
-std::unique_ptr<WorkerService> start_cache_worker(const std::string& cache_directory) {
+std::unique_ptr<WorkerService> start_cache_worker(const std::string& cache_directory,
+                                                  uint64_t memory = 0) {
   WorkerServiceOptions options;
   options.threads = 2;
+  options.memory_budget_bytes = memory;
   options.cache_directory = cache_directory;
   Result<std::unique_ptr<WorkerService>> service = WorkerService::start(options);
   FOLIO_CHECK(service.ok(), "{}", service.status().to_string());
@@ -212,6 +214,33 @@ TEST(WeightCacheManifestTest, BytesThatDoNotMatchTheManifestHashAreRefused) {
   ASSERT_FALSE(prepared.ok());
   EXPECT_EQ(prepared.status().code(), StatusCode::kFailedPrecondition);
   EXPECT_THAT(std::string(prepared.status().message()), HasSubstr("weight cache"));
+}
+
+TEST(WeightCacheManifestTest, ShardOverTheWorkersMemoryBudgetIsRefusedAndFitsWithOneByteMore) {
+  const ModelOnDisk model(DType::kF32);
+  Result<gguf::GgufFile> file = gguf::GgufFile::open(model.path);
+  ASSERT_TRUE(file.ok());
+  ShardSource source(*file, model.identity.hash);
+  const PipelineStageSpec spec = stage_spec(0, 2, true);
+  const auto budget = static_cast<uint64_t>(shard_bytes(*file, 0, 2) + spec.pool_bytes - 1);
+  folio::testing::TemporaryDirectory directory;
+  auto service = start_cache_worker(directory.path(), budget);
+  auto client = testing::connect_to(*service);
+  ShardTransfer transfer;
+  Result<PreparedStage> prepared = prepare_stage_with_weights(
+      *client, &source, spec, model.identity.hash, kFirstEpoch, &transfer);
+  EXPECT_EQ(transfer.bytes_fetched, shard_bytes(*file, 0, 2));
+  ASSERT_FALSE(prepared.ok());
+  EXPECT_EQ(prepared.status().code(), StatusCode::kResourceExhausted) << prepared.status();
+  EXPECT_THAT(std::string(prepared.status().message()),
+              HasSubstr(fmt::format("memory budget of {} bytes", budget)));
+  // One byte more and it fits; the cache is warm by now.
+  auto roomy = start_cache_worker(directory.path(), budget + 1);
+  auto roomy_client = testing::connect_to(*roomy);
+  prepared = prepare_stage_with_weights(*roomy_client, &source, spec, model.identity.hash,
+                                        kFirstEpoch, &transfer);
+  EXPECT_TRUE(prepared.ok()) << prepared.status();
+  EXPECT_EQ(transfer.bytes_fetched, 0);
 }
 
 TEST(WeightCacheManifestTest, MalformedManifestsAndWorkersWithoutACacheAreRefused) {

@@ -579,6 +579,18 @@ class WorkerImpl final : public v1::Worker::Service {
       return refuse(fmt::format("the stage is of model {}, the shard offered of model {}",
                                 request.model_hash(), offered_->model_hash));
     }
+    // Refused before the shard is read into memory (the check after building the stage would
+    // come too late to keep a worker within its budget).
+    const auto needed = static_cast<uint64_t>(offered_->tensor_bytes()) + request.pool_bytes();
+    if (options_.memory_budget_bytes > 0 && needed > options_.memory_budget_bytes) {
+      return grpc::Status(
+          grpc::StatusCode::RESOURCE_EXHAUSTED,
+          fmt::format("the stage of layers [{}, {}) needs {} bytes ({} of weights, a pool of {}), "
+                      "more than this worker's memory budget of {} bytes: give it fewer layers, "
+                      "fewer KV blocks or more memory (--memory)",
+                      request.first_layer(), request.end_layer(), needed, offered_->tensor_bytes(),
+                      request.pool_bytes(), options_.memory_budget_bytes));
+    }
     const std::string identity = shard_identity(*offered_);
     if (shard_model_ != nullptr && identity == shard_model_identity_) return grpc::Status::OK;
     shard_model_.reset();
