@@ -508,6 +508,91 @@ Status WorkerClient::shutdown(uint64_t epoch, const std::string& reason) {
   return call_status(state_->info.address, "Shutdown", status, state_->options.call_timeout);
 }
 
+namespace {
+
+// prepare_timeout plus `bytes` at the options' slowest transfer rate.
+std::chrono::milliseconds transfer_timeout(const WorkerClientOptions& options, int64_t bytes) {
+  const int64_t rate = std::max<int64_t>(1, options.min_transfer_bytes_per_second);
+  return options.prepare_timeout +
+         std::chrono::milliseconds(bytes / rate * 1000 + bytes % rate * 1000 / rate);
+}
+
+}  // namespace
+
+Result<ShardOffer> WorkerClient::offer_shard(const ShardManifest& manifest, uint64_t epoch) {
+  v1::OfferShardRequest request;
+  request.set_model_hash(manifest.model_hash);
+  request.set_first_layer(static_cast<uint32_t>(manifest.shard.first_layer));
+  request.set_end_layer(static_cast<uint32_t>(manifest.shard.end_layer));
+  request.set_metadata_gguf(manifest.metadata.data(), manifest.metadata.size());
+  request.set_epoch(epoch);
+  for (const ShardTensor& tensor : manifest.tensors) {
+    v1::ShardTensor* entry = request.add_tensors();
+    entry->set_name(tensor.name);
+    entry->set_dtype(std::string(dtype_name(tensor.dtype)));
+    for (const int64_t dimension : tensor.dimensions) entry->add_dimensions(dimension);
+    entry->set_content_hash(tensor.hash.to_string());
+    entry->set_byte_size(static_cast<uint64_t>(tensor.byte_size));
+  }
+  v1::OfferShardReply reply;
+  grpc::ClientContext context;
+  // The worker reads and hashes every entry it holds of the shard.
+  const std::chrono::milliseconds timeout =
+      transfer_timeout(state_->options, manifest.tensor_bytes());
+  context.set_deadline(deadline_after(timeout));
+  FOLIO_RETURN_IF_ERROR(state_->begin_call(&context, "OfferShard"));
+  const grpc::Status status = state_->stub->OfferShard(&context, request, &reply);
+  FOLIO_RETURN_IF_ERROR(state_->finish_call("OfferShard", status, timeout));
+  ShardOffer offer;
+  for (const std::string& text : reply.missing_hashes()) {
+    Result<ContentHash> hash = ContentHash::parse(text);
+    if (!hash.ok()) {
+      return hash.status().with_context(
+          fmt::format("worker {} answered OfferShard", state_->info.address));
+    }
+    offer.missing.push_back(*hash);
+  }
+  offer.cached_bytes = static_cast<int64_t>(reply.cached_bytes());
+  offer.missing_bytes = static_cast<int64_t>(reply.missing_bytes());
+  offer.corrupted_entries = static_cast<int32_t>(reply.corrupted_entries());
+  return offer;
+}
+
+Result<int64_t> WorkerClient::push_tensors(std::span<const TensorUpload> tensors,
+                                           int64_t chunk_bytes) {
+  FOLIO_CHECK(chunk_bytes > 0, "chunk_bytes {}", chunk_bytes);
+  int64_t total_bytes = 0;
+  for (const TensorUpload& tensor : tensors)
+    total_bytes += static_cast<int64_t>(tensor.bytes.size());
+  const std::chrono::milliseconds timeout = transfer_timeout(state_->options, total_bytes);
+  v1::PushTensorsReply reply;
+  grpc::ClientContext context;
+  context.set_deadline(deadline_after(timeout));
+  FOLIO_RETURN_IF_ERROR(state_->begin_call(&context, "PushTensors"));
+  std::unique_ptr<grpc::ClientWriter<v1::TensorChunk>> writer =
+      state_->stub->PushTensors(&context, &reply);
+  v1::TensorChunk chunk;
+  bool open = true;
+  for (const TensorUpload& tensor : tensors) {
+    chunk.set_content_hash(tensor.hash.to_string());
+    chunk.set_byte_size(tensor.bytes.size());
+    size_t offset = 0;
+    do {
+      const size_t size = std::min(tensor.bytes.size() - offset, static_cast<size_t>(chunk_bytes));
+      chunk.set_offset(offset);
+      chunk.set_data(tensor.bytes.data() + offset, size);
+      // A failed write means the stream ended (the worker refused or is gone): Finish says why.
+      open = writer->Write(chunk);
+      offset += size;
+    } while (open && offset < tensor.bytes.size());
+    if (!open) break;
+  }
+  if (open) writer->WritesDone();
+  const grpc::Status status = writer->Finish();
+  FOLIO_RETURN_IF_ERROR(state_->finish_call("PushTensors", status, timeout));
+  return static_cast<int64_t>(reply.bytes_received());
+}
+
 void WorkerClient::abandon(const std::string& reason) {
   const MutexLock lock(state_->mutex);
   if (state_->abandoned) return;
