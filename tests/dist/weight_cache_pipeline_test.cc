@@ -229,18 +229,19 @@ TEST(WeightCacheManifestTest, ShardOverTheWorkersMemoryBudgetIsRefusedAndFitsWit
   ShardTransfer transfer;
   Result<PreparedStage> prepared = prepare_stage_with_weights(
       *client, &source, spec, model.identity.hash, kFirstEpoch, &transfer);
-  EXPECT_EQ(transfer.bytes_fetched, shard_bytes(*file, 0, 2));
+  // Refused at the offer, before a byte of the shard was sent.
+  EXPECT_EQ(source.bytes_fetched_total(), 0);
   ASSERT_FALSE(prepared.ok());
   EXPECT_EQ(prepared.status().code(), StatusCode::kResourceExhausted) << prepared.status();
   EXPECT_THAT(std::string(prepared.status().message()),
               HasSubstr(fmt::format("memory budget of {} bytes", budget)));
-  // One byte more and it fits; the cache is warm by now.
+  // One byte more and it fits: the shard is fetched then.
   auto roomy = start_cache_worker(directory.path(), budget + 1);
   auto roomy_client = testing::connect_to(*roomy);
   prepared = prepare_stage_with_weights(*roomy_client, &source, spec, model.identity.hash,
                                         kFirstEpoch, &transfer);
   EXPECT_TRUE(prepared.ok()) << prepared.status();
-  EXPECT_EQ(transfer.bytes_fetched, 0);
+  EXPECT_EQ(transfer.bytes_fetched, shard_bytes(*file, 0, 2));
 }
 
 TEST(WeightCacheManifestTest, MalformedManifestsAndWorkersWithoutACacheAreRefused) {

@@ -23,14 +23,14 @@ Result<const ShardManifest*> ShardSource::manifest(const model::LlamaShard& shar
 }
 
 Result<ShardTransfer> ShardSource::send(WorkerClient& worker, const model::LlamaShard& shard,
-                                        uint64_t epoch) {
+                                        uint64_t epoch, int64_t pool_bytes) {
   const std::string context =
       fmt::format("sending the weights of layers [{}, {}) to worker {}", shard.first_layer,
                   shard.end_layer, worker.info().address);
   Result<const ShardManifest*> made = manifest(shard);
   if (!made.ok()) return made.status().with_context(context);
   const ShardManifest& manifest = **made;
-  Result<ShardOffer> offer = worker.offer_shard(manifest, epoch);
+  Result<ShardOffer> offer = worker.offer_shard(manifest, epoch, pool_bytes);
   if (!offer.ok()) return offer.status().with_context(context);
   std::vector<TensorUpload> uploads;
   ShardTransfer transfer;
@@ -85,9 +85,9 @@ Result<PreparedStage> prepare_stage_with_weights(WorkerClient& worker, ShardSour
                                                  const std::string& model_hash, uint64_t epoch,
                                                  ShardTransfer* transfer) {
   if (source != nullptr && worker.info().model.hash.empty()) {
-    FOLIO_ASSIGN_OR_RETURN(
-        const ShardTransfer sent,
-        source->send(worker, model::LlamaShard{spec.first_layer, spec.end_layer}, epoch));
+    FOLIO_ASSIGN_OR_RETURN(const ShardTransfer sent,
+                           source->send(worker, model::LlamaShard{spec.first_layer, spec.end_layer},
+                                        epoch, spec.pool_bytes));
     if (transfer != nullptr) *transfer = sent;
   }
   return worker.prepare_stage(spec, model_hash, epoch);

@@ -41,7 +41,10 @@ class ShardSource {
   // Offers `worker` the shard of `shard`'s layers in `epoch` and streams the tensors it lacks.
   // Errors: the manifest's (a layer range outside the model), the worker's (no cache, a stale
   // epoch, refused bytes), with the worker and the layers named.
-  Result<ShardTransfer> send(WorkerClient& worker, const model::LlamaShard& shard, uint64_t epoch);
+  // `pool_bytes`: the pool the stage will be prepared with, so a worker too small for it and
+  // the shard refuses before anything is sent.
+  Result<ShardTransfer> send(WorkerClient& worker, const model::LlamaShard& shard, uint64_t epoch,
+                             int64_t pool_bytes = 0);
 
   // The manifest of `shard`'s layers (made on first use, then kept).
   Result<const ShardManifest*> manifest(const model::LlamaShard& shard);

@@ -519,8 +519,10 @@ std::chrono::milliseconds transfer_timeout(const WorkerClientOptions& options, i
 
 }  // namespace
 
-Result<ShardOffer> WorkerClient::offer_shard(const ShardManifest& manifest, uint64_t epoch) {
+Result<ShardOffer> WorkerClient::offer_shard(const ShardManifest& manifest, uint64_t epoch,
+                                             int64_t pool_bytes) {
   v1::OfferShardRequest request;
+  request.set_pool_bytes(static_cast<uint64_t>(std::max<int64_t>(0, pool_bytes)));
   request.set_model_hash(manifest.model_hash);
   request.set_first_layer(static_cast<uint32_t>(manifest.shard.first_layer));
   request.set_end_layer(static_cast<uint32_t>(manifest.shard.end_layer));

@@ -254,7 +254,10 @@ class WorkerClient {
   // `chunk_bytes`, one client-streaming call bounded as above; the worker hashes each
   // tensor as it arrives and refuses, storing nothing of that tensor, bytes that do not hash to
   // their label (kDataLoss naming the tensor). Returns the bytes the worker stored.
-  Result<ShardOffer> offer_shard(const ShardManifest& manifest, uint64_t epoch = kFirstEpoch);
+  // `pool_bytes`: the pool the stage will be prepared with (kResourceExhausted when the worker's
+  // budget cannot hold it and the shard's weights).
+  Result<ShardOffer> offer_shard(const ShardManifest& manifest, uint64_t epoch = kFirstEpoch,
+                                 int64_t pool_bytes = 0);
   Result<int64_t> push_tensors(std::span<const TensorUpload> tensors,
                                int64_t chunk_bytes = int64_t{1} << 20);
 

@@ -445,6 +445,12 @@ class WorkerImpl final : public v1::Worker::Service {
       const uint64_t current = epoch_.load(std::memory_order_relaxed);
       if (request->epoch() < current) return refuse(stale_epoch_message(request->epoch(), current));
     }
+    // Before anything is verified or sent: a shard that cannot fit is not worth fetching.
+    if (grpc::Status fits =
+            check_shard_fits(manifest->shard, manifest->tensor_bytes(), request->pool_bytes());
+        !fits.ok()) {
+      return fits;
+    }
     // Verified outside the stage mutex: reading the entries takes a while, and the cache is safe
     // to use from any thread.
     uint64_t cached_bytes = 0, missing_bytes = 0;
@@ -571,6 +577,23 @@ class WorkerImpl final : public v1::Worker::Service {
     return grpc::Status::OK;
   }
 
+  // RESOURCE_EXHAUSTED when the shard's weights and a stage pool of `pool_bytes` exceed the
+  // memory budget (none: no limit).
+  grpc::Status check_shard_fits(const model::LlamaShard& shard, int64_t weight_bytes,
+                                uint64_t pool_bytes) const {
+    const auto needed = static_cast<uint64_t>(weight_bytes) + pool_bytes;
+    if (options_.memory_budget_bytes == 0 || needed <= options_.memory_budget_bytes) {
+      return grpc::Status::OK;
+    }
+    return grpc::Status(
+        grpc::StatusCode::RESOURCE_EXHAUSTED,
+        fmt::format("the stage of layers [{}, {}) needs {} bytes ({} of weights, a pool of {}), "
+                    "more than this worker's memory budget of {} bytes: give it fewer layers, "
+                    "fewer KV blocks or more memory (--memory)",
+                    shard.first_layer, shard.end_layer, needed, weight_bytes, pool_bytes,
+                    options_.memory_budget_bytes));
+  }
+
   // Builds shard_model_ from the cache for the layers `request` prepares, from the shard
   // offered last; keeps the one built before when it is the same shard.
   grpc::Status open_offered_shard(const v1::PrepareStageRequest& request) FOLIO_REQUIRES(mutex_) {
@@ -587,15 +610,10 @@ class WorkerImpl final : public v1::Worker::Service {
     }
     // Refused before the shard is read into memory (the check after building the stage would
     // come too late to keep a worker within its budget).
-    const auto needed = static_cast<uint64_t>(offered_->tensor_bytes()) + request.pool_bytes();
-    if (options_.memory_budget_bytes > 0 && needed > options_.memory_budget_bytes) {
-      return grpc::Status(
-          grpc::StatusCode::RESOURCE_EXHAUSTED,
-          fmt::format("the stage of layers [{}, {}) needs {} bytes ({} of weights, a pool of {}), "
-                      "more than this worker's memory budget of {} bytes: give it fewer layers, "
-                      "fewer KV blocks or more memory (--memory)",
-                      request.first_layer(), request.end_layer(), needed, offered_->tensor_bytes(),
-                      request.pool_bytes(), options_.memory_budget_bytes));
+    if (grpc::Status fits =
+            check_shard_fits(offered_->shard, offered_->tensor_bytes(), request.pool_bytes());
+        !fits.ok()) {
+      return fits;
     }
     const std::string identity = shard_identity(*offered_);
     if (shard_model_ != nullptr && identity == shard_model_identity_) return grpc::Status::OK;
