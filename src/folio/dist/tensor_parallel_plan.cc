@@ -165,22 +165,27 @@ Result<PlacementChoice> choose_placement(const Result<PipelinePlan>& pipeline,
     int64_t streamed = 0;
     for (const PipelineStagePlan& stage : pipeline->stages)
       streamed += stage.cost.decode_bytes_read;
-    const auto cuts = static_cast<double>(pipeline->stages.size() - 1);
-    const double seconds =
-        static_cast<double>(streamed) / cost.memory_bytes_per_second +
-        cuts * (cost.link_latency_seconds +
-                static_cast<double>(pipeline->hidden_bytes_per_token) / cost.link_bytes_per_second);
+    // The coordinator relays the step through the stages: a request and a reply per stage, one
+    // after another, the residual stream crossing each cut.
+    const auto stages = static_cast<double>(pipeline->stages.size());
+    const double messages = 2 * stages;
+    const double seconds = static_cast<double>(streamed) / cost.memory_bytes_per_second +
+                           messages * cost.link_latency_seconds +
+                           (stages - 1) * 2 *
+                               static_cast<double>(pipeline->hidden_bytes_per_token) /
+                               cost.link_bytes_per_second;
     choice.pipeline_seconds_per_token = seconds;
-    pipeline_terms = fmt::format("{} streamed stage after stage + {} cut(s)", mib(streamed),
-                                 pipeline->stages.size() - 1);
+    pipeline_terms =
+        fmt::format("{} streamed stage after stage + {:.0f} messages", mib(streamed), messages);
   }
   if (tensor.ok()) {
     int64_t slowest = 0;
     for (const TensorParallelRankPlan& rank : tensor->ranks) {
       slowest = std::max(slowest, rank.decode_bytes_read);
     }
+    // A request and a reply to every rank at once, then each all-reduce's ring messages.
     const double messages =
-        static_cast<double>(tensor->all_reduces_per_step * tensor->messages_per_all_reduce);
+        2 + static_cast<double>(tensor->all_reduces_per_step * tensor->messages_per_all_reduce);
     const double seconds =
         static_cast<double>(slowest) / cost.memory_bytes_per_second +
         messages * cost.link_latency_seconds +

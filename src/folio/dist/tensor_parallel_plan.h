@@ -95,8 +95,10 @@ struct PlacementChoice {
 
 // Chooses between a pipeline plan and a tensor plan (either may be an error: the other wins) by
 // the decode-token time of the cost model: a pipeline runs its stages one after another (the sum
-// of the stages' weight streaming, plus a message per cut), the tensor ranks at once (the
-// slowest rank's streaming, plus each all-reduce's messages and bytes). kInvalidArgument when
+// of the stages' weight streaming, a request and a reply per stage, the residual stream over
+// each cut), the tensor ranks at once (the slowest rank's streaming, one request and reply, and
+// each all-reduce's ring messages and bytes). Messages cost the link's latency each; what is
+// common to both (the step's arrays, the logits) is left out. kInvalidArgument when
 // neither plan is usable, quoting both errors.
 Result<PlacementChoice> choose_placement(const Result<PipelinePlan>& pipeline,
                                          const Result<TensorParallelPlan>& tensor,

@@ -57,7 +57,10 @@ LlamaSplitAxis llama_split_axis(std::string_view name) {
   for (std::string_view column :
        {"attn_q.weight", "attn_k.weight", "attn_v.weight", "attn_q.bias", "attn_k.bias",
         "attn_v.bias", "ffn_gate.weight", "ffn_up.weight"}) {
-    if (ends_with(name, std::string(".") + std::string(column))) return LlamaSplitAxis::kColumns;
+    if (ends_with(name, column) && name.size() > column.size() &&
+        name[name.size() - column.size() - 1] == '.') {
+      return LlamaSplitAxis::kColumns;
+    }
   }
   if (ends_with(name, ".attn_output.weight") || ends_with(name, ".ffn_down.weight")) {
     return LlamaSplitAxis::kRows;
