@@ -3,8 +3,12 @@
 // of its KV heads, its own pool and captured graphs) on a thread of its own, the ranks' partial
 // sums added by the all_reduce_sum ops over dist's in-process group. Against one executor of the
 // whole model: every logit within 1e-4 of the row's largest logit (the reduction adds partial
-// sums in another order than one matmul does), the same greedy tokens, and every rank's logits
-// bit-equal to rank 0's (all_reduce_sum is bit-identical on every member).
+// sums in another order than one matmul does: about 5e-7 measured), the same greedy tokens, and
+// every rank's logits bit-equal to rank 0's (all_reduce_sum is bit-identical on every member).
+// q8_0 quantizes each matmul's activations to int8 per block of 32: an activation that differs
+// by an ulp can round to the neighbouring integer, a step of 1/127 of its block's largest value,
+// and every later step of that sequence reads KV written after it. So for q8_0 most steps are
+// within 1e-4 (about 2e-7), and a step downstream of such a flip within 2e-2.
 #include <algorithm>
 #include <cmath>
 #include <memory>
@@ -240,6 +244,7 @@ TEST_P(TensorParallelTest, RanksMatchOneProcess) {
 
   testing::PipelineStepMaker maker(static_cast<int32_t>(shape.vocab_size));
   int32_t rows_compared = 0;
+  size_t steps_within_1e4 = 0;
   for (size_t step_index = 0; step_index < Script::steps().size(); ++step_index) {
     const testing::PipelineStepArrays arrays = maker.make(step_index);
     const Status status = fixture.run(arrays.batch());
@@ -247,9 +252,10 @@ TEST_P(TensorParallelTest, RanksMatchOneProcess) {
     const std::vector<float>& expected = fixture.whole().logits();
     const std::vector<float>& actual = fixture.rank(0).logits();
     ASSERT_EQ(actual.size(), expected.size());
-    EXPECT_LE(worst_relative_difference(actual, expected, fixture.whole().vocab()), 1e-4)
-        << "step " << step_index;
     const int32_t vocab = fixture.whole().vocab();
+    const double difference = worst_relative_difference(actual, expected, vocab);
+    EXPECT_LE(difference, test.dtype == DType::kQ8_0 ? 2e-2 : 1e-4) << "step " << step_index;
+    if (difference <= 1e-4) steps_within_1e4 += 1;
     for (size_t row = 0; row * static_cast<size_t>(vocab) < expected.size(); ++row) {
       const std::span<const float> expected_row(expected.data() + row * vocab,
                                                 static_cast<size_t>(vocab));
@@ -267,6 +273,8 @@ TEST_P(TensorParallelTest, RanksMatchOneProcess) {
     }
   }
   EXPECT_EQ(rows_compared, Script::kTotalLogitRows);
+  // Most steps within 1e-4 also for q8_0 (a rounding flip is rare).
+  EXPECT_GE(4 * steps_within_1e4, 3 * Script::steps().size());
 }
 
 // Greedy decoding of one sequence, each side feeding back its own argmax: the same tokens.
