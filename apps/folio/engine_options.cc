@@ -336,12 +336,12 @@ void add_engine_options(CLI::App& command, EngineCommandOptions& options) {
   command.add_option("-m,--model", options.model_path, "GGUF model file")->required();
   command
       .add_option("--workers", options.workers,
-                  "Pipeline parallelism: run the layers on these `folio worker -m MODEL` "
-                  "addresses, HOST:PORT,... in pipeline order")
+                  "Run the model on these `folio worker -m MODEL` addresses, HOST:PORT,... in "
+                  "pipeline (or rank) order, split as --placement says")
       ->delimiter(',');
   command.add_option("--local-workers", options.local_workers,
-                     "Pipeline parallelism over this many `folio worker` processes started on "
-                     "free loopback ports for this command");
+                     "Run the model over this many `folio worker` processes started on free "
+                     "loopback ports for this command, split as --placement says");
   command.add_option("--local-worker-threads", options.local_worker_threads,
                      "Compute threads of each local worker (0: --threads)");
   command
