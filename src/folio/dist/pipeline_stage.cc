@@ -117,6 +117,13 @@ Result<std::unique_ptr<PipelineStage>> PipelineStage::create(const model::LlamaM
     FOLIO_ASSIGN_OR_RETURN(
         stage->shard_, model::LlamaTensorShard::create(model.shape(), model.weights(), split, {}));
     weights = stage->shard_.get();
+    // The rank reads the split matrices from its own copies: the mapping's pages of them, read
+    // while copying (a row split's pages hold the other ranks' columns too), go back to the OS.
+    for (const gguf::GgufTensorInfo& info : model.file().tensors()) {
+      if (model::llama_split_axis(info.name) != model::LlamaSplitAxis::kReplicated) {
+        model.file().drop_resident_pages(info);
+      }
+    }
     stage->group_ = std::move(group);
     stage->group_steps_ = std::make_unique<GroupStepCollectives>(*stage->group_);
     stage->timed_collectives_ = std::make_unique<TimedStepCollectives>(*stage->group_steps_);
