@@ -22,11 +22,13 @@
 #include "folio/device/host_virtual_memory.h"
 #include "folio/dist/group_step_collectives.h"
 #include "folio/dist/in_process_collectives.h"
+#include "folio/dist/pipeline_stage.h"
 #include "folio/exec/arena_memory.h"
 #include "folio/exec/executor.h"
 #include "folio/exec/host_buffer.h"
 #include "folio/exec/multi_shape_arena.h"
 #include "folio/gguf/gguf_writer.h"
+#include "folio/kernels/cpu/q8_0_panels.h"
 #include "folio/memory/page_pool.h"
 #include "folio/model/llama_graph.h"
 #include "folio/model/llama_model.h"
@@ -364,6 +366,64 @@ TEST(LlamaTensorShardTest, SlicesAreTheRanksRowsAndColumns) {
     Result<TensorView> full_norm = (*model)->weights().find_weight("blk.0.attn_norm.weight");
     ASSERT_TRUE(norm.ok() && full_norm.ok());
     EXPECT_EQ(norm->data(), full_norm->data());
+  }
+}
+
+// A worker's rank (PipelineStage with a tensor split) refuses, before building anything: no
+// group or a group of another rank or size, a layer range that is not the whole model, an
+// illegal split, and (where the CPU packs q8_0 panels) a model opened with panels.
+TEST(TensorParallelStageTest, RankRefusesAWrongGroupRangeOrModel) {
+  LlamaShape shape;
+  shape.weight_dtype = DType::kQ8_0;
+  Result<gguf::GgufFile> file = generated_file(shape);
+  ASSERT_TRUE(file.ok()) << file.status();
+  Result<std::unique_ptr<LlamaModel>> model =
+      LlamaModel::from_file(std::move(*file), {.pack_q8_0_panels = false});
+  ASSERT_TRUE(model.ok()) << model.status();
+  PipelineStageSpec spec;
+  spec.end_layer = shape.num_layers;
+  spec.num_kv_blocks = kNumBlocks;
+  spec.block_size = kBlockSize;
+  spec.max_blocks_per_sequence = kMaxBlocksPerSequence;
+  spec.kv_dtype = DType::kF32;
+  spec.first_dummy_block = Script::kFirstDummyBlock;
+  spec.num_dummy_blocks = Script::kNumDummyBlocks;
+  spec.bucket_ladder = {1, 2, 4};
+  spec.max_sequences = Script::kMaxSequences;
+  spec.pool_bytes = int64_t{8} << 20;
+  spec.tensor_rank = 1;
+  spec.tensor_ranks = 2;
+  auto group_member = [](int rank, int size) {
+    return std::move(
+        make_in_process_group(size, std::chrono::seconds(5)).value()[static_cast<size_t>(rank)]);
+  };
+  const Status none = PipelineStage::create(**model, spec, 1, nullptr).status();
+  EXPECT_EQ(none.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(none.message().find("tensor rank 1 of 2 needs its member of a group of 2, got none"),
+            std::string_view::npos)
+      << none;
+  const Status other = PipelineStage::create(**model, spec, 1, group_member(0, 2)).status();
+  EXPECT_NE(other.message().find("got rank 0 of 2"), std::string_view::npos) << other;
+  PipelineStageSpec half = spec;
+  half.end_layer = 1;
+  const Status range = PipelineStage::create(**model, half, 1, group_member(1, 2)).status();
+  EXPECT_NE(range.message().find("runs every layer"), std::string_view::npos) << range;
+  PipelineStageSpec three = spec;
+  three.tensor_ranks = 3;
+  EXPECT_EQ(PipelineStage::create(**model, three, 1, group_member(1, 3)).status().code(),
+            StatusCode::kInvalidArgument);
+  Result<std::unique_ptr<PipelineStage>> rank =
+      PipelineStage::create(**model, spec, 1, group_member(1, 2));
+  ASSERT_TRUE(rank.ok()) << rank.status();
+  EXPECT_EQ((*rank)->vocab_size(), shape.vocab_size);
+  if (kernels::cpu::q8_0_panels_preferred()) {
+    Result<gguf::GgufFile> again = generated_file(shape);
+    ASSERT_TRUE(again.ok());
+    Result<std::unique_ptr<LlamaModel>> packed = LlamaModel::from_file(std::move(*again));
+    ASSERT_TRUE(packed.ok()) << packed.status();
+    const Status panels = PipelineStage::create(**packed, spec, 1, group_member(1, 2)).status();
+    EXPECT_EQ(panels.code(), StatusCode::kFailedPrecondition) << panels;
+    EXPECT_NE(panels.message().find("pack_q8_0_panels = false"), std::string_view::npos) << panels;
   }
 }
 
