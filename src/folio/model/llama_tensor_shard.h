@@ -57,7 +57,7 @@ class LlamaTensorShard final : public ir::WeightSource {
   const LlamaTensorSplit& split() const { return split_; }
   // Bytes of the rank's own copies (its slices, packed or not).
   int64_t owned_bytes() const { return owned_bytes_; }
-  // GGUF names of the rank's tensors packed as panels.
+  // How many of the rank's matrices are packed as panels.
   int64_t num_packed() const { return num_packed_; }
 
  private:
