@@ -609,6 +609,20 @@ void print_bench(const BenchOptions& options, const BenchSummary& summary) {
         static_cast<double>(traffic->request_bytes) / tokens,
         static_cast<double>(traffic->reply_bytes) / tokens);
   }
+  if (const std::optional<dist::TensorParallelTraffic> traffic = tensor_parallel_traffic()) {
+    const double tokens = static_cast<double>(std::max<int64_t>(1, traffic->tokens));
+    const double steps = static_cast<double>(std::max<int64_t>(1, traffic->steps));
+    std::printf(
+        "  tensor par.     %lld ranks, %lld steps; among ranks per step token: %.0f bytes "
+        "all-reduced, %.0f bytes on the wire from each rank (ring), %.1f us in collectives "
+        "(rank 0, %.1f us per step); coordinator %.0f bytes per step token\n",
+        static_cast<long long>(traffic->num_ranks), static_cast<long long>(traffic->steps),
+        static_cast<double>(traffic->reduced_bytes) / tokens,
+        static_cast<double>(traffic->wire_bytes_per_rank()) / tokens,
+        static_cast<double>(traffic->communication_ns) * 1e-3 / tokens,
+        static_cast<double>(traffic->communication_ns) * 1e-3 / steps,
+        static_cast<double>(traffic->request_bytes + traffic->reply_bytes) / tokens);
+  }
   std::printf("  preemptions     %lld (%lld by swap); prefix hit rate %.1f%%\n",
               static_cast<long long>(summary.preemptions),
               static_cast<long long>(summary.preemptions_by_swap), 100 * summary.prefix_hit_rate);

@@ -3,9 +3,11 @@
 #include <signal.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <deque>
 #include <filesystem>
 
@@ -14,8 +16,11 @@
 #include "apps/folio/progress_bar.h"
 #include "folio/base/mutex.h"
 #include "folio/base/random.h"
+#include "folio/base/read_bandwidth.h"
 #include "folio/dist/pipeline_plan.h"
 #include "folio/dist/pipeline_step_runner.h"
+#include "folio/dist/tensor_parallel_plan.h"
+#include "folio/dist/tensor_parallel_step_runner.h"
 
 namespace folio::app {
 namespace {
@@ -38,6 +43,43 @@ RecordedTraffic& recorded_traffic() {
   static RecordedTraffic recorded;
   return recorded;
 }
+
+// The same for a tensor-parallel runner.
+struct RecordedTensorTraffic {
+  Mutex mutex;
+  std::optional<dist::TensorParallelTraffic> traffic FOLIO_GUARDED_BY(mutex);
+};
+RecordedTensorTraffic& recorded_tensor_traffic() {
+  static RecordedTensorTraffic recorded;
+  return recorded;
+}
+
+// The engine's runner over tensor-parallel ranks, recording their traffic after every step.
+class InstrumentedTensorRunner final : public engine::StepRunner {
+ public:
+  explicit InstrumentedTensorRunner(std::unique_ptr<dist::TensorParallelStepRunner> runner)
+      : runner_(std::move(runner)) {
+    record();
+  }
+  Result<ir::StepOutput> run(const ir::StepBatch& step) override {
+    Result<ir::StepOutput> output = runner_->run(step);
+    record();
+    return output;
+  }
+  Status copy_blocks(std::span<const kv::BlockCopy> copies) override {
+    return runner_->copy_blocks(copies);
+  }
+  int32_t vocab_size() const override { return runner_->vocab_size(); }
+  int32_t max_logit_rows() const override { return runner_->max_logit_rows(); }
+
+ private:
+  void record() {
+    RecordedTensorTraffic& recorded = recorded_tensor_traffic();
+    const MutexLock lock(recorded.mutex);
+    recorded.traffic = runner_->traffic();
+  }
+  std::unique_ptr<dist::TensorParallelStepRunner> runner_;
+};
 
 // Kills a local worker every `every` steps (SIGKILL, a random one of the group), `rounds` times:
 // --kill-local-worker-every, to watch the recovery of issue 16 work on a real run.
@@ -128,7 +170,66 @@ struct PipelineRunnerSettings {
   std::chrono::milliseconds lease_interval{100};
   int32_t lease_misses = 3;
   WorkerKiller killer;
+  dist::Placement placement = dist::Placement::kPipeline;
+  std::string collective_store;  // empty: a new temporary directory
+  int32_t threads = 1;           // for measuring the memory bandwidth (--placement auto)
 };
+
+// The cost model of --placement auto: this machine's memory read bandwidth, measured now, and
+// the slowest of the workers' links as measured when they joined (half the empty Ping's median
+// round trip as one message, the lowest bandwidth).
+dist::PlacementCostModel measure_cost_model(const std::vector<dist::WorkerLink>& links,
+                                            int32_t threads) {
+  dist::PlacementCostModel cost;
+  ThreadPool pool(std::max(1, threads));
+  cost.memory_bytes_per_second =
+      measure_read_bandwidth(pool, {.buffer_bytes = int64_t{256} << 20, .passes = 2});
+  double slowest = 0;
+  double bandwidth = 0;
+  for (const dist::WorkerLink& link : links) {
+    slowest = std::max(slowest, std::chrono::duration<double>(link.latency.median).count() / 2);
+    if (link.bandwidth.bytes_per_second > 0) {
+      bandwidth = bandwidth == 0 ? link.bandwidth.bytes_per_second
+                                 : std::min(bandwidth, link.bandwidth.bytes_per_second);
+    }
+  }
+  cost.link_latency_seconds = slowest;
+  if (bandwidth > 0) cost.link_bytes_per_second = bandwidth;
+  return cost;
+}
+
+// A rendezvous directory for the tensor ranks' gloo group: `given`, or a new one under the
+// temporary directory (workers on this machine).
+Result<std::string> collective_store_directory(const std::string& given) {
+  if (!given.empty()) return given;
+  const char* tmp = std::getenv("TMPDIR");
+  std::string pattern = fmt::format("{}/folio-tp-XXXXXX", tmp != nullptr ? tmp : "/tmp");
+  if (::mkdtemp(pattern.data()) == nullptr) {
+    return unavailable(
+        "cannot make a rendezvous directory for the tensor ranks ({}): give "
+        "--collective-store DIR",
+        std::strerror(errno));
+  }
+  return pattern;
+}
+
+// The engine's runner over tensor-parallel ranks on `clients` (rank r on clients[r]): each
+// rank's pool holds its KV heads of the engine's KV blocks and the activation reserve.
+Result<std::unique_ptr<engine::StepRunner>> tensor_parallel_runner(
+    std::vector<std::unique_ptr<dist::WorkerClient>> clients, const dist::TensorParallelPlan& plan,
+    const engine::RemoteStepSetup& setup, const PipelineRunnerSettings& settings,
+    const std::string& model_hash) {
+  dist::PipelineStageSpec spec = dist::pipeline_stage_spec(
+      setup, 0, settings.shape.num_layers, plan.ranks.front().kv_bytes + settings.activation_bytes);
+  FOLIO_ASSIGN_OR_RETURN(spec.collective_store,
+                         collective_store_directory(settings.collective_store));
+  spec.collective_group_id = "folio-tp";
+  FOLIO_ASSIGN_OR_RETURN(
+      std::unique_ptr<dist::TensorParallelStepRunner> runner,
+      dist::TensorParallelStepRunner::create(std::move(clients), spec, model_hash));
+  return std::unique_ptr<engine::StepRunner>(
+      std::make_unique<InstrumentedTensorRunner>(std::move(runner)));
+}
 
 // Finds the worker that takes a lost one's place: a new local worker (--local-workers), else
 // the next spare (--spare-workers), else the lost worker's own address (one restarted there).
@@ -193,6 +294,7 @@ engine::RemoteRunnerFactory pipeline_runner_factory(PipelineRunnerSettings setti
     };
     std::vector<std::unique_ptr<dist::WorkerClient>> clients;
     std::vector<dist::WorkerInfo> infos;
+    std::vector<dist::WorkerLink> links;
     for (const std::string& address : settings.addresses) {
       FOLIO_ASSIGN_OR_RETURN(std::unique_ptr<dist::WorkerClient> client,
                              dist::WorkerClient::connect(address, identity));
@@ -207,6 +309,40 @@ engine::RemoteRunnerFactory pipeline_runner_factory(PipelineRunnerSettings setti
       }
       infos.push_back(client->info());
       clients.push_back(std::move(client));
+      links.push_back(link);
+    }
+    if (settings.placement != dist::Placement::kPipeline) {
+      std::vector<dist::PipelineWorker> workers;
+      for (const dist::WorkerInfo& info : infos) {
+        const uint64_t memory = info.memory_budget_bytes;
+        workers.push_back({info.address, memory > 0
+                                             ? std::optional<int64_t>(static_cast<int64_t>(memory) -
+                                                                      settings.activation_bytes)
+                                             : std::nullopt});
+      }
+      const Result<dist::TensorParallelPlan> tensor = dist::plan_tensor_parallel(
+          settings.shape, workers,
+          {.kv_dtype = setup.kv_dtype, .kv_tokens = setup.num_kv_blocks * setup.block_size});
+      bool use_tensor = settings.placement == dist::Placement::kTensor;
+      if (settings.placement == dist::Placement::kAuto) {
+        const dist::PipelinePlanOptions plan_options{
+            .balance = dist::PipelineBalance::kDecode,
+            .kv_tokens = setup.num_kv_blocks * setup.block_size};
+        const Result<dist::PipelinePlan> pipeline =
+            dist::plan_pipeline(cost, workers, plan_options);
+        const dist::PlacementCostModel cost_model = measure_cost_model(links, settings.threads);
+        FOLIO_ASSIGN_OR_RETURN(const dist::PlacementChoice choice,
+                               dist::choose_placement(pipeline, tensor, cost_model));
+        use_tensor = choice.placement == dist::Placement::kTensor;
+        if (!settings.quiet) {
+          std::fprintf(stderr, "placement auto chose %s\n", choice.reason.c_str());
+        }
+      }
+      if (use_tensor) {
+        if (!tensor.ok()) return tensor.status().with_context("--placement tp");
+        if (!settings.quiet) std::fputs(tensor->to_string().c_str(), stderr);
+        return tensor_parallel_runner(std::move(clients), *tensor, setup, settings, identity.hash);
+      }
     }
     FOLIO_ASSIGN_OR_RETURN(std::vector<dist::PipelineStageSpec> specs, plan_stages(infos));
     // The weight cache's source: workers without the model file are sent their stages' tensors
@@ -236,12 +372,12 @@ void add_engine_options(CLI::App& command, EngineCommandOptions& options) {
   command.add_option("-m,--model", options.model_path, "GGUF model file")->required();
   command
       .add_option("--workers", options.workers,
-                  "Pipeline parallelism: run the layers on these `folio worker -m MODEL` "
-                  "addresses, HOST:PORT,... in pipeline order")
+                  "Run the model on these `folio worker -m MODEL` addresses, HOST:PORT,... in "
+                  "pipeline (or rank) order, split as --placement says")
       ->delimiter(',');
   command.add_option("--local-workers", options.local_workers,
-                     "Pipeline parallelism over this many `folio worker` processes started on "
-                     "free loopback ports for this command");
+                     "Run the model over this many `folio worker` processes started on free "
+                     "loopback ports for this command, split as --placement says");
   command.add_option("--local-worker-threads", options.local_worker_threads,
                      "Compute threads of each local worker (0: --threads)");
   command.add_option("--local-worker-cache", options.local_worker_cache,
@@ -280,6 +416,16 @@ void add_engine_options(CLI::App& command, EngineCommandOptions& options) {
   command
       .add_option("--kill-seed", options.kill_seed, "Which workers --kill-local-worker-every picks")
       ->capture_default_str();
+  command
+      .add_option("--placement", options.placement,
+                  "How --workers / --local-workers split the model: pp (layers, a pipeline), tp "
+                  "(heads and FFN features: every worker runs every layer) or auto (the cheaper "
+                  "decode token by the cost model, with links measured as workers join)")
+      ->capture_default_str();
+  command.add_option("--collective-store", options.collective_store,
+                     "Tensor parallelism: a directory every worker reaches, where the ranks "
+                     "meet to form their gloo group (default: a new temporary directory, for "
+                     "workers on this machine)");
   command.add_option("--threads", options.threads, "Compute threads (0: all cores)");
   command
       .add_option("--memory-mib", options.memory_mib,
@@ -571,7 +717,22 @@ Result<std::unique_ptr<engine::ModelEngine>> start_model_engine(
     settings.killer = {.every = options.kill_local_worker_every,
                        .rounds = options.kill_rounds,
                        .seed = options.kill_seed};
+    FOLIO_ASSIGN_OR_RETURN(settings.placement, dist::parse_placement(options.placement));
+    settings.collective_store = options.collective_store;
+    settings.threads = options.threads > 0 ? options.threads : ThreadPool::default_num_threads();
+    if (settings.placement != dist::Placement::kPipeline &&
+        (settings.killer.every > 0 || !settings.spare_addresses.empty())) {
+      return invalid_argument(
+          "--placement {}: recovery from lost workers (--spare-workers, "
+          "--kill-local-worker-every) is for pipelines only",
+          options.placement);
+    }
     engine_options.remote_runner = pipeline_runner_factory(std::move(settings));
+  } else if (options.placement != "pp") {
+    return invalid_argument(
+        "--placement {} splits the model over workers: give --workers or "
+        "--local-workers",
+        options.placement);
   } else if (!options.spare_workers.empty() || options.kill_local_worker_every > 0) {
     return invalid_argument(
         "--spare-workers and --kill-local-worker-every need a pipeline: give --workers or "
@@ -611,6 +772,12 @@ Result<std::unique_ptr<engine::ModelEngine>> start_model_engine(
 
 std::optional<dist::PipelineTraffic> pipeline_traffic() {
   RecordedTraffic& recorded = recorded_traffic();
+  const MutexLock lock(recorded.mutex);
+  return recorded.traffic;
+}
+
+std::optional<dist::TensorParallelTraffic> tensor_parallel_traffic() {
+  RecordedTensorTraffic& recorded = recorded_tensor_traffic();
   const MutexLock lock(recorded.mutex);
   return recorded.traffic;
 }

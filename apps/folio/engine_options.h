@@ -11,6 +11,7 @@
 #include <CLI/CLI.hpp>
 
 #include "folio/dist/pipeline_step_runner.h"
+#include "folio/dist/tensor_parallel_step_runner.h"
 #include "folio/engine/model_engine.h"
 
 namespace folio::app {
@@ -72,6 +73,13 @@ struct EngineCommandOptions {
   int32_t kill_local_worker_every = 0;  // 0: never
   int32_t kill_rounds = 1;
   uint64_t kill_seed = 1;
+  // How the workers split the model (issue 15, slice 4): "pp" (layers, a pipeline), "tp"
+  // (heads and FFN features, every worker every layer) or "auto" (the cost model's cheaper
+  // decode token, from each worker's Ping latency measured when it joins). Tensor ranks form a
+  // gloo group through the directory collective_store (empty: a new temporary directory, for
+  // workers on this machine).
+  std::string placement = "pp";
+  std::string collective_store;
 };
 
 struct AdapterSpec {
@@ -98,6 +106,11 @@ Result<std::unique_ptr<engine::ModelEngine>> start_model_engine(
 // What crossed the wire between this process and its pipeline workers so far (serialized gRPC
 // messages), when the engine started with --workers or --local-workers; nullopt otherwise.
 std::optional<dist::PipelineTraffic> pipeline_traffic();
+
+// What the tensor-parallel ranks cost so far (the coordinator's gRPC bytes, and the ranks'
+// collectives as rank 0 saw them), when the engine started with --placement tp (or auto chose
+// it); nullopt otherwise.
+std::optional<dist::TensorParallelTraffic> tensor_parallel_traffic();
 
 // The adapter a command runs with: `name` ("base" for none); empty: the only registered
 // adapter when exactly one is, else the base model. kNotFound naming the registered ones.

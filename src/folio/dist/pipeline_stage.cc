@@ -5,6 +5,7 @@
 #include <set>
 
 #include "folio/device/host_virtual_memory.h"
+#include "folio/dist/group_step_collectives.h"
 #include "folio/exec/arena_memory.h"
 #include "folio/exec/step_memory.h"
 #include "folio/model/llama_graph.h"
@@ -40,12 +41,14 @@ Status check_spec(const model::LlamaShape& shape, const PipelineStageSpec& spec)
 }  // namespace
 
 Result<int64_t> llama_stage_weight_bytes(const model::LlamaShape& model, int64_t first_layer,
-                                         int64_t end_layer) {
+                                         int64_t end_layer, const model::LlamaTensorSplit& split) {
   model::LlamaGraphOptions options;
   options.first_layer = first_layer;
   options.end_layer = end_layer;
+  options.tensor_split = split;
   const ir::KvCacheShape kv_cache{
-      model::llama_stage_kv_cache_geometry(model, end_layer - first_layer, 16, DType::kF32), 2, 1};
+      model::llama_stage_kv_cache_geometry(model, end_layer - first_layer, 16, DType::kF32, split),
+      2, 1};
   FOLIO_ASSIGN_OR_RETURN(
       const ir::Graph graph,
       model::build_llama_step_graph(model, ir::StepShape{1, 1, 1, ir::StepPhase::kDecode}, kv_cache,
@@ -72,24 +75,69 @@ PipelineStageSpec pipeline_stage_spec(const engine::RemoteStepSetup& setup, int6
                            .max_sequences = setup.max_sequences,
                            .max_logit_rows = setup.max_logit_rows,
                            .use_graphs = setup.use_graphs,
-                           .pool_bytes = pool_bytes};
+                           .pool_bytes = pool_bytes,
+                           .tensor_rank = 0,
+                           .tensor_ranks = 1,
+                           .collective_store = {},
+                           .collective_group_id = "folio-tp",
+                           .collective_timeout = std::chrono::milliseconds(30000)};
 }
 
 Result<std::unique_ptr<PipelineStage>> PipelineStage::create(const model::LlamaModel& model,
                                                              const PipelineStageSpec& spec,
                                                              int num_threads) {
-  const model::LlamaShape& shape = model.shape();
-  FOLIO_RETURN_IF_ERROR(check_spec(shape, spec));
+  return create(model, spec, num_threads, nullptr);
+}
+
+Result<std::unique_ptr<PipelineStage>> PipelineStage::create(const model::LlamaModel& model,
+                                                             const PipelineStageSpec& spec,
+                                                             int num_threads,
+                                                             std::unique_ptr<Collectives> group) {
+  FOLIO_RETURN_IF_ERROR(check_spec(model.shape(), spec));
   if (num_threads < 1) return invalid_argument("a stage needs a thread, got {}", num_threads);
   std::unique_ptr<PipelineStage> stage(new PipelineStage());
   stage->spec_ = spec;
+  const model::LlamaTensorSplit split{spec.tensor_rank, spec.tensor_ranks};
+  FOLIO_RETURN_IF_ERROR(model::validate_llama_tensor_split(model.shape(), split));
+  const ir::WeightSource* weights = &model.weights();
+  if (split.is_split()) {
+    if (spec.first_layer != 0 || spec.end_layer != model.shape().num_layers) {
+      return invalid_argument(
+          "a tensor-parallel rank runs every layer (tensor and pipeline splits do not combine "
+          "yet), not layers [{}, {})",
+          spec.first_layer, spec.end_layer);
+    }
+    if (group == nullptr || group->rank() != split.rank || group->size() != split.num_ranks) {
+      return invalid_argument("tensor rank {} of {} needs its member of a group of {}, got {}",
+                              split.rank, split.num_ranks, split.num_ranks,
+                              group == nullptr
+                                  ? std::string("none")
+                                  : fmt::format("rank {} of {}", group->rank(), group->size()));
+    }
+    FOLIO_ASSIGN_OR_RETURN(
+        stage->shard_, model::LlamaTensorShard::create(model.shape(), model.weights(), split, {}));
+    weights = stage->shard_.get();
+    // The rank reads the split matrices from its own copies: the mapping's pages of them, read
+    // while copying (a row split's pages hold the other ranks' columns too), go back to the OS.
+    for (const gguf::GgufTensorInfo& info : model.file().tensors()) {
+      if (model::llama_split_axis(info.name) != model::LlamaSplitAxis::kReplicated) {
+        model.file().drop_resident_pages(info);
+      }
+    }
+    stage->group_ = std::move(group);
+    stage->group_steps_ = std::make_unique<GroupStepCollectives>(*stage->group_);
+    stage->timed_collectives_ = std::make_unique<TimedStepCollectives>(*stage->group_steps_);
+  }
+  const model::LlamaShape& shape = stage->shard_ ? stage->shard_->shape() : model.shape();
   FOLIO_ASSIGN_OR_RETURN(stage->weight_bytes_,
-                         llama_stage_weight_bytes(shape, spec.first_layer, spec.end_layer));
+                         llama_stage_weight_bytes(shape, spec.first_layer, spec.end_layer, split));
   stage->threads_ = std::make_unique<ThreadPool>(num_threads);
   FOLIO_ASSIGN_OR_RETURN(stage->virtual_memory_, device::make_host_virtual_memory());
   const int64_t page_bytes = spec.pool_bytes >= 16 * kPageBytes ? kPageBytes : kSmallPageBytes;
   memory::PagePoolOptions pool_options;
-  pool_options.name = fmt::format("stage_{}_{}", spec.first_layer, spec.end_layer);
+  pool_options.name = split.is_split()
+                          ? fmt::format("tensor_rank_{}_of_{}", split.rank, split.num_ranks)
+                          : fmt::format("stage_{}_{}", spec.first_layer, spec.end_layer);
   pool_options.page_size = static_cast<size_t>(page_bytes);
   pool_options.num_pages = std::max<int64_t>(1, spec.pool_bytes / page_bytes);
   FOLIO_ASSIGN_OR_RETURN(stage->pool_,
@@ -98,7 +146,7 @@ Result<std::unique_ptr<PipelineStage>> PipelineStage::create(const model::LlamaM
   // The KV cache of the stage's layers: one contiguous run of the pool, block b at
   // b * block_bytes (one "page" of the layout holding every block).
   const ir::KvCacheGeometry geometry = model::llama_stage_kv_cache_geometry(
-      shape, spec.end_layer - spec.first_layer, spec.block_size, spec.kv_dtype);
+      shape, spec.end_layer - spec.first_layer, spec.block_size, spec.kv_dtype, split);
   kernels::PagedKvLayout layout;
   layout.block_size = spec.block_size;
   layout.num_layers = geometry.num_layers;
@@ -126,6 +174,7 @@ Result<std::unique_ptr<PipelineStage>> PipelineStage::create(const model::LlamaM
   model::LlamaGraphOptions graph_options;
   graph_options.first_layer = spec.first_layer;
   graph_options.end_layer = spec.end_layer;
+  graph_options.tensor_split = split;
   const ir::KvCacheShape kv_cache{geometry, spec.num_kv_blocks, spec.max_blocks_per_sequence};
   exec::ExecutorOptions options;
   options.name = pool_options.name;
@@ -136,13 +185,21 @@ Result<std::unique_ptr<PipelineStage>> PipelineStage::create(const model::LlamaM
   options.first_dummy_block = spec.first_dummy_block;
   options.num_dummy_blocks = spec.num_dummy_blocks;
   options.mode = spec.use_graphs ? exec::ExecutionMode::kGraph : exec::ExecutionMode::kEager;
+  options.collectives = stage->timed_collectives_.get();
   const exec::ExecutorResources resources{
-      *stage->threads_, *stage->arena_, *stage->pool_, model.weights(),
+      *stage->threads_, *stage->arena_, *stage->pool_, *weights,
       exec::KvCacheBinding{layout, spec.num_kv_blocks, static_cast<int32_t>(spec.first_layer)}};
+  ir::GraphFactory factory = [shape, kv_cache,
+                              graph_options](const ir::StepShape& step) -> Result<ir::Graph> {
+    return model::build_llama_step_graph(shape, step, kv_cache, graph_options);
+  };
   FOLIO_ASSIGN_OR_RETURN(stage->executor_,
-                         exec::Executor::create(model.graph_factory(kv_cache, graph_options),
-                                                resources, std::move(options)));
+                         exec::Executor::create(std::move(factory), resources, std::move(options)));
   return stage;
+}
+
+CommunicationStats PipelineStage::communication() const {
+  return timed_collectives_ ? timed_collectives_->stats() : CommunicationStats{};
 }
 
 PipelineStage::~PipelineStage() {

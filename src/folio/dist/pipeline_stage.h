@@ -12,20 +12,25 @@
 // Thread-safety: none; one thread at a time (the worker service serializes its steps).
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <memory>
 #include <span>
+#include <string>
 #include <vector>
 
 #include "folio/base/result.h"
 #include "folio/base/thread_pool.h"
 #include "folio/device/virtual_memory.h"
+#include "folio/dist/collectives.h"
+#include "folio/dist/timed_step_collectives.h"
 #include "folio/engine/model_engine.h"
 #include "folio/exec/executor.h"
 #include "folio/exec/multi_shape_arena.h"
 #include "folio/kv/kv_types.h"
 #include "folio/memory/page_pool.h"
 #include "folio/model/llama_model.h"
+#include "folio/model/llama_tensor_shard.h"
 
 namespace folio::dist {
 
@@ -45,6 +50,18 @@ struct PipelineStageSpec {
   int32_t max_logit_rows = 0;  // 0: max_sequences
   bool use_graphs = true;
   int64_t pool_bytes = 0;  // the stage's page pool: KV cache, persistent buffers, activations
+  // Tensor parallelism (issue 15, slice 4): the stage is rank `tensor_rank` of `tensor_ranks`
+  // (model/llama_tensor_split.h) and runs its share of every layer of [first_layer,
+  // end_layer) (the whole model: tensor and pipeline splits do not combine yet), its KV cache
+  // holding its KV heads only. 1: no tensor split.
+  int64_t tensor_rank = 0;
+  int64_t tensor_ranks = 1;
+  // The ranks' gloo group (worker.proto PrepareStageRequest): its rendezvous directory, group id
+  // and the bound of forming it and of every collective. The worker forms it; PipelineStage is
+  // handed the formed group.
+  std::string collective_store;
+  std::string collective_group_id = "folio-tp";
+  std::chrono::milliseconds collective_timeout{30000};
 };
 
 // The spec of layers [first_layer, end_layer) of the coordinator's engine whose step arrays
@@ -61,6 +78,16 @@ class PipelineStage {
   static Result<std::unique_ptr<PipelineStage>> create(const model::LlamaModel& model,
                                                        const PipelineStageSpec& spec,
                                                        int num_threads);
+  // A tensor-parallel rank (spec.tensor_ranks > 1) over `group`, its member of the group of
+  // ranks (its rank and size must be the spec's), which the stage owns: its all_reduce_sum ops
+  // run through it. `model` must have been opened without q8_0 panels
+  // (LlamaLoadOptions::pack_q8_0_panels = false): the stage copies its shard of the split
+  // matrices out of it (model/llama_tensor_shard.h) and packs those itself. Errors: as above,
+  // an illegal split (kInvalidArgument), a group of another rank or size (kInvalidArgument).
+  static Result<std::unique_ptr<PipelineStage>> create(const model::LlamaModel& model,
+                                                       const PipelineStageSpec& spec,
+                                                       int num_threads,
+                                                       std::unique_ptr<Collectives> group);
   ~PipelineStage();
   PipelineStage(const PipelineStage&) = delete;
   PipelineStage& operator=(const PipelineStage&) = delete;
@@ -82,12 +109,19 @@ class PipelineStage {
   // Bytes of the weights the stage's graphs read (each tensor once, whole).
   int64_t weight_bytes() const { return weight_bytes_; }
   int64_t kv_cache_bytes() const { return kv_cache_bytes_; }
+  // The time and bytes of the stage's collectives so far (zero without a tensor split).
+  CommunicationStats communication() const;
 
  private:
   PipelineStage() = default;
 
   // Declared in construction order; destroyed in reverse.
   PipelineStageSpec spec_;
+  // Tensor parallelism only: the group, the executor's view of it, the rank's weights.
+  std::unique_ptr<Collectives> group_;
+  std::unique_ptr<exec::StepCollectives> group_steps_;
+  std::unique_ptr<TimedStepCollectives> timed_collectives_;
+  std::unique_ptr<model::LlamaTensorShard> shard_;
   std::unique_ptr<ThreadPool> threads_;
   std::unique_ptr<device::VirtualMemory> virtual_memory_;
   std::unique_ptr<memory::PagePool> pool_;
@@ -105,8 +139,10 @@ class PipelineStage {
 Status check_block_copies(std::span<const kv::BlockCopy> copies, int64_t num_kv_blocks);
 
 // The weight bytes layers [first_layer, end_layer) of `model` hold (their step graph's weights,
-// each once, whole): what a worker must have room for besides the stage's pool.
+// each once, whole; of tensor rank `split`'s graph when split): what a worker must have room
+// for besides the stage's pool.
 Result<int64_t> llama_stage_weight_bytes(const model::LlamaShape& model, int64_t first_layer,
-                                         int64_t end_layer);
+                                         int64_t end_layer,
+                                         const model::LlamaTensorSplit& split = {});
 
 }  // namespace folio::dist

@@ -370,6 +370,12 @@ Result<PreparedStage> WorkerClient::prepare_stage(const PipelineStageSpec& spec,
   request.set_max_logit_rows(static_cast<uint32_t>(spec.max_logit_rows));
   request.set_use_graphs(spec.use_graphs);
   request.set_pool_bytes(static_cast<uint64_t>(spec.pool_bytes));
+  // Tensor parallelism (revision 5).
+  request.set_tensor_rank(static_cast<uint32_t>(spec.tensor_rank));
+  request.set_tensor_ranks(static_cast<uint32_t>(spec.tensor_ranks));
+  request.set_collective_store(spec.collective_store);
+  request.set_collective_group_id(spec.collective_group_id);
+  request.set_collective_timeout_ms(static_cast<uint32_t>(spec.collective_timeout.count()));
   v1::PrepareStageReply reply;
   grpc::ClientContext context;
   context.set_deadline(deadline_after(state_->options.prepare_timeout));
@@ -431,6 +437,8 @@ Status WorkerClient::run_stage(uint64_t stage_id, const ir::StepBatch& step,
   result.reply_bytes = static_cast<int64_t>(reply.ByteSizeLong());
   result.epoch = reply.epoch();
   result.incarnation = reply.worker_incarnation();
+  result.communication_ns = static_cast<int64_t>(reply.communication_ns());
+  result.reduced_bytes = static_cast<int64_t>(reply.reduced_bytes());
   return Status();
 }
 

@@ -170,6 +170,9 @@ struct StageStepResult {
   int64_t reply_bytes = 0;
   uint64_t epoch = 0;        // the reply's: the coordinator drops a reply of another epoch
   uint64_t incarnation = 0;  // the worker's, as the reply states it
+  // A tensor-parallel rank's step: time inside its collectives and the f32 bytes it reduced.
+  int64_t communication_ns = 0;
+  int64_t reduced_bytes = 0;
 };
 
 // A worker's answer to a shard manifest (worker.proto OfferShardReply).

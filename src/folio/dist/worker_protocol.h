@@ -15,8 +15,9 @@ namespace folio::dist {
 // calls (epochs on the stage calls, Fence, Watch, Shutdown); revision 4 CopyBlocks (copy-on-write
 // block copies in the stages' KV caches); revision 5 Ping payloads (the link's bandwidth);
 // revision 6 the weight cache (OfferShard, PushTensors: a worker without the model file is sent
-// its stage's tensors).
-inline constexpr uint32_t kProtocolVersion = 6;
+// its stage's tensors); revision 7 tensor-parallel ranks (PrepareStage's tensor_rank /
+// tensor_ranks and gloo rendezvous, RunStage's communication figures).
+inline constexpr uint32_t kProtocolVersion = 7;
 
 // The most bytes a Ping's reply may carry (PingRequest.reply_payload_bytes).
 inline constexpr uint64_t kMaxPingPayloadBytes = uint64_t{64} << 20;

@@ -16,6 +16,7 @@
 
 #include "folio/base/log.h"
 #include "folio/base/mutex.h"
+#include "folio/dist/gloo_collectives.h"
 #include "folio/dist/pipeline_stage.h"
 #include "folio/dist/shard_manifest.h"
 #include "folio/dist/weight_cache.h"
@@ -174,6 +175,15 @@ class WorkerImpl final : public v1::Worker::Service {
     return grpc::Status::OK;
   }
 
+  // The address this worker's gloo member listens on for its peers: the host it serves gRPC on,
+  // or loopback where that is a wildcard.
+  std::string collective_host() const {
+    std::string host = options_.listen_address.substr(0, options_.listen_address.rfind(':'));
+    if (host.size() >= 2 && host.front() == '[') host = host.substr(1, host.size() - 2);
+    if (host.empty() || host == "0.0.0.0" || host == "::") return "127.0.0.1";
+    return host;
+  }
+
   grpc::Status Ping(grpc::ServerContext* /*context*/, const v1::PingRequest* request,
                     v1::PingReply* reply) override {
     if (request->reply_payload_bytes() > kMaxPingPayloadBytes) {
@@ -207,11 +217,21 @@ class WorkerImpl final : public v1::Worker::Service {
     if (request->epoch() < current) return refuse(stale_epoch_message(request->epoch(), current));
     epoch_.store(request->epoch(), std::memory_order_release);
     stage_.reset();  // the old stage's memory goes before the new one takes its own
+    // A tensor-parallel rank slices the file's matrices (llama_tensor_shard.h): a model opened
+    // with q8_0 panels is opened again without them (and the other way round).
+    const bool tensor_split = request->tensor_ranks() > 1;
+    if (tensor_split && options_.model_path.empty()) {
+      return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
+                          "a tensor-parallel rank needs the model file: start the worker with -m "
+                          "MODEL (shards from the weight cache serve pipeline stages only)");
+    }
+    if (model_ != nullptr && model_packed_for_pipeline_ == tensor_split) model_.reset();
     if (options_.model_path.empty()) {
       if (grpc::Status opened = open_offered_shard(*request); !opened.ok()) return opened;
     } else if (model_ == nullptr) {
       Result<std::unique_ptr<model::LlamaModel>> opened =
-          model::LlamaModel::open(options_.model_path);
+          model::LlamaModel::open(options_.model_path, {.pack_q8_0_panels = !tensor_split});
+      model_packed_for_pipeline_ = !tensor_split;
       if (!opened.ok()) {
         return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
                             fmt::format("this worker cannot open its model {}: {}",
@@ -241,9 +261,11 @@ class WorkerImpl final : public v1::Worker::Service {
     spec.max_logit_rows = static_cast<int32_t>(request->max_logit_rows());
     spec.use_graphs = request->use_graphs();
     spec.pool_bytes = static_cast<int64_t>(request->pool_bytes());
+    spec.tensor_rank = request->tensor_rank();
+    spec.tensor_ranks = std::max<int64_t>(1, request->tensor_ranks());
     const model::LlamaModel& model = options_.model_path.empty() ? *shard_model_ : *model_;
-    Result<int64_t> weight_bytes =
-        llama_stage_weight_bytes(model.shape(), spec.first_layer, spec.end_layer);
+    Result<int64_t> weight_bytes = llama_stage_weight_bytes(
+        model.shape(), spec.first_layer, spec.end_layer, {spec.tensor_rank, spec.tensor_ranks});
     if (!weight_bytes.ok()) return to_grpc(weight_bytes.status());
     const auto needed = static_cast<uint64_t>(*weight_bytes + spec.pool_bytes);
     if (options_.memory_budget_bytes > 0 && needed > options_.memory_budget_bytes) {
@@ -255,8 +277,25 @@ class WorkerImpl final : public v1::Worker::Service {
                       spec.first_layer, spec.end_layer, needed, *weight_bytes, spec.pool_bytes,
                       options_.memory_budget_bytes));
     }
-    Result<std::unique_ptr<PipelineStage>> stage =
-        PipelineStage::create(model, spec, static_cast<int>(std::max(1u, options_.threads)));
+    std::unique_ptr<Collectives> group;
+    if (tensor_split) {
+      Result<std::unique_ptr<Collectives>> formed = connect_gloo_group(
+          GlooGroupOptions{.rank = static_cast<int>(spec.tensor_rank),
+                           .size = static_cast<int>(spec.tensor_ranks),
+                           .store_directory = request->collective_store(),
+                           .group_id = request->collective_group_id(),
+                           .epoch = request->epoch(),
+                           .host = collective_host(),
+                           .timeout = std::chrono::milliseconds(
+                               std::max<uint32_t>(1000, request->collective_timeout_ms()))});
+      if (!formed.ok()) {
+        return to_grpc(formed.status().with_context(fmt::format(
+            "tensor rank {} of {} forming its gloo group", spec.tensor_rank, spec.tensor_ranks)));
+      }
+      group = std::move(formed).value();
+    }
+    Result<std::unique_ptr<PipelineStage>> stage = PipelineStage::create(
+        model, spec, static_cast<int>(std::max(1u, options_.threads)), std::move(group));
     if (!stage.ok()) return to_grpc(stage.status());
     stage_ = std::move(stage).value();
     stage_id_ = draw_incarnation();
@@ -360,12 +399,17 @@ class WorkerImpl final : public v1::Worker::Service {
                              {},
                              static_cast<int32_t>(request->max_blocks_per_sequence()),
                              {}};
+    const CommunicationStats before = stage_->communication();
     Result<ir::StepOutput> output = stage_->run(step, hidden_in_);
     if (!output.ok()) return to_grpc(output.status());
+    const CommunicationStats after = stage_->communication();
+    reply->set_communication_ns(static_cast<uint64_t>(after.nanoseconds - before.nanoseconds));
+    reply->set_reduced_bytes(static_cast<uint64_t>(after.reduced_bytes - before.reduced_bytes));
     if (!output->hidden.empty()) {
       reply->set_hidden_out(output->hidden.data(), output->hidden.size_bytes());
     }
-    if (!output->logits.empty()) {
+    // Every tensor rank computes the same logits; rank 0's travel.
+    if (!output->logits.empty() && stage_->spec().tensor_rank == 0) {
       reply->set_logits(output->logits.data(), output->logits.size_bytes());
     }
     reply->set_num_rows(static_cast<uint32_t>(output->num_rows));
@@ -642,6 +686,8 @@ class WorkerImpl final : public v1::Worker::Service {
   const std::string host_name_;
   Mutex mutex_;  // serializes the stage calls
   std::unique_ptr<model::LlamaModel> model_ FOLIO_GUARDED_BY(mutex_);
+  // Whether model_ was opened for pipeline stages (q8_0 panels allowed) or for tensor ranks.
+  bool model_packed_for_pipeline_ FOLIO_GUARDED_BY(mutex_) = true;
   // Without a model file: the weight cache, the shard offered last and the model built from it.
   const std::unique_ptr<WeightCache> cache_;
   std::optional<ShardManifest> offered_ FOLIO_GUARDED_BY(mutex_);

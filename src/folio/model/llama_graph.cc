@@ -86,6 +86,10 @@ class LlamaEmitter {
         kv_cache_(kv_cache),
         options_(options),
         stage_(stage_range(model, options)),
+        split_(options.tensor_split),
+        num_heads_(split_.part(model.num_heads)),
+        num_kv_heads_(split_.part(model.num_kv_heads)),
+        ffn_size_(split_.part(model.ffn_size)),
         builder_(step.ir_phase()) {}
 
   Result<ir::Graph> emit() {
@@ -196,9 +200,18 @@ class LlamaEmitter {
     } else {
       FOLIO_ASSIGN_OR_RETURN(projected, builder_.matmul(x, weight, name));
     }
-    if (!inputs_.token_adapter_slots) return projected;
+    if (!inputs_.token_adapter_slots) return reduce_if_split(projected, projection, name);
     return builder_.lora(x, projected, *inputs_.token_adapter_slots,
                          llama_adapter_target_index(layer, projection), name + ".lora");
+  }
+
+  // A row-split projection's result is this rank's partial sum: the group adds them.
+  Result<TensorId> reduce_if_split(TensorId projected, LlamaProjection projection,
+                                   const std::string& name) {
+    const bool row_split =
+        projection == LlamaProjection::kAttentionOutput || projection == LlamaProjection::kDown;
+    if (!split_.is_split() || !row_split) return projected;
+    return builder_.all_reduce_sum(projected, name + ".all_reduce");
   }
 
   // RoPE on x with the model's frequency factors (rope_freqs.weight) when it has them.
@@ -212,8 +225,8 @@ class LlamaEmitter {
   Result<TensorId> attention_block(int64_t layer, TensorId hidden) {
     const std::string prefix = fmt::format("blk.{}", layer);
     const int64_t head_dim = model_.head_dim();
-    const int64_t q_width = model_.num_heads * head_dim;
-    const int64_t kv_width = model_.kv_dim();
+    const int64_t q_width = num_heads_ * head_dim;
+    const int64_t kv_width = num_kv_heads_ * head_dim;
     const bool bias = llama_has_attention_bias(model_.architecture);
     FOLIO_ASSIGN_OR_RETURN(TensorId normed, norm(hidden, prefix + ".attn_norm"));
     const int64_t hidden_size = model_.hidden_size;
@@ -224,7 +237,7 @@ class LlamaEmitter {
     FOLIO_ASSIGN_OR_RETURN(TensorId v, projection(normed, layer, LlamaProjection::kValue, kv_width,
                                                   hidden_size, bias));
     ir::RopeAttributes rope;
-    rope.num_heads = model_.num_heads;
+    rope.num_heads = num_heads_;
     rope.head_dim = head_dim;
     rope.rotary_dim = head_dim;
     rope.theta = model_.rope_theta;
@@ -241,10 +254,10 @@ class LlamaEmitter {
       FOLIO_ASSIGN_OR_RETURN(k, head_norm(k, prefix + ".attn_k_norm"));
     }
     FOLIO_ASSIGN_OR_RETURN(TensorId q_rope, apply_rope(q, rope, prefix + ".q_rope"));
-    rope.num_heads = model_.num_kv_heads;
+    rope.num_heads = num_kv_heads_;
     FOLIO_ASSIGN_OR_RETURN(TensorId k_rope, apply_rope(k, rope, prefix + ".k_rope"));
-    const ir::Shape cache_shape{kv_cache_.num_blocks, kv_cache_.geometry.block_size,
-                                model_.num_kv_heads, head_dim};
+    const ir::Shape cache_shape{kv_cache_.num_blocks, kv_cache_.geometry.block_size, num_kv_heads_,
+                                head_dim};
     FOLIO_ASSIGN_OR_RETURN(
         TensorId k_cache,
         builder_.kv_cache(llama_key_cache_name(layer), kv_cache_.geometry.dtype, cache_shape));
@@ -253,8 +266,8 @@ class LlamaEmitter {
         builder_.kv_cache(llama_value_cache_name(layer), kv_cache_.geometry.dtype, cache_shape));
     FOLIO_RETURN_IF_ERROR(builder_.kv_cache_write(k_rope, v, inputs_.slot_mapping, k_cache, v_cache,
                                                   prefix + ".kv_write"));
-    const ir::AttentionAttributes attention{.num_heads = model_.num_heads,
-                                            .num_kv_heads = model_.num_kv_heads,
+    const ir::AttentionAttributes attention{.num_heads = num_heads_,
+                                            .num_kv_heads = num_kv_heads_,
                                             .head_dim = head_dim,
                                             .scale = model_.attention_scale(),
                                             .sliding_window = sliding ? model_.sliding_window : 0,
@@ -276,7 +289,7 @@ class LlamaEmitter {
                                       std::optional<std::string> output_name) {
     const std::string prefix = fmt::format("blk.{}", layer);
     const int64_t hidden_size = model_.hidden_size;
-    const int64_t ffn = model_.ffn_size;
+    const int64_t ffn = ffn_size_;
     FOLIO_ASSIGN_OR_RETURN(TensorId normed, norm(hidden, prefix + ".ffn_norm"));
     FOLIO_ASSIGN_OR_RETURN(
         TensorId gate, projection(normed, layer, LlamaProjection::kGate, ffn, hidden_size, false));
@@ -299,13 +312,19 @@ class LlamaEmitter {
   const ir::KvCacheShape& kv_cache_;
   const LlamaGraphOptions options_;
   const StageRange stage_;
+  const LlamaTensorSplit split_;
+  // This rank's share of the heads, KV heads and FFN features (the whole model's unsplit).
+  const int64_t num_heads_;
+  const int64_t num_kv_heads_;
+  const int64_t ffn_size_;
   GraphBuilder builder_;
   StepInputs inputs_;
   std::optional<TensorId> rope_frequency_factors_;  // f32 [head_dim / 2], rope_freqs.weight
 };
 
 Status validate_step_shape(const LlamaShape& model, const ir::StepShape& step,
-                           const ir::KvCacheShape& kv_cache, const StageRange& stage) {
+                           const ir::KvCacheShape& kv_cache, const StageRange& stage,
+                           const LlamaTensorSplit& split) {
   auto positive = [](const char* field, int64_t value) -> Status {
     if (value <= 0)
       return invalid_argument("step shape: {} must be positive, got {}", field, value);
@@ -325,13 +344,16 @@ Status validate_step_shape(const LlamaShape& model, const ir::StepShape& step,
         stage.first_layer, stage.end_layer, model.num_layers);
   }
   const int64_t stage_layers = stage.end_layer - stage.first_layer;
-  if (geometry.num_layers != stage_layers || geometry.num_kv_heads != model.num_kv_heads ||
+  const int64_t kv_heads = split.part(model.num_kv_heads);
+  if (geometry.num_layers != stage_layers || geometry.num_kv_heads != kv_heads ||
       geometry.head_dim != model.head_dim()) {
     return invalid_argument(
         "the KV cache has {} layers of {} KV heads of {} dimensions; the model's layers [{}, {}) "
-        "need {} of {} of {}",
+        "need {} of {} of {}{}",
         geometry.num_layers, geometry.num_kv_heads, geometry.head_dim, stage.first_layer,
-        stage.end_layer, stage_layers, model.num_kv_heads, model.head_dim());
+        stage.end_layer, stage_layers, kv_heads, model.head_dim(),
+        split.is_split() ? fmt::format(" (tensor rank {} of {})", split.rank, split.num_ranks)
+                         : std::string());
   }
   return Status();
 }
@@ -344,9 +366,10 @@ ir::KvCacheGeometry llama_kv_cache_geometry(const LlamaShape& model, int32_t blo
 }
 
 ir::KvCacheGeometry llama_stage_kv_cache_geometry(const LlamaShape& model, int64_t num_layers,
-                                                  int32_t block_size, DType dtype) {
+                                                  int32_t block_size, DType dtype,
+                                                  const LlamaTensorSplit& split) {
   return ir::KvCacheGeometry{block_size, static_cast<int32_t>(num_layers),
-                             static_cast<int32_t>(model.num_kv_heads),
+                             static_cast<int32_t>(split.part(model.num_kv_heads)),
                              static_cast<int32_t>(model.head_dim()), dtype};
 }
 
@@ -361,7 +384,15 @@ Result<ir::Graph> build_llama_step_graph(const LlamaShape& model, const ir::Step
                                          const ir::KvCacheShape& kv_cache,
                                          const LlamaGraphOptions& options) {
   FOLIO_RETURN_IF_ERROR(validate_llama_shape(model));
-  FOLIO_RETURN_IF_ERROR(validate_step_shape(model, step, kv_cache, stage_range(model, options)));
+  FOLIO_RETURN_IF_ERROR(validate_llama_tensor_split(model, options.tensor_split));
+  if (options.tensor_split.is_split() && options.adapters) {
+    return invalid_argument(
+        "adapters are not supported with tensor parallelism (rank {} of {}): their updates would "
+        "need splitting like the projections they follow",
+        options.tensor_split.rank, options.tensor_split.num_ranks);
+  }
+  FOLIO_RETURN_IF_ERROR(validate_step_shape(model, step, kv_cache, stage_range(model, options),
+                                            options.tensor_split));
   return LlamaEmitter(model, step, kv_cache, options).emit();
 }
 

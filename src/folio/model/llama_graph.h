@@ -25,6 +25,7 @@
 #include "folio/ir/graph.h"
 #include "folio/ir/step_graph.h"
 #include "folio/model/llama_model_file.h"
+#include "folio/model/llama_tensor_split.h"
 
 namespace folio::model {
 
@@ -42,12 +43,21 @@ struct LlamaGraphOptions {
   // whole model as one stage, is the single-process graph.
   int64_t first_layer = 0;
   std::optional<int64_t> end_layer;
+  // The tensor-parallel rank this graph runs (issue 15, slice 4; llama_tensor_split.h): q, k, v,
+  // gate and up column-split (the rank's heads, KV heads and FFN features only), attn_output
+  // and ffn_down row-split, each followed by an all_reduce_sum op (named
+  // "blk.N.attn_output.all_reduce" / "blk.N.ffn_down.all_reduce") that adds the ranks' partial
+  // sums; embedding, norms and LM head replicated. The graph's weights keep their GGUF names
+  // with the rank's shapes (llama_tensor_shard.h serves them); its KV cache holds the rank's KV
+  // heads (llama_stage_kv_cache_geometry with the split). Not with adapters.
+  LlamaTensorSplit tensor_split;
 };
 
 // The step graph of `step`'s bucket over a paged cache of `kv_cache`. Errors
 // (kInvalidArgument): an invalid model shape (validate_llama_shape) or step shape, an empty or
-// out-of-range layer range, or a KV cache whose geometry is not the stage's (its layer count,
-// KV heads, head dimension).
+// out-of-range layer range, an illegal tensor split (validate_llama_tensor_split) or one with
+// adapters, or a KV cache whose geometry is not the stage's (its layer count, the rank's KV
+// heads, head dimension).
 Result<ir::Graph> build_llama_step_graph(const LlamaShape& model, const ir::StepShape& step,
                                          const ir::KvCacheShape& kv_cache,
                                          const LlamaGraphOptions& options = {});
@@ -56,9 +66,11 @@ Result<ir::Graph> build_llama_step_graph(const LlamaShape& model, const ir::Step
 // `dtype`: what a cache must have for the model's step graphs.
 ir::KvCacheGeometry llama_kv_cache_geometry(const LlamaShape& model, int32_t block_size,
                                             DType dtype);
-// The same for the `num_layers` layers of one pipeline stage.
+// The same for the `num_layers` layers of one pipeline stage, holding the KV heads of one
+// tensor-parallel rank of `split`. Requires: a legal split (validate_llama_tensor_split).
 ir::KvCacheGeometry llama_stage_kv_cache_geometry(const LlamaShape& model, int64_t num_layers,
-                                                  int32_t block_size, DType dtype);
+                                                  int32_t block_size, DType dtype,
+                                                  const LlamaTensorSplit& split = {});
 
 // The name of layer `layer`'s key or value cache tensor.
 std::string llama_key_cache_name(int64_t layer);
