@@ -121,7 +121,7 @@ class PrepareErrorTest : public ::testing::Test {
     inputs_ = std::move(PersistentInputs::create(limits, testing::shared_step_pool())).value();
   }
   Status prepare(ir::Graph graph, const KvCacheBinding& kv) {
-    const PrepareContext context{*model_.weights, kv, *inputs_, {}, 2};
+    const PrepareContext context{*model_.weights, kv, *inputs_, {}, 2, nullptr, nullptr};
     return PreparedGraph::prepare(std::move(graph), context).status();
   }
   Status prepare(ir::Graph graph) { return prepare(std::move(graph), model_.kv.binding); }

@@ -223,6 +223,17 @@ TEST_F(BuilderTest, GemmaOpsKeepTheirInputShapeAndCheckTheirAttributes) {
   EXPECT_TRUE(builder_.paged_attention(hidden_, k_cache, v_cache, metadata, attention, "ok").ok());
 }
 
+TEST_F(BuilderTest, AllReduceSumKeepsItsShapeAndTakesF32Only) {
+  const TensorId summed = builder_.all_reduce_sum(hidden_, "summed").value();
+  EXPECT_EQ(builder_.graph().tensor(summed).shape, (Shape{kTokens, 64}));
+  EXPECT_EQ(builder_.graph().tensor(summed).dtype, DType::kF32);
+  EXPECT_EQ(builder_.graph().op(OpId(1)).kind, OpKind::kAllReduceSum);
+  const TensorId half = builder_.embedding(x_, table_, "half", DType::kF16).value();
+  snapshot();
+  expect_rejected(builder_.all_reduce_sum(half, "a").status(), "expected f32");
+  expect_rejected(builder_.all_reduce_sum(positions_, "a").status(), "expected f32");
+}
+
 TEST_F(BuilderTest, KvCacheWriteRejectsWrongCachesAndSlots) {
   const TensorId kv =
       builder_.matmul(hidden_, builder_.weight("wk", DType::kF32, {32, 64}).value(), "kv").value();

@@ -28,38 +28,44 @@ TEST_F(CostTest, MatmulMatchesHandComputedFlopsAndBytes) {
   const TensorId w = builder_.weight("w", DType::kF32, {32, 64}).value();
   ASSERT_TRUE(builder_.matmul(x_, w, "y").ok());
   // 2 * rows * out * in; x 8*64*4 + w 32*64*4 bytes read; 8*32*4 written.
-  EXPECT_EQ(cost_of_last_op(builder_), (CostHints{2 * 8 * 32 * 64, 2048 + 8192, 1024}));
+  EXPECT_EQ(cost_of_last_op(builder_), (CostHints{2 * 8 * 32 * 64, 2048 + 8192, 1024, 0}));
 
   const TensorId bias = builder_.weight("b", DType::kF32, {32}).value();
   ASSERT_TRUE(builder_.matmul(x_, w, bias, "y_bias").ok());
-  EXPECT_EQ(cost_of_last_op(builder_), (CostHints{32768 + 8 * 32, 2048 + 8192 + 128, 1024}));
+  EXPECT_EQ(cost_of_last_op(builder_), (CostHints{32768 + 8 * 32, 2048 + 8192 + 128, 1024, 0}));
 
   // q4_0: 64 columns are 2 blocks of 18 bytes per row.
   const TensorId quantized = builder_.weight("q", DType::kQ4_0, {32, 64}).value();
   ASSERT_TRUE(builder_.matmul(x_, quantized, "y_q").ok());
-  EXPECT_EQ(cost_of_last_op(builder_), (CostHints{32768, 2048 + 32 * 2 * 18, 1024}));
+  EXPECT_EQ(cost_of_last_op(builder_), (CostHints{32768, 2048 + 32 * 2 * 18, 1024, 0}));
 }
 
 TEST_F(CostTest, EmbeddingReadsOnlyTheGatheredRows) {
   const TensorId table = builder_.weight("big_table", DType::kQ8_0, {50000, 64}).value();
   ASSERT_TRUE(builder_.embedding(ids_, table, "e").ok());
   // 8 ids of 4 bytes, 8 rows of 2 q8_0 blocks (34 bytes); one dequantizing multiply per element.
-  EXPECT_EQ(cost_of_last_op(builder_), (CostHints{8 * 64, 32 + 8 * 68, 8 * 64 * 4}));
+  EXPECT_EQ(cost_of_last_op(builder_), (CostHints{8 * 64, 32 + 8 * 68, 8 * 64 * 4, 0}));
+}
+
+TEST_F(CostTest, AllReduceCommunicatesItsPayload) {
+  ASSERT_TRUE(builder_.all_reduce_sum(x_, "r").ok());
+  // 512 f32 values: one add each, read and written once, and 2048 bytes handed to the group.
+  EXPECT_EQ(cost_of_last_op(builder_), (CostHints{512, 2048, 2048, 2048}));
 }
 
 TEST_F(CostTest, ElementwiseNormAndRopeCosts) {
   ASSERT_TRUE(builder_.silu(x_, "s").ok());
-  EXPECT_EQ(cost_of_last_op(builder_), (CostHints{4 * 512, 2048, 2048}));
+  EXPECT_EQ(cost_of_last_op(builder_), (CostHints{4 * 512, 2048, 2048, 0}));
   ASSERT_TRUE(builder_.swiglu(x_, x_, "g").ok());
-  EXPECT_EQ(cost_of_last_op(builder_), (CostHints{5 * 512, 4096, 2048}));
+  EXPECT_EQ(cost_of_last_op(builder_), (CostHints{5 * 512, 4096, 2048, 0}));
   const TensorId norm = builder_.weight("norm", DType::kF32, {64}).value();
   ASSERT_TRUE(builder_.rms_norm(x_, norm, 1e-6f, "n").ok());
-  EXPECT_EQ(cost_of_last_op(builder_), (CostHints{4 * 512, 2048 + 256, 2048}));
+  EXPECT_EQ(cost_of_last_op(builder_), (CostHints{4 * 512, 2048 + 256, 2048, 0}));
   const TensorId positions = builder_.input("positions", DType::kI32, {8}).value();
   // 4 heads of 16, rotating the first 8 dimensions of each.
   ASSERT_TRUE(
       builder_.rope(x_, positions, {4, 16, 8, 10000.0f, kernels::RopeStyle::kNeox, {}}, "r").ok());
-  EXPECT_EQ(cost_of_last_op(builder_), (CostHints{3 * 8 * 4 * 8, 2048 + 32, 2048}));
+  EXPECT_EQ(cost_of_last_op(builder_), (CostHints{3 * 8 * 4 * 8, 2048 + 32, 2048, 0}));
 }
 
 TEST_F(CostTest, KvCacheWriteAndAttentionCosts) {
@@ -71,7 +77,7 @@ TEST_F(CostTest, KvCacheWriteAndAttentionCosts) {
   const TensorId slots = builder_.input("slots", DType::kI32, {8}).value();
   ASSERT_TRUE(builder_.kv_cache_write(kv, kv, slots, k_cache, v_cache, "write").ok());
   // Reads key and value (8*32*4 each) and the slots; writes 8*32 f16 values into each cache.
-  EXPECT_EQ(cost_of_last_op(builder_), (CostHints{0, 2 * 1024 + 32, 2 * 8 * 32 * 2}));
+  EXPECT_EQ(cost_of_last_op(builder_), (CostHints{0, 2 * 1024 + 32, 2 * 8 * 32 * 2, 0}));
 
   const AttentionMetadata metadata{builder_.input("seq_lens", DType::kI32, {8}).value(),
                                    builder_.input("starts", DType::kI32, {9}).value(),
@@ -81,13 +87,13 @@ TEST_F(CostTest, KvCacheWriteAndAttentionCosts) {
   // Capacity 4 blocks * 16 = 64 tokens per sequence; a KV row is 2 heads * 16 * 2 bytes.
   const int64_t flops = 4 * 8 * 4 * 16 * 64;
   const int64_t read = 2048 + 32 + 36 + 128 + 2 * 8 * 64 * 64;
-  EXPECT_EQ(cost_of_last_op(builder_), (CostHints{flops, read, 2048}));
+  EXPECT_EQ(cost_of_last_op(builder_), (CostHints{flops, read, 2048, 0}));
 }
 
 TEST_F(CostTest, GatherReadsOnlyTheGatheredRows) {
   const TensorId rows = builder_.input("rows", DType::kI32, {3}).value();
   ASSERT_TRUE(builder_.gather_rows(x_, rows, "g").ok());
-  EXPECT_EQ(cost_of_last_op(builder_), (CostHints{0, 12 + 3 * 256, 3 * 256}));
+  EXPECT_EQ(cost_of_last_op(builder_), (CostHints{0, 12 + 3 * 256, 3 * 256, 0}));
 }
 
 TEST(CostTotalsTest, LlamaGraphMatmulFlopsMatchTheModelShape) {

@@ -116,7 +116,13 @@ Status Executor::initialize() {
   } else {
     hidden_output_size_ = graph->tensor(*hidden_out).shape[1];
   }
-  const PrepareContext context{weights_, kv_cache_, *inputs_, adapters_, pool_.num_threads()};
+  const PrepareContext context{weights_,
+                               kv_cache_,
+                               *inputs_,
+                               adapters_,
+                               pool_.num_threads(),
+                               options_.collectives,
+                               &collective_failures_};
   FOLIO_ASSIGN_OR_RETURN(std::unique_ptr<PreparedGraph> prepared,
                          PreparedGraph::prepare(std::move(graph).value(), context));
   FOLIO_RETURN_IF_ERROR(persistent_outputs_.bind(prepared->graph(), true).status());
@@ -146,7 +152,13 @@ Result<std::unique_ptr<PreparedGraph>> Executor::prepare(const ir::StepShape& sh
                                                    shape.num_tokens,
                                                    ir::step_phase_name(shape.phase)));
   }
-  const PrepareContext context{weights_, kv_cache_, *inputs_, adapters_, pool_.num_threads()};
+  const PrepareContext context{weights_,
+                               kv_cache_,
+                               *inputs_,
+                               adapters_,
+                               pool_.num_threads(),
+                               options_.collectives,
+                               &collective_failures_};
   return PreparedGraph::prepare(std::move(graph).value(), context);
 }
 
@@ -267,6 +279,7 @@ Result<ir::StepOutput> Executor::execute(const ir::StepBatch& step,
     if (above_ladder) cache_->record_eager_fallback();
     last_step_path_ = above_ladder ? StepPath::kEagerFallback : StepPath::kEager;
     FOLIO_RETURN_IF_ERROR(run_eagerly(shape, tokens, output));
+    FOLIO_RETURN_IF_ERROR(collective_failures_.take());
     return output;
   }
   const BucketKey key{shape.num_tokens, shape.phase};
@@ -287,6 +300,7 @@ Result<ir::StepOutput> Executor::execute(const ir::StepBatch& step,
       cache_->record_capture_failure();
       last_step_path_ = StepPath::kEagerFallback;
       FOLIO_RETURN_IF_ERROR(run_eagerly(shape, tokens, output));
+      FOLIO_RETURN_IF_ERROR(collective_failures_.take());
       return output;
     }
     FOLIO_ASSIGN_OR_RETURN(program, std::move(captured));
@@ -296,6 +310,7 @@ Result<ir::StepOutput> Executor::execute(const ir::StepBatch& step,
     const ArenaReplayLock lock = arena_.lock_for_replay();
     program->replay(stream_, lock);
   }
+  FOLIO_RETURN_IF_ERROR(collective_failures_.take());
   set_output(persistent_outputs_, tokens, output);
   return output;
 }

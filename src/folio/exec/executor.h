@@ -55,6 +55,7 @@
 #include "folio/exec/op_profile.h"
 #include "folio/exec/persistent_inputs.h"
 #include "folio/exec/prepared_graph.h"
+#include "folio/exec/step_collectives.h"
 #include "folio/exec/step_limits.h"
 #include "folio/exec/step_memory.h"
 #include "folio/exec/tensor_binding.h"
@@ -86,6 +87,11 @@ struct ExecutorOptions {
   // paged-attention launch captured, which it may rewrite. Null in the product; not owned, must
   // outlive the executor.
   AttentionCaptureHook* attention_capture_hook = nullptr;
+  // The group this executor is a member of (step_collectives.h), for graphs with collective
+  // ops (tensor parallelism's all_reduce_sum); null: none, and such graphs are refused. A
+  // failed collective fails the step (execute returns its status). Not owned; must outlive the
+  // executor; used from the executor's thread only.
+  StepCollectives* collectives = nullptr;
   // Per-op timing (op_profile.h): every kernel the executor runs, eager or replayed, is timed
   // and charged to its op's row, and the executor's input preparation and captures to theirs.
   // Null: nothing is timed. Not owned; must outlive the executor; driven by the executor's
@@ -227,6 +233,7 @@ class Executor {
   int64_t last_eager_step_ = 0;
   std::vector<int64_t> validation_scratch_;
   bool attached_ = false;
+  CollectiveFailures collective_failures_;  // of the step running; empty between steps
   ir::StepShape last_step_shape_;
   StepPath last_step_path_ = StepPath::kEager;
 };

@@ -135,6 +135,37 @@ void launch_soft_cap(const OpOperands& operands, const ir::Op& op, device::HostS
   kernels::cpu::soft_cap(stream, arguments);
 }
 
+// One item: the collective runs on one pool thread, as a member of its group calls it once.
+struct AllReduceArguments {
+  StepCollectives* collectives;
+  CollectiveFailures* failures;
+  const float* input;
+  float* output;
+  int64_t num_elements = 0;
+};
+
+void all_reduce_body(const AllReduceArguments& arguments, int64_t /*begin*/, int64_t /*end*/,
+                     int /*thread_index*/) {
+  if (arguments.input != arguments.output) {
+    std::memcpy(arguments.output, arguments.input,
+                static_cast<size_t>(arguments.num_elements) * sizeof(float));
+  }
+  // After a failure the group is broken: its later calls would only fail again.
+  if (arguments.failures->any()) return;
+  Status status = arguments.collectives->all_reduce_sum(
+      std::span<float>(arguments.output, static_cast<size_t>(arguments.num_elements)));
+  if (!status.ok()) arguments.failures->record(std::move(status));
+}
+
+void launch_all_reduce(const OpOperands& operands, StepCollectives* collectives,
+                       CollectiveFailures* failures, device::HostStream& stream) {
+  const AllReduceArguments arguments{collectives, failures, operands.input_data<const float>(0),
+                                     operands.output_data(),
+                                     operands.output().shape.num_elements()};
+  stream.launch(device::HostKernel::make<AllReduceArguments, all_reduce_body>("all_reduce_sum",
+                                                                              arguments, 1));
+}
+
 void launch_matmul(const OpOperands& operands, const PreparedOp& prepared, std::byte* workspace,
                    device::HostStream& stream) {
   const ir::TensorInfo& x = operands.input(ir::matmul_input::kX);
@@ -311,6 +342,9 @@ void PreparedGraph::launch(size_t index, std::span<std::byte* const> addresses,
       return;
     case ir::OpKind::kSoftCap:
       launch_soft_cap(operands, op, stream);
+      return;
+    case ir::OpKind::kAllReduceSum:
+      launch_all_reduce(operands, collectives_, collective_failures_, stream);
       return;
     case ir::OpKind::kRope:
       launch_rope(operands, prepared, stream);

@@ -60,6 +60,8 @@ std::string_view profile_row_name(ProfileRow row) {
       return "gather_rows";
     case ProfileRow::kLora:
       return "lora";
+    case ProfileRow::kCommunication:
+      return "communication";
     case ProfileRow::kOtherOps:
       return "other_ops";
     case ProfileRow::kThreadWait:
@@ -115,6 +117,8 @@ ProfileRow profile_row_of(const ir::Graph& graph, const ir::Op& op) {
     case ir::OpKind::kScale:
     case ir::OpKind::kSoftCap:
       return ProfileRow::kOtherOps;
+    case ir::OpKind::kAllReduceSum:
+      return ProfileRow::kCommunication;
   }
   return ProfileRow::kOtherOps;
 }

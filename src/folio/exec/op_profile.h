@@ -52,6 +52,7 @@ enum class ProfileRow : uint8_t {
   kAdd,
   kGatherRows,
   kLora,
+  kCommunication,  // collective ops: waiting for and exchanging with the group's other members
   kOtherOps,
   kThreadWait,
   kInputPreparation,  // the executor: validate the step, write the persistent inputs, look up

@@ -32,7 +32,9 @@ PreparedGraph::PreparedGraph(ir::Graph graph, const PrepareContext& context)
       kv_cache_(context.kv_cache),
       adapters_(context.adapters),
       inputs_(context.inputs),
-      num_threads_(context.num_threads) {}
+      num_threads_(context.num_threads),
+      collectives_(context.collectives),
+      collective_failures_(context.collective_failures) {}
 
 Result<std::unique_ptr<PreparedGraph>> PreparedGraph::prepare(ir::Graph graph,
                                                               const PrepareContext& context) {
@@ -110,6 +112,13 @@ Status PreparedGraph::prepare_op(size_t index) {
     case ir::OpKind::kMul:
     case ir::OpKind::kSilu:
       return unsupported(op, "no CPU kernel implements this op kind yet");
+    case ir::OpKind::kAllReduceSum:
+      if (collectives_ == nullptr || collective_failures_ == nullptr) {
+        return unsupported(op,
+                           "a collective op needs the executor to be a member of a group "
+                           "(ExecutorOptions::collectives)");
+      }
+      return Status();
     case ir::OpKind::kRope:
       return prepare_rope(prepared);
     case ir::OpKind::kKvCacheWrite:

@@ -17,6 +17,9 @@
 //   kv_cache_write -> kv_write        paged_attention -> paged_attention
 //   lora -> lora (its row of the adapter table, read at run time)
 //   geglu -> gelu_gate                scale -> scale              soft_cap -> soft_cap
+//   all_reduce_sum -> a one-item launch calling StepCollectives::all_reduce_sum on the output
+//   (the input copied there first unless they share memory), its failure recorded in the
+//   context's CollectiveFailures (step_collectives.h)
 //   mul, silu: no CPU kernel yet; preparing a graph with them fails (kInvalidArgument naming
 //   the op).
 // Activations must be f32 (the CPU kernels' type); KV caches f32 or f16.
@@ -34,6 +37,7 @@
 #include "folio/exec/host_buffer.h"
 #include "folio/exec/op_profile.h"
 #include "folio/exec/persistent_inputs.h"
+#include "folio/exec/step_collectives.h"
 #include "folio/exec/tensor_binding.h"
 #include "folio/ir/graph.h"
 #include "folio/kernels/cpu/paged_attention.h"
@@ -60,6 +64,11 @@ struct PrepareContext {
   // The adapter table; required (non-null slots) when the graph has lora ops.
   AdapterTableBinding adapters;
   int num_threads = 1;  // of the pool the graph will run on (sizes per-thread workspaces)
+  // The group the graph's collective ops talk to, and where their launches record a failure;
+  // required (both non-null) when the graph has collective ops. Not owned; must outlive the
+  // prepared graph.
+  StepCollectives* collectives = nullptr;
+  CollectiveFailures* collective_failures = nullptr;
 };
 
 // The graph's program order (op ids 0, 1, ...): the order every mode executes ops in.
@@ -110,6 +119,8 @@ class PreparedGraph {
   const AdapterTableBinding adapters_;
   const PersistentInputs& inputs_;
   const int num_threads_;
+  StepCollectives* const collectives_;
+  CollectiveFailures* const collective_failures_;
   std::vector<PreparedOp> ops_;
   std::vector<std::byte*> external_addresses_;
   std::vector<KvCacheRef> kv_refs_;

@@ -40,11 +40,15 @@ struct CostHints {
   int64_t flops = 0;
   int64_t bytes_read = 0;
   int64_t bytes_written = 0;
+  // Bytes a collective op hands to the group (its payload per member; a ring all-reduce over n
+  // members sends about 2 (n - 1) / n of it): what crosses the wire, for placement.
+  int64_t bytes_communicated = 0;
 
   CostHints& operator+=(const CostHints& other) {
     flops += other.flops;
     bytes_read += other.bytes_read;
     bytes_written += other.bytes_written;
+    bytes_communicated += other.bytes_communicated;
     return *this;
   }
   // FLOPs per byte moved; 0 when nothing is moved.

@@ -120,6 +120,10 @@ Result<TensorId> GraphBuilder::soft_cap(TensorId x, float cap, std::string name)
   return emit_one(OpKind::kSoftCap, std::move(name), {x}, SoftCapAttributes{cap});
 }
 
+Result<TensorId> GraphBuilder::all_reduce_sum(TensorId x, std::string name) {
+  return emit_one(OpKind::kAllReduceSum, std::move(name), {x});
+}
+
 Result<TensorId> GraphBuilder::rope(TensorId x, TensorId positions,
                                     const RopeAttributes& attributes, std::string name) {
   return emit_one(OpKind::kRope, std::move(name), {x, positions}, attributes);

@@ -67,6 +67,8 @@ class GraphBuilder {
   Result<TensorId> scale(TensorId x, float factor, std::string name);
   // cap * tanh(x / cap).
   Result<TensorId> soft_cap(TensorId x, float cap, std::string name);
+  // The sum of x (f32) over the members of the group the graph runs in (tensor parallelism).
+  Result<TensorId> all_reduce_sum(TensorId x, std::string name);
   // x [T, heads * head_dim] rotated by the positions (i32 [T]).
   Result<TensorId> rope(TensorId x, TensorId positions, const RopeAttributes& attributes,
                         std::string name);

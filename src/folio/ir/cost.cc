@@ -145,6 +145,10 @@ CostHints estimate_cost(const Graph& graph, const Op& op) {
     case OpKind::kSoftCap:
       cost = elementwise_cost(graph, op, 4);
       break;
+    case OpKind::kAllReduceSum:
+      cost = elementwise_cost(graph, op, 1);
+      cost.bytes_communicated = cost.bytes_read;
+      break;
   }
   cost.bytes_written = sum_bytes(graph, op.outputs);
   return cost;

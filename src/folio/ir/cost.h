@@ -14,6 +14,7 @@
 //                    4*T*heads*head_dim*C FLOPs (QK^T and PV; softmax not counted); reads the
 //                    query, the metadata and S*C tokens of each cache
 //   gather_rows      0 FLOPs; reads the R rows gathered and the indices
+//   all_reduce_sum   1 FLOP per element (the add); communicates the input's bytes
 //
 // Unless said otherwise an op reads each input once in full and writes each output once.
 #pragma once

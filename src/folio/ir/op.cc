@@ -34,6 +34,8 @@ std::string_view op_kind_name(OpKind kind) {
       return "scale";
     case OpKind::kSoftCap:
       return "soft_cap";
+    case OpKind::kAllReduceSum:
+      return "all_reduce_sum";
   }
   return "invalid";
 }

@@ -41,6 +41,11 @@
 //                   the attributes set one); scores soft-capped when the attributes set a
 //                   logit_soft_cap.
 //   gather_rows     x float [T, H], indices i32 [R]                      -> x.dtype [R, H]
+//   all_reduce_sum  x f32 [..]                                           -> f32, x.shape
+//                   the sum over the members of the executor's group (exec/step_collectives.h)
+//                   of their x: tensor parallelism's partial projections (a row-split o or
+//                   down projection) made whole; every member gets the same bits. The padded
+//                   rows of the bucket are summed too, so every member passes the same size.
 //   lora            x float [T, K], base float [T, N] (the projection of x), token_adapter_slots
 //                   i32 [T]                                              -> base.dtype [T, N]
 //                   base plus each token's adapter update scale * B (A x), read from row
@@ -84,8 +89,9 @@ enum class OpKind : uint8_t {
   kGeGlu,
   kScale,
   kSoftCap,
+  kAllReduceSum,
 };
-inline constexpr int kNumOpKinds = static_cast<int>(OpKind::kSoftCap) + 1;
+inline constexpr int kNumOpKinds = static_cast<int>(OpKind::kAllReduceSum) + 1;
 
 std::string_view op_kind_name(OpKind kind);
 

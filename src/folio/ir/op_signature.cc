@@ -178,6 +178,15 @@ Result<Specs> infer_scale(const SignatureChecker& check) {
   return Specs{{x.dtype, x.shape}};
 }
 
+// Collectives move f32 (dist/collectives.h), so the op takes and gives f32 only.
+Result<Specs> infer_all_reduce_sum(const SignatureChecker& check) {
+  FOLIO_RETURN_IF_ERROR(check.counts(1, 1, 0));
+  FOLIO_RETURN_IF_ERROR(check.attributes<NoAttributes>().status());
+  const TensorInfo& x = check.input(0);
+  FOLIO_RETURN_IF_ERROR(check.has_dtype(x, DType::kF32, "input"));
+  return Specs{{x.dtype, x.shape}};
+}
+
 Result<Specs> infer_soft_cap(const SignatureChecker& check) {
   FOLIO_RETURN_IF_ERROR(check.counts(1, 1, 0));
   FOLIO_ASSIGN_OR_RETURN(const auto attributes, check.attributes<SoftCapAttributes>());
@@ -414,6 +423,8 @@ Result<std::vector<OutputSpec>> infer_outputs(const Graph& graph, const Op& op) 
       return infer_scale(check);
     case OpKind::kSoftCap:
       return infer_soft_cap(check);
+    case OpKind::kAllReduceSum:
+      return infer_all_reduce_sum(check);
   }
   return check.error("unknown op kind {}", static_cast<int>(op.kind));
 }
