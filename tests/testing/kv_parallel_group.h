@@ -347,14 +347,13 @@ class KvParallelGroup {
  private:
   explicit KvParallelGroup(const KvParallelGroupOptions& options) : options_(options) {}
 
-  static ScriptSequence& find(std::vector<ScriptSequence>& sequences, kv::SeqId id) {
+  // Sequences: std::vector<ScriptSequence>, const or not.
+  template <typename Sequences>
+  static auto find(Sequences& sequences, kv::SeqId id) -> decltype(*sequences.begin()) {
     const auto found = std::find_if(sequences.begin(), sequences.end(),
                                     [&](const ScriptSequence& s) { return s.id == id; });
     FOLIO_CHECK(found != sequences.end(), "sequence {} is not in the script", id);
     return *found;
-  }
-  static const ScriptSequence& find(const std::vector<ScriptSequence>& sequences, kv::SeqId id) {
-    return find(const_cast<std::vector<ScriptSequence>&>(sequences), id);
   }
 
   Status init() {
