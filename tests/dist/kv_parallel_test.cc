@@ -9,6 +9,7 @@
 // captured/replayed graphs; f32 and f16 caches; two and three members.
 #include <algorithm>
 #include <cmath>
+#include <map>
 #include <ostream>
 #include <span>
 #include <string>
@@ -43,6 +44,78 @@ void PrintTo(const KvParallelCase& test, std::ostream* out) {
   *out << test.name;
 }
 
+struct ScriptStats {
+  double worst_relative = 0.0;  // of a logits row, relative to its largest magnitude
+  int32_t decode_rows = 0;
+};
+
+// Runs `sequences` step by step (chunks of at most 20 tokens, greedy decodes) through the whole
+// process and the group until each reaches its stop length; every step's logits rows must agree
+// (within 1e-4 relative, the same argmax) and the members' logits must be bit-identical.
+void run_script(KvParallelGroup& group, std::vector<ScriptSequence>& sequences,
+                const std::map<kv::SeqId, int32_t>& stop_length, ScriptStats& stats) {
+  const int32_t num_members = group.options().num_members;
+  for (int step = 0; step < 100; ++step) {
+    const std::vector<kv::StepSegment> segments = KvParallelGroup::plan_step(sequences, 20);
+    if (segments.empty()) return;  // every sequence reached its stop length
+    Result<KvpStepArrays> reference = group.arrays(sequences, segments, -1);
+    ASSERT_TRUE(reference.ok()) << reference.status();
+    Result<ir::StepOutput> expected = group.whole().executor().execute(reference->batch());
+    ASSERT_TRUE(expected.ok()) << expected.status();
+    std::vector<KvpStepArrays> member_arrays;
+    for (int32_t g = 0; g < num_members; ++g) {
+      Result<KvpStepArrays> arrays = group.arrays(sequences, segments, g);
+      ASSERT_TRUE(arrays.ok()) << arrays.status();
+      member_arrays.push_back(std::move(arrays).value());
+    }
+    std::vector<std::vector<float>> member_logits;
+    Result<std::vector<float>> actual = group.run_members(member_arrays, &member_logits);
+    ASSERT_TRUE(actual.ok()) << "step " << step << ": " << actual.status();
+    ASSERT_EQ(actual->size(), expected->logits.size());
+    for (int32_t g = 1; g < num_members; ++g) {
+      EXPECT_TRUE(member_logits[static_cast<size_t>(g)] == *actual)
+          << "member " << g << "'s logits differ from member 0's at step " << step;
+    }
+
+    const int64_t vocab = expected->vocab_size;
+    std::vector<int32_t> next_tokens;
+    for (int32_t row = 0; row < expected->num_rows; ++row) {
+      const std::span<const float> want = expected->logits.subspan(row * vocab, vocab);
+      const std::span<const float> got =
+          std::span<const float>(*actual).subspan(row * vocab, vocab);
+      float largest = 0.0f;
+      for (const float value : want) largest = std::max(largest, std::abs(value));
+      double worst = 0.0;
+      for (int64_t i = 0; i < vocab; ++i) {
+        worst = std::max(worst, double{std::abs(want[i] - got[i])} / largest);
+      }
+      stats.worst_relative = std::max(stats.worst_relative, worst);
+      EXPECT_LE(worst, 1e-4) << "step " << step << " row " << row;
+      EXPECT_EQ(argmax(got), argmax(want)) << "step " << step << " row " << row;
+      next_tokens.push_back(argmax(want));
+    }
+    // A sequence stops growing at its stop length (its last token is never run).
+    size_t row = 0;
+    for (const kv::StepSegment& segment : segments) {
+      const ScriptSequence& sequence =
+          *std::find_if(sequences.begin(), sequences.end(),
+                        [&](const ScriptSequence& s) { return s.id == segment.seq; });
+      if (segment.first_position + segment.num_tokens <
+          static_cast<int32_t>(sequence.tokens.size())) {
+        continue;
+      }
+      if (segment.num_tokens == 1) ++stats.decode_rows;
+      if (static_cast<int32_t>(sequence.tokens.size()) >= stop_length.at(segment.seq)) {
+        next_tokens[row] = -1;
+      }
+      ++row;
+    }
+    const Status committed = group.commit(sequences, segments, next_tokens);
+    ASSERT_TRUE(committed.ok()) << committed;
+  }
+  FAIL() << "the script did not finish in 100 steps";
+}
+
 class KvParallelTest : public ::testing::TestWithParam<KvParallelCase> {};
 
 TEST_P(KvParallelTest, LongSequenceOverMembersEqualsOneProcess) {
@@ -72,72 +145,39 @@ TEST_P(KvParallelTest, LongSequenceOverMembersEqualsOneProcess) {
       group.member(0).manager().allocate(kv::SeqId(99), sequences[0].tokens);
   EXPECT_TRUE(!alone.ok() || alone->admission != kv::Admission::kAdmitted);
   for (const ScriptSequence& sequence : sequences) {
-    const Status status = group.allocate(sequence);
-    ASSERT_TRUE(status.ok()) << status;
+    const Result<int32_t> cached = group.allocate(sequence);
+    ASSERT_TRUE(cached.ok()) << cached.status();
+    EXPECT_EQ(*cached, 0);
   }
   EXPECT_EQ(*group.cache().num_groups_spanned(kv::SeqId(1)),
             (prompt + options.tokens_per_member - 1) / options.tokens_per_member);
 
-  double worst_relative = 0.0;
-  int32_t decode_rows = 0;
-  for (int step = 0; step < 60 && static_cast<int32_t>(sequences[0].tokens.size()) < context;
-       ++step) {
-    const std::vector<kv::StepSegment> segments = KvParallelGroup::plan_step(sequences, 20);
-    ASSERT_FALSE(segments.empty());
-    Result<KvpStepArrays> reference = group.arrays(sequences, segments, -1);
-    ASSERT_TRUE(reference.ok()) << reference.status();
-    Result<ir::StepOutput> expected = group.whole().executor().execute(reference->batch());
-    ASSERT_TRUE(expected.ok()) << expected.status();
-    std::vector<KvpStepArrays> member_arrays;
-    for (int32_t g = 0; g < test.num_members; ++g) {
-      Result<KvpStepArrays> arrays = group.arrays(sequences, segments, g);
-      ASSERT_TRUE(arrays.ok()) << arrays.status();
-      member_arrays.push_back(std::move(arrays).value());
-    }
-    std::vector<std::vector<float>> member_logits;
-    Result<std::vector<float>> actual = group.run_members(member_arrays, &member_logits);
-    ASSERT_TRUE(actual.ok()) << "step " << step << ": " << actual.status();
-    ASSERT_EQ(actual->size(), expected->logits.size());
-    for (int32_t g = 1; g < test.num_members; ++g) {
-      EXPECT_TRUE(member_logits[static_cast<size_t>(g)] == *actual)
-          << "member " << g << "'s logits differ from member 0's at step " << step;
-    }
-
-    const int64_t vocab = expected->vocab_size;
-    std::vector<int32_t> next_tokens;
-    for (int32_t row = 0; row < expected->num_rows; ++row) {
-      const std::span<const float> want = expected->logits.subspan(row * vocab, vocab);
-      const std::span<const float> got =
-          std::span<const float>(*actual).subspan(row * vocab, vocab);
-      float largest = 0.0f;
-      for (const float value : want) largest = std::max(largest, std::abs(value));
-      double worst = 0.0;
-      for (int64_t i = 0; i < vocab; ++i) {
-        worst = std::max(worst, double{std::abs(want[i] - got[i])} / largest);
-      }
-      worst_relative = std::max(worst_relative, worst);
-      EXPECT_LE(worst, 1e-4) << "step " << step << " row " << row;
-      EXPECT_EQ(argmax(got), argmax(want)) << "step " << step << " row " << row;
-      next_tokens.push_back(argmax(want));
-    }
-    // The short sequence stops growing at 20 tokens.
-    size_t row = 0;
-    for (const kv::StepSegment& segment : segments) {
-      const ScriptSequence& sequence = segment.seq == kv::SeqId(1) ? sequences[0] : sequences[1];
-      if (segment.first_position + segment.num_tokens <
-          static_cast<int32_t>(sequence.tokens.size())) {
-        continue;
-      }
-      if (segment.num_tokens == 1) ++decode_rows;
-      if (segment.seq == kv::SeqId(2) && sequence.tokens.size() >= 20) next_tokens[row] = -1;
-      ++row;
-    }
-    const Status committed = group.commit(sequences, segments, next_tokens);
-    ASSERT_TRUE(committed.ok()) << committed;
-  }
+  ScriptStats stats;
+  run_script(group, sequences, {{kv::SeqId(1), context}, {kv::SeqId(2), 20}}, stats);
+  if (::testing::Test::HasFatalFailure()) return;
   EXPECT_EQ(static_cast<int32_t>(sequences[0].tokens.size()), context);
-  EXPECT_GT(decode_rows, 15);
-  RecordProperty("worst_relative_logit_difference", std::to_string(worst_relative));
+  EXPECT_EQ(sequences[1].tokens.size(), 20u);
+  EXPECT_GT(stats.decode_rows, 15);
+
+  // A new request whose 50-token prompt is the long sequence's start: the prefix cache serves
+  // its 6 full blocks across the members (chained keys: member 1's first block after member
+  // 0's last), as one process serves them; then it decodes to the context limit reading them.
+  std::vector<ScriptSequence> again(1);
+  again[0].id = kv::SeqId(3);
+  again[0].tokens.assign(sequences[0].tokens.begin(), sequences[0].tokens.begin() + 50);
+  Result<int32_t> cached = group.allocate(again[0]);
+  ASSERT_TRUE(cached.ok()) << cached.status();
+  EXPECT_EQ(*cached, 48);
+  again[0].num_computed = *cached;
+  run_script(group, again, {{kv::SeqId(3), context}}, stats);
+  if (::testing::Test::HasFatalFailure()) return;
+  EXPECT_EQ(static_cast<int32_t>(again[0].tokens.size()), context);
+  // Where the long sequence generated from position 50 on (a prompt of at most 50 tokens), the
+  // same greedy continuation from the same 50 tokens.
+  if (prompt <= 50) {
+    EXPECT_EQ(again[0].tokens, sequences[0].tokens);
+  }
+  RecordProperty("worst_relative_logit_difference", std::to_string(stats.worst_relative));
 }
 
 // Step collectives whose exchanges fail, as a member whose peer is gone sees them.

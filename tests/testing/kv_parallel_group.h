@@ -227,8 +227,8 @@ class KvParallelGroup {
   int32_t context() const { return options_.tokens_per_member * options_.num_members; }
 
   // Admits a sequence in both the whole process and the group (all or nothing over the
-  // members it spans).
-  Status allocate(const ScriptSequence& sequence) {
+  // members it spans); returns the tokens the prefix cache served, which must agree.
+  Result<int32_t> allocate(const ScriptSequence& sequence) {
     FOLIO_ASSIGN_OR_RETURN(const kv::AllocateOutcome one,
                            whole_->manager().allocate(sequence.id, sequence.tokens));
     FOLIO_ASSIGN_OR_RETURN(const kv::KvpAllocateOutcome spread,
@@ -236,7 +236,11 @@ class KvParallelGroup {
     if (one.admission != kv::Admission::kAdmitted || spread.admission != kv::Admission::kAdmitted) {
       return resource_exhausted("sequence {} not admitted", sequence.id);
     }
-    return Status();
+    if (one.num_cached_tokens != spread.num_cached_tokens) {
+      return internal_error("sequence {}: {} cached tokens in one process, {} in the group",
+                            sequence.id, one.num_cached_tokens, spread.num_cached_tokens);
+    }
+    return spread.num_cached_tokens;
   }
 
   // The next step's segments: each sequence's uncomputed tokens, at most `chunk` of them.
