@@ -3,8 +3,8 @@
 // sequence, checked against the independent double-precision reference for many splits of the
 // positions (ranges of one block up to the whole context, ranges past every query, empty
 // members), with mixed decode/prefill batches, GQA, f32/f16 caches, sliding windows and soft
-// caps. Also: the merge of a single part is that part; rows no part saw merge to zeros, never
-// NaN; merging is deterministic in part order.
+// caps, on every SIMD path. Also: the merge of a single part is that part; rows no part saw merge
+// to zeros, never NaN; two parts match the closed form in double.
 #include "folio/kernels/cpu/attention_merge.h"
 
 #include <cmath>
@@ -94,7 +94,11 @@ TEST_P(KvParallelAttentionTest, MergedPartialsEqualWholeAttentionForEverySplit) 
                            /*workspace_threads=*/2);
   ThreadPool pool(2);
   std::mt19937 rng(test.block_size * 100 + test.gqa_ratio * 7 + test.sliding_window);
-  for (int step = 0; step < 3; ++step) {
+  // Every SIMD path the CPU runs, one step each after the first (the partial's scores and
+  // accumulation are VectorOps'; its range clipping and log-sum-exp are portable code).
+  const std::vector<SimdPath> paths = supported_simd_paths();
+  for (int step = 0; step < 2 + static_cast<int>(paths.size()); ++step) {
+    ScopedSimdPath scoped(paths[static_cast<size_t>(step) % paths.size()]);
     harness.load_step(rng, random_batch(rng, kMaxContext, harness.num_tokens() - 3));
     const std::vector<double> expected = harness.reference();
     // From one block per member (ten members) to one member holding everything, and a split
