@@ -273,6 +273,15 @@ TEST_F(BuilderTest, KvParallelAttentionOutputsLogSumExpAndMerges) {
   const Result<TensorId> merged = builder_.attention_merge(partial->output, partial->lse, "merged");
   ASSERT_TRUE(merged.ok()) << merged.status();
   EXPECT_EQ(builder_.graph().tensor(*merged).shape, (Shape{kTokens, 64}));
+  // A partial is emitted as one (its two outputs named), never as the whole-sequence op.
+  snapshot();
+  EXPECT_EQ(
+      builder_.paged_attention(hidden_, k_cache, v_cache, metadata, attention, "c").status().code(),
+      StatusCode::kInvalidArgument);
+  attention.kv_range_end = 0;  // a begin without an end
+  expect_rejected(
+      builder_.paged_attention(hidden_, k_cache, v_cache, metadata, attention, "c").status(),
+      "kv_range_begin 64 without a kv_range_end");
   // The whole-sequence attention is not a partial.
   attention.kv_range_begin = attention.kv_range_end = 0;
   EXPECT_EQ(builder_.paged_attention_partial(hidden_, k_cache, v_cache, metadata, attention, "b")

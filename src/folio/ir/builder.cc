@@ -157,6 +157,12 @@ Result<TensorId> GraphBuilder::paged_attention(TensorId query, TensorId key_cach
                                                const AttentionMetadata& metadata,
                                                const AttentionAttributes& attributes,
                                                std::string name) {
+  if (attributes.is_kv_parallel()) {
+    return invalid_argument(
+        "paged_attention '{}': a KV-parallel partial has two outputs; emit it with "
+        "paged_attention_partial",
+        name);
+  }
   return emit_one(OpKind::kPagedAttention, std::move(name),
                   {query, key_cache, value_cache, metadata.seq_lens, metadata.query_start,
                    metadata.block_tables},

@@ -356,7 +356,13 @@ Result<Specs> infer_paged_attention(const SignatureChecker& check) {
   FOLIO_RETURN_IF_ERROR(
       check.has_dim(starts, 0, num_sequences + 1, "query_start", "sequences + 1"));
   FOLIO_RETURN_IF_ERROR(check.has_dim(tables, 0, num_sequences, "block_tables", "sequences"));
-  if (!attributes.is_kv_parallel()) return Specs{{query.dtype, query.shape}};
+  if (!attributes.is_kv_parallel()) {
+    if (attributes.kv_range_begin != 0) {
+      return check.error("kv_range_begin {} without a kv_range_end (0, 0: the whole sequence)",
+                         attributes.kv_range_begin);
+    }
+    return Specs{{query.dtype, query.shape}};
+  }
   // A KV-parallel member's partial attention: its range and the log-sum-exp output.
   const int64_t block_size = key_cache.shape[1];
   if (attributes.kv_range_begin < 0 || attributes.kv_range_begin % block_size != 0 ||
