@@ -7,7 +7,8 @@
 # text, and runs an offline load benchmark with graphs on and off, and one larger than its KV
 # cache with memory pressure handling on and off; between them a folio worker's handshake, and
 # the model split over two local worker processes (pipeline parallelism) giving one process's
-# text. FOLIO_DEMO_MODEL picks another GGUF file (the prompt stays).
+# text, losing workers, and workers without the model file fetching their shards into a weight
+# cache once (a cold start fetches them, a warm one nothing). FOLIO_DEMO_MODEL picks another GGUF file (the prompt stays).
 #   scripts/demo.sh [build dir]
 set -euo pipefail
 build=${1:-build/release}
@@ -131,6 +132,20 @@ recovered=$("$folio" generate -m "$model" -p "And God said" -n 24 --temperature 
 grep -E "replacing it with|recovered from a lost worker" "$recovery_log" || true
 printf '[one process    ] %s\n[3 workers lost ] %s\n' "$one_process" "$recovered"
 if [ "$one_process" = "$recovered" ]; then echo "same text"; else echo "texts differ" >&2; exit 1; fi
+
+section "the weight cache: local workers without the model file, a cold start then a warm one"
+weight_cache="$build/demo-weight-cache"
+rm -rf "$weight_cache"
+for start in cold warm; do
+  cache_log="$build/weight-cache-$start.log"
+  cached=$("$folio" generate -m "$model" -p "And God said" -n 24 --temperature 0 -q \
+    --local-workers 2 --local-worker-cache "$weight_cache" 2>"$cache_log")
+  fetched=$(sed -n 's/.*fetched \([0-9]*\) weight bytes.*/\1/p' "$cache_log" |
+    awk '{ total += $1 } END { print total + 0 }')
+  printf '[%s start] workers fetched %s weight bytes: %s\n' "$start" "$fetched" "$cached"
+  if [ "$one_process" != "$cached" ]; then echo "texts differ" >&2; exit 1; fi
+done
+echo "same text"
 
 section "folio bench: 64 requests, concurrency 16, graphs on"
 "$folio" bench -m "$model" --requests 64 --concurrency 16 --prompt-len 16:96 --output-len 16:48 \

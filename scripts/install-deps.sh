@@ -11,6 +11,7 @@ packages=(
   libfmt-dev libspdlog-dev
   libgloo-dev
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
+  libssl-dev
   libopenblas-dev libopenblas0-pthread
   nlohmann-json3-dev libboost-dev libcpp-httplib-dev libcli11-dev
   clang libclang-rt-14-dev

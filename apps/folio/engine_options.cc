@@ -50,10 +50,23 @@ struct WorkerKiller {
 // The engine's runner over the pipeline: the PipelineStepRunner, recording its traffic after
 // every step for pipeline_traffic() (the engine owns the runner and may be gone when a command
 // prints its report), and killing local workers when asked to (WorkerKiller).
+// The model file and the shard source that sends workers without it their stages' tensors
+// (dist/shard_source.h); outlives the pipeline runner that uses it.
+struct WeightSource {
+  WeightSource(gguf::GgufFile model_file, const std::string& model_hash)
+      : file(std::move(model_file)), source(file, model_hash) {}
+  gguf::GgufFile file;
+  dist::ShardSource source;
+};
+
 class InstrumentedPipelineRunner final : public engine::StepRunner {
  public:
-  InstrumentedPipelineRunner(std::unique_ptr<dist::PipelineStepRunner> runner, WorkerKiller killer)
-      : runner_(std::move(runner)), killer_(killer), random_(killer.seed) {
+  InstrumentedPipelineRunner(std::shared_ptr<WeightSource> weights,
+                             std::unique_ptr<dist::PipelineStepRunner> runner, WorkerKiller killer)
+      : weights_(std::move(weights)),
+        runner_(std::move(runner)),
+        killer_(killer),
+        random_(killer.seed) {
     record();
   }
   Result<ir::StepOutput> run(const ir::StepBatch& step) override {
@@ -95,6 +108,7 @@ class InstrumentedPipelineRunner final : public engine::StepRunner {
     const MutexLock lock(recorded.mutex);
     recorded.traffic = runner_->traffic();
   }
+  std::shared_ptr<WeightSource> weights_;  // before runner_: destroyed after it
   std::unique_ptr<dist::PipelineStepRunner> runner_;
   WorkerKiller killer_;
   Xoshiro256StarStar random_;
@@ -182,11 +196,27 @@ engine::RemoteRunnerFactory pipeline_runner_factory(PipelineRunnerSettings setti
     for (const std::string& address : settings.addresses) {
       FOLIO_ASSIGN_OR_RETURN(std::unique_ptr<dist::WorkerClient> client,
                              dist::WorkerClient::connect(address, identity));
+      // The link as the activations will see it (gRPC included), measured at join.
+      FOLIO_ASSIGN_OR_RETURN(const dist::WorkerLink link, client->measure_link());
+      if (!settings.quiet) {
+        std::fprintf(
+            stderr, "worker %s: round trip %.0f us, %.0f MiB/s each way (%lld KiB Pings)\n",
+            address.c_str(), std::chrono::duration<double, std::micro>(link.latency.median).count(),
+            link.bandwidth.bytes_per_second / double(1 << 20),
+            static_cast<long long>(dist::kLinkProbeBytes >> 10));
+      }
       infos.push_back(client->info());
       clients.push_back(std::move(client));
     }
     FOLIO_ASSIGN_OR_RETURN(std::vector<dist::PipelineStageSpec> specs, plan_stages(infos));
+    // The weight cache's source: workers without the model file are sent their stages' tensors
+    // from this process's mapping of it.
+    FOLIO_ASSIGN_OR_RETURN(gguf::GgufFile weight_file, gguf::GgufFile::open(settings.model_path));
+    auto weights = std::make_shared<WeightSource>(std::move(weight_file), identity.hash);
+    if (setup.registry != nullptr)
+      FOLIO_RETURN_IF_ERROR(weights->source.export_to(*setup.registry));
     dist::PipelineRecoveryOptions recovery;
+    recovery.weight_source = &weights->source;
     recovery.lease_interval = settings.lease_interval;
     recovery.lease_misses = settings.lease_misses;
     recovery.replace_worker = worker_replacer(settings.spare_addresses, identity, settings.quiet);
@@ -195,8 +225,8 @@ engine::RemoteRunnerFactory pipeline_runner_factory(PipelineRunnerSettings setti
     FOLIO_ASSIGN_OR_RETURN(std::unique_ptr<dist::PipelineStepRunner> runner,
                            dist::PipelineStepRunner::create(std::move(clients), std::move(specs),
                                                             identity.hash, std::move(recovery)));
-    return std::unique_ptr<engine::StepRunner>(
-        std::make_unique<InstrumentedPipelineRunner>(std::move(runner), settings.killer));
+    return std::unique_ptr<engine::StepRunner>(std::make_unique<InstrumentedPipelineRunner>(
+        std::move(weights), std::move(runner), settings.killer));
   };
 }
 
@@ -214,6 +244,9 @@ void add_engine_options(CLI::App& command, EngineCommandOptions& options) {
                      "free loopback ports for this command");
   command.add_option("--local-worker-threads", options.local_worker_threads,
                      "Compute threads of each local worker (0: --threads)");
+  command.add_option("--local-worker-cache", options.local_worker_cache,
+                     "Start the local workers without the model file, with this weight cache "
+                     "directory: each is sent the tensors of its stage that the cache lacks");
   command
       .add_option("--spare-workers", options.spare_workers,
                   "Workers that take a lost worker's place, HOST:PORT,... in order (without: a "
@@ -517,9 +550,9 @@ Result<std::unique_ptr<engine::ModelEngine>> start_model_engine(
   if (options.local_workers > 0) {
     const int32_t threads =
         options.local_worker_threads > 0 ? options.local_worker_threads : options.threads;
-    FOLIO_ASSIGN_OR_RETURN(
-        local_worker_group(),
-        LocalWorkers::start(options.local_workers, options.model_path, threads, 0));
+    FOLIO_ASSIGN_OR_RETURN(local_worker_group(),
+                           LocalWorkers::start(options.local_workers, options.model_path, threads,
+                                               0, options.local_worker_cache));
     worker_addresses = local_worker_group()->addresses();
     if (!options.quiet) {
       std::fprintf(stderr, "started %d local workers\n", options.local_workers);

@@ -59,6 +59,9 @@ struct EngineCommandOptions {
   std::vector<std::string> workers;
   int32_t local_workers = 0;
   int32_t local_worker_threads = 0;  // 0: --threads
+  // Start the local workers without the model file, with this weight cache (issue 15 slice 5):
+  // each is sent its stage's tensors its cache lacks. Empty: they open the model file.
+  std::string local_worker_cache;
   // Recovery from a lost worker (issue 16): the workers that take its place, the heartbeat
   // lease, each request's limit, and fault injection to try it.
   std::vector<std::string> spare_workers;

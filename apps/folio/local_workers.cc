@@ -53,7 +53,8 @@ bool reaped(pid_t pid) {
 
 Result<std::unique_ptr<LocalWorkers>> LocalWorkers::start(int32_t count,
                                                           const std::string& model_path,
-                                                          int32_t threads, uint64_t memory_bytes) {
+                                                          int32_t threads, uint64_t memory_bytes,
+                                                          const std::string& cache_directory) {
   if (count < 1) return invalid_argument("--local-workers needs at least 1 worker, got {}", count);
   std::error_code error;
   const std::filesystem::path binary = std::filesystem::read_symlink("/proc/self/exe", error);
@@ -61,6 +62,7 @@ Result<std::unique_ptr<LocalWorkers>> LocalWorkers::start(int32_t count,
   std::unique_ptr<LocalWorkers> group(new LocalWorkers());
   group->binary_ = binary.string();
   group->model_path_ = model_path;
+  group->cache_directory_ = cache_directory;
   group->threads_ = threads;
   group->memory_bytes_ = memory_bytes;
   std::string pattern =
@@ -83,9 +85,13 @@ Result<std::unique_ptr<LocalWorkers>> LocalWorkers::start(int32_t count,
 }
 
 Result<LocalWorkers::Worker> LocalWorkers::spawn(size_t index, int32_t generation) const {
-  std::vector<std::string> arguments = {
-      binary_, "worker",    "--listen",     "127.0.0.1:0",
-      "-m",    model_path_, "--parent-pid", std::to_string(getpid())};
+  std::vector<std::string> arguments = {binary_,       "worker",       "--listen",
+                                        "127.0.0.1:0", "--parent-pid", std::to_string(getpid())};
+  if (cache_directory_.empty()) {
+    arguments.insert(arguments.end(), {"-m", model_path_});
+  } else {
+    arguments.insert(arguments.end(), {"--cache-dir", cache_directory_});
+  }
   if (threads_ > 0) arguments.insert(arguments.end(), {"--threads", std::to_string(threads_)});
   if (memory_bytes_ > 0) {
     arguments.insert(arguments.end(), {"--memory", std::to_string(memory_bytes_)});

@@ -1,5 +1,6 @@
 // LocalWorkers: `folio worker` processes of this very binary on free loopback ports, for
-// `--local-workers N`: each listens on 127.0.0.1:0 with the coordinator's model file, logs to a
+// `--local-workers N`: each listens on 127.0.0.1:0 with the coordinator's model file (or, with
+// `--local-worker-cache DIR`, without it and with a weight cache), logs to a
 // file of its own (read here for its "listening on ADDRESS" line), and dies with the
 // coordinator (--parent-pid). Destroying the group stops them: SIGTERM, then SIGKILL
 // after a grace, and reaps them.
@@ -30,9 +31,13 @@ class LocalWorkers {
  public:
   // Starts `count` workers holding `model_path`, `threads` compute threads and a memory budget
   // of `memory_bytes` each (0: the worker's default), and waits up to 30 s for each to listen.
-  // Errors name the worker and quote its log.
+  // With a `cache_directory` the workers start without the model file (--cache-dir, all of them
+  // and their replacements sharing the directory, which is safe across processes): the
+  // coordinator sends each its stage's tensors the cache lacks, so a replacement started where
+  // its predecessor fetched them fetches nothing. Errors name the worker and quote its log.
   static Result<std::unique_ptr<LocalWorkers>> start(int32_t count, const std::string& model_path,
-                                                     int32_t threads, uint64_t memory_bytes);
+                                                     int32_t threads, uint64_t memory_bytes,
+                                                     const std::string& cache_directory = "");
   ~LocalWorkers();
   LocalWorkers(const LocalWorkers&) = delete;
   LocalWorkers& operator=(const LocalWorkers&) = delete;
@@ -65,6 +70,7 @@ class LocalWorkers {
 
   std::string binary_;
   std::string model_path_;
+  std::string cache_directory_;  // empty: the workers read model_path_
   int32_t threads_ = 0;
   uint64_t memory_bytes_ = 0;
   std::string log_directory_;

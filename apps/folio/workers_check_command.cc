@@ -46,26 +46,27 @@ void run_workers_check(const WorkersCheckOptions& options) {
   client_options.coordinator_id = coordinator_id();
   client_options.connect_timeout = std::chrono::milliseconds(options.timeout_ms);
   client_options.call_timeout = std::chrono::milliseconds(options.timeout_ms);
-  std::printf("%-24s %-16s %-16s %10s %7s %-24s %12s\n", "address", "incarnation", "host",
-              "memory_gib", "threads", "model", "ping_us_p50");
+  std::printf("%-24s %-16s %-16s %10s %7s %-24s %12s %12s\n", "address", "incarnation", "host",
+              "memory_gib", "threads", "model", "ping_us_p50", "link_mib_s");
   int failures = 0;
   for (const std::string& address : options.workers) {
     Result<std::unique_ptr<dist::WorkerClient>> client =
         dist::WorkerClient::connect(address, model, client_options);
-    Result<dist::LinkLatency> latency = client.ok()
-                                            ? (*client)->measure_latency(std::max(1, options.pings))
-                                            : Result<dist::LinkLatency>(client.status());
-    if (!latency.ok()) {
+    Result<dist::WorkerLink> link = client.ok()
+                                        ? (*client)->measure_link(std::max(1, options.pings))
+                                        : Result<dist::WorkerLink>(client.status());
+    if (!link.ok()) {
       ++failures;
-      std::printf("%-24s error: %s\n", address.c_str(), latency.status().to_string().c_str());
+      std::printf("%-24s error: %s\n", address.c_str(), link.status().to_string().c_str());
       continue;
     }
     const dist::WorkerInfo& info = (*client)->info();
-    std::printf("%-24s %016llx %-16s %10.1f %7u %-24s %12.1f\n", address.c_str(),
+    std::printf("%-24s %016llx %-16s %10.1f %7u %-24s %12.1f %12.1f\n", address.c_str(),
                 static_cast<unsigned long long>(info.incarnation), info.host_name.c_str(),
                 static_cast<double>(info.memory_budget_bytes) / double(1ull << 30), info.threads,
                 model_column(info, model).c_str(),
-                std::chrono::duration<double, std::micro>(latency->median).count());
+                std::chrono::duration<double, std::micro>(link->latency.median).count(),
+                link->bandwidth.bytes_per_second / double(1 << 20));
   }
   std::fflush(stdout);
   if (failures > 0) {

@@ -43,6 +43,9 @@ struct WorkerPlacement {
   // Runs the binary in another context (e.g. `ip netns exec NS`); empty: directly.
   std::vector<std::string> launcher;
   WorkerClientOptions client_options;
+  // Non-empty: the worker starts without the model file, with this weight cache (--cache-dir),
+  // and is sent its stage's tensors (the pipeline's ShardSource); its replacements too.
+  std::string cache_directory;
 };
 
 // A `folio worker` of 2 threads holding `model` on HOST:0; `address` is where it listens (empty
@@ -50,10 +53,14 @@ struct WorkerPlacement {
 inline std::unique_ptr<folio::testing::WorkerProcess> spawn_worker(const ModelOnDisk& model,
                                                                    const WorkerPlacement& placement,
                                                                    std::string& address) {
-  auto process = std::make_unique<folio::testing::WorkerProcess>(
-      std::vector<std::string>{"--listen", placement.host + ":0", "--threads", "2", "-m",
-                               model.path},
-      "worker", placement.launcher);
+  std::vector<std::string> arguments{"--listen", placement.host + ":0", "--threads", "2"};
+  if (placement.cache_directory.empty()) {
+    arguments.insert(arguments.end(), {"-m", model.path});
+  } else {
+    arguments.insert(arguments.end(), {"--cache-dir", placement.cache_directory});
+  }
+  auto process = std::make_unique<folio::testing::WorkerProcess>(std::move(arguments), "worker",
+                                                                 placement.launcher);
   address = process->wait_for_listening(std::chrono::seconds(60));
   return process;
 }
@@ -62,9 +69,11 @@ inline std::unique_ptr<folio::testing::WorkerProcess> spawn_worker(const ModelOn
 class ProcessPipeline {
  public:
   // `placement(stage)` says where each stage's first worker runs (default: loopback);
-  // replacements always run on loopback.
+  // replacements always run on loopback, with the weight cache of the stage's placement.
+  // `weights`: sends workers without the model file their shards (must outlive the pipeline).
   explicit ProcessPipeline(const ModelOnDisk& model,
-                           const std::function<WorkerPlacement(int32_t)>& placement = {})
+                           const std::function<WorkerPlacement(int32_t)>& placement = {},
+                           ShardSource* weights = nullptr)
       : model_(model) {
     std::vector<std::unique_ptr<WorkerClient>> clients;
     for (int32_t s = 0; s < 2; ++s) {
@@ -80,10 +89,14 @@ class ProcessPipeline {
     PipelineRecoveryOptions recovery;
     recovery.lease_interval = kLeaseInterval;
     recovery.lease_misses = kPipelineLeaseMisses;
-    recovery.replace_worker = [this](int32_t,
-                                     const std::string&) -> Result<std::unique_ptr<WorkerClient>> {
+    recovery.weight_source = weights;
+    recovery.replace_worker = [this, placement](
+                                  int32_t stage,
+                                  const std::string&) -> Result<std::unique_ptr<WorkerClient>> {
+      WorkerPlacement replacement;
+      if (placement) replacement.cache_directory = placement(stage).cache_directory;
       std::string address;
-      workers_.push_back(spawn_worker(model_, WorkerPlacement{}, address));
+      workers_.push_back(spawn_worker(model_, replacement, address));
       if (address.empty()) return unavailable("a spare worker did not start");
       return WorkerClient::connect(address, model_.identity);
     };

@@ -144,6 +144,29 @@ TEST(WorkerControlPlaneTest, PingMeasuresTheLinkAndChecksTheIncarnation) {
   EXPECT_LE(latency->median, latency->max);
 }
 
+TEST(WorkerControlPlaneTest, PingPayloadsMeasureTheBandwidthAndAreBounded) {
+  auto service = start_service(declared_options());
+  ASSERT_NE(service, nullptr);
+  auto client = WorkerClient::connect(service->address(), {});
+  ASSERT_TRUE(client.ok()) << client.status();
+  // The client checks that the reply carried the bytes it asked for.
+  ASSERT_TRUE((*client)->ping(300 << 10).ok());
+  auto link = (*client)->measure_link(3);
+  ASSERT_TRUE(link.ok()) << link.status();
+  EXPECT_EQ(link->bandwidth.payload_bytes, kLinkProbeBytes);
+  EXPECT_EQ(link->bandwidth.count, 3);
+  EXPECT_GT(link->bandwidth.bytes_per_second, 0);
+  // The estimated transfer time grows with the bytes moved.
+  EXPECT_GT(link->transfer_seconds(64 << 20), link->transfer_seconds(1 << 10));
+  // Over the limit: refused by the client before sending, and by the worker if asked.
+  auto too_big = (*client)->ping(static_cast<int64_t>(kMaxPingPayloadBytes) + 1);
+  ASSERT_FALSE(too_big.ok());
+  EXPECT_EQ(too_big.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(too_big.status().message()), HasSubstr("outside [0, 67108864]"));
+  // The link still works after a refusal.
+  EXPECT_TRUE((*client)->ping().ok());
+}
+
 TEST(WorkerControlPlaneTest, ServiceGoneAfterTheHandshakeFailsTheNextCall) {
   auto service = start_service(declared_options());
   ASSERT_NE(service, nullptr);

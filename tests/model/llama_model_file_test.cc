@@ -2,6 +2,7 @@
 // shapes, well-conditioned values, ggml-exact quantization, and a shape that reads back.
 #include "folio/model/llama_model_file.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include <gmock/gmock.h>
@@ -129,6 +130,86 @@ TEST(LlamaModelFileTest, TiedQwen2ModelHasBiasesAndNoOutputMatrix) {
   int64_t parameters = 0;
   for (const gguf::GgufTensorInfo& info : file.tensors()) parameters += info.element_count;
   EXPECT_EQ(parameters, shape.parameter_count());
+}
+
+// A shard file (issue 15's weight cache): the whole file's metadata, the shard keys and only the
+// tensors of `names` (those of `extra` too, to break it).
+std::vector<uint8_t> shard_bytes(const gguf::GgufFile& file, const LlamaShape& shape,
+                                 const LlamaShard& shard, const std::vector<std::string>& names) {
+  gguf::GgufWriter writer;
+  for (const gguf::GgufKeyValue& entry : file.metadata()) writer.set(entry.key, entry.value);
+  set_llama_shard_keys(writer, shape, shard);
+  for (const std::string& name : names) {
+    const gguf::GgufTensor tensor = *file.tensor(name);
+    std::vector<std::byte> bytes(tensor.data.begin(), tensor.data.end());
+    FOLIO_CHECK(
+        writer.add_tensor_bytes(name, tensor.dtype, tensor.info->dimensions, std::move(bytes)).ok(),
+        "{}", name);
+  }
+  return *writer.write_to_buffer();
+}
+
+TEST(LlamaModelFileTest, ShardFilesReadBackAsTheWholeShapeAndHoldOnlyTheirLayersTensors) {
+  for (const LlamaArchitecture architecture :
+       {LlamaArchitecture::kLlama, LlamaArchitecture::kQwen2, LlamaArchitecture::kPhi3}) {
+    LlamaShape shape = small_shape(DType::kQ8_0);
+    shape.architecture = architecture;
+    shape.num_layers = 4;
+    shape.tie_embeddings = architecture == LlamaArchitecture::kQwen2;
+    const std::vector<uint8_t> bytes = model_bytes(shape, 9);
+    const gguf::GgufFile file = *gguf::GgufFile::parse(bytes);
+    const LlamaShape whole = *read_llama_shape(file);
+    for (const LlamaShard shard : {LlamaShard{0, 1}, LlamaShard{1, 3}, LlamaShard{3, 4}}) {
+      SCOPED_TRACE(fmt::format("{} [{}, {})", llama_architecture_name(architecture),
+                               shard.first_layer, shard.end_layer));
+      const std::vector<std::string> names = *llama_shard_tensor_names(whole, shard);
+      for (const std::string& name : names) {
+        EXPECT_NE(file.find_tensor(name), nullptr) << name;
+        if (name.starts_with("blk.")) {
+          const int64_t layer = std::stoll(name.substr(4));
+          EXPECT_TRUE(layer >= shard.first_layer && layer < shard.end_layer) << name;
+        }
+      }
+      const auto holds = [&](const std::string& name) {
+        return std::find(names.begin(), names.end(), name) != names.end();
+      };
+      EXPECT_EQ(holds("token_embd.weight"),
+                shard.first_layer == 0 || (shape.tie_embeddings && shard.end_layer == 4));
+      EXPECT_EQ(holds("output_norm.weight"), shard.end_layer == 4);
+      EXPECT_EQ(holds("output.weight"), !shape.tie_embeddings && shard.end_layer == 4);
+      if (architecture == LlamaArchitecture::kPhi3) {
+        EXPECT_TRUE(holds(fmt::format("blk.{}.attn_qkv.weight", shard.first_layer)));
+      }
+
+      const std::vector<uint8_t> shard_file = shard_bytes(file, whole, shard, names);
+      const gguf::GgufFile parsed = *gguf::GgufFile::parse(shard_file);
+      const Result<LlamaShape> read = read_llama_shape(parsed);
+      ASSERT_TRUE(read.ok()) << read.status();
+      EXPECT_EQ(*read, whole);
+      const std::optional<LlamaShard> keys = *read_llama_shard(parsed);
+      ASSERT_TRUE(keys.has_value());
+      EXPECT_EQ(keys->first_layer, shard.first_layer);
+      EXPECT_EQ(keys->end_layer, shard.end_layer);
+
+      // One tensor short, or one of another layer too: refused, naming it.
+      std::vector<std::string> missing = names;
+      const std::string dropped = fmt::format("blk.{}.ffn_down.weight", shard.first_layer);
+      std::erase(missing, dropped);
+      const std::vector<uint8_t> short_file = shard_bytes(file, whole, shard, missing);
+      const Result<LlamaShape> refused = read_llama_shape(*gguf::GgufFile::parse(short_file));
+      ASSERT_FALSE(refused.ok());
+      EXPECT_THAT(std::string(refused.status().message()), HasSubstr(dropped));
+      std::vector<std::string> foreign = names;
+      const std::string other =
+          fmt::format("blk.{}.ffn_norm.weight", shard.first_layer == 0 ? 3 : 0);
+      foreign.push_back(other);
+      const std::vector<uint8_t> foreign_file = shard_bytes(file, whole, shard, foreign);
+      const Result<LlamaShape> extra = read_llama_shape(*gguf::GgufFile::parse(foreign_file));
+      ASSERT_FALSE(extra.ok());
+      EXPECT_THAT(std::string(extra.status().message()), HasSubstr(other));
+    }
+  }
+  EXPECT_FALSE(llama_shard_tensor_names(small_shape(DType::kF32), LlamaShard{1, 1}).ok());
 }
 
 TEST(LlamaModelFileTest, Qwen3ModelHasPerHeadQueryKeyNormsAndNoBiases) {

@@ -127,19 +127,20 @@ TEST(ServerConcurrencyTest, DisconnectingClientIsCancelledAndItsBlocksFreed) {
   std::unique_ptr<Server> server = testing::start_server(toy.served("tiny"), {}, &port);
   const std::string owned = "folio_engine_kv_blocks{state=\"owned\"}";
   const std::string cancelled = "folio_engine_requests_finished_total{reason=\"cancelled\"}";
-  // Idle, the engine owns only its dummy block (the gauge is updated after each step, so a
-  // request's answer can arrive before it: wait for it to settle).
+  // Idle, the requests own no block (the padding block is its own state; the gauge is updated
+  // after each step, so a request's answer can arrive before it: wait for it to settle).
   ASSERT_EQ(post(port, "/v1/completions", request_body(0, false, false).dump()).status, 200);
-  ASSERT_EQ(wait_for_metric(port, owned, [](double value) { return value == 1; }), 1);
+  ASSERT_EQ(wait_for_metric(port, owned, [](double value) { return value == 0; }), 0);
+  EXPECT_EQ(metric(port, "folio_engine_kv_blocks{state=\"padding\"}"), 1);
   Json body = request_body(1, false, true);
   body["max_tokens"] = 100;  // 200 ms or more at 2 ms a step: still running at the disconnect
   stream_then_disconnect(port, body.dump(), [&] {
-    EXPECT_GT(wait_for_metric(port, owned, [](double value) { return value > 1; }), 1)
+    EXPECT_GT(wait_for_metric(port, owned, [](double value) { return value > 0; }), 0)
         << "the streaming request holds KV blocks";
   });
   // The next write fails, the request is cancelled, its blocks are freed at the next step.
   EXPECT_EQ(wait_for_metric(port, cancelled, [](double value) { return value >= 1; }), 1);
-  EXPECT_EQ(wait_for_metric(port, owned, [](double value) { return value == 1; }), 1);
+  EXPECT_EQ(wait_for_metric(port, owned, [](double value) { return value == 0; }), 0);
   EXPECT_EQ(wait_for_metric(port, "folio_server_requests_in_flight",
                             [](double value) { return value == 0; }),
             0);

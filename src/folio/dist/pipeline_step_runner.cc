@@ -40,7 +40,8 @@ Result<std::unique_ptr<PipelineStepRunner>> PipelineStepRunner::create(
           "from 0, so it must start at {}",
           s, address, spec.first_layer, expected_first);
     }
-    Result<PreparedStage> prepared = workers[s]->prepare_stage(spec, model_hash, kFirstEpoch);
+    Result<PreparedStage> prepared = prepare_stage_with_weights(*workers[s], recovery.weight_source,
+                                                                spec, model_hash, kFirstEpoch);
     if (!prepared.ok()) {
       return prepared.status().with_context(
           fmt::format("preparing stage {} (layers [{}, {})) on worker {}", s, spec.first_layer,
@@ -249,7 +250,8 @@ Status PipelineStepRunner::replace(int32_t stage) {
         replacement.status().to_string());
   }
   std::shared_ptr<WorkerClient> worker = std::move(replacement).value();
-  Result<PreparedStage> prepared = worker->prepare_stage(specs_[s], model_hash_, epoch_);
+  Result<PreparedStage> prepared =
+      prepare_stage_with_weights(*worker, recovery_.weight_source, specs_[s], model_hash_, epoch_);
   if (!prepared.ok()) {
     return unavailable(
         "pipeline stage {} (layers [{}, {})): its replacement worker {} could not "
@@ -312,7 +314,8 @@ Status PipelineStepRunner::replan_on_survivors(const Status& no_replacement) {
                                       ? Result<PreparedStage>(invalid_argument(
                                             "re-planned stage {} starts at layer {}, not {}", i,
                                             spec.first_layer, (*specs)[i - 1].end_layer))
-                                      : worker->prepare_stage(spec, model_hash_, epoch_);
+                                      : prepare_stage_with_weights(*worker, recovery_.weight_source,
+                                                                   spec, model_hash_, epoch_);
     const bool chains = stage.ok() && stage->hidden_input_size == hidden_in &&
                         (stage->hidden_output_size > 0) == !last && (stage->vocab_size > 0) == last;
     if (!chains) {

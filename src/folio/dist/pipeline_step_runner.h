@@ -54,6 +54,7 @@
 #include "folio/base/result.h"
 #include "folio/dist/pipeline_stage.h"
 #include "folio/dist/recovery_stats.h"
+#include "folio/dist/shard_source.h"
 #include "folio/dist/worker_client.h"
 #include "folio/dist/worker_lease_monitor.h"
 #include "folio/engine/step_runner.h"
@@ -92,6 +93,11 @@ struct PipelineRecoveryOptions {
   PipelineReplanner replan_on_survivors;
   // The folio_dist_* series of RecoveryStats; null: none.
   metrics::Registry* registry = nullptr;
+  // The weight cache (issue 15, slice 5): a worker without the model file (empty model hash)
+  // is sent its stage's shard before every PrepareStage, at create() and for a replacement or a
+  // re-plan alike. Null: such a worker is prepared as it is (and refuses). Must outlive the
+  // runner.
+  ShardSource* weight_source = nullptr;
 };
 
 class PipelineStepRunner final : public engine::StepRunner {

@@ -258,8 +258,18 @@ const WorkerClientOptions& WorkerClient::options() const {
 }
 
 Result<std::chrono::nanoseconds> WorkerClient::ping() {
+  return ping(0);
+}
+
+Result<std::chrono::nanoseconds> WorkerClient::ping(int64_t payload_bytes) {
+  if (payload_bytes < 0 || static_cast<uint64_t>(payload_bytes) > kMaxPingPayloadBytes) {
+    return invalid_argument("a Ping payload of {} bytes is outside [0, {}]", payload_bytes,
+                            kMaxPingPayloadBytes);
+  }
   v1::PingRequest request;
   request.set_sequence(state_->next_sequence.fetch_add(1, std::memory_order_relaxed));
+  request.mutable_payload()->resize(static_cast<size_t>(payload_bytes));
+  request.set_reply_payload_bytes(static_cast<uint64_t>(payload_bytes));
   v1::PingReply reply;
   grpc::ClientContext context;
   context.set_deadline(deadline_after(state_->options.call_timeout));
@@ -282,7 +292,48 @@ Result<std::chrono::nanoseconds> WorkerClient::ping() {
     return internal_error("worker {} answered Ping {} with sequence {}", state_->info.address,
                           request.sequence(), reply.sequence());
   }
+  if (static_cast<int64_t>(reply.payload().size()) != payload_bytes) {
+    return internal_error("worker {} answered a Ping asking for {} bytes with {}",
+                          state_->info.address, payload_bytes, reply.payload().size());
+  }
   return std::chrono::duration_cast<std::chrono::nanoseconds>(elapsed);
+}
+
+double WorkerLink::transfer_seconds(int64_t bytes) const {
+  const double latency_seconds = std::chrono::duration<double>(latency.median).count() / 2;
+  if (bandwidth.bytes_per_second <= 0) return latency_seconds;
+  return latency_seconds + static_cast<double>(bytes) / bandwidth.bytes_per_second;
+}
+
+Result<WorkerLink> WorkerClient::measure_link(int count) {
+  FOLIO_ASSIGN_OR_RETURN(const LinkLatency latency, measure_latency(count));
+  FOLIO_ASSIGN_OR_RETURN(const LinkBandwidth bandwidth, measure_bandwidth(kLinkProbeBytes, count));
+  return WorkerLink{.latency = latency, .bandwidth = bandwidth};
+}
+
+Result<LinkBandwidth> WorkerClient::measure_bandwidth(int64_t payload_bytes, int count) {
+  FOLIO_CHECK(count > 0, "measure_bandwidth needs at least one Ping, got {}", count);
+  FOLIO_CHECK(payload_bytes > 0 && static_cast<uint64_t>(payload_bytes) <= kMaxPingPayloadBytes,
+              "a bandwidth Ping carries 1 to {} bytes, got {}", kMaxPingPayloadBytes,
+              payload_bytes);
+  FOLIO_ASSIGN_OR_RETURN(const LinkLatency latency, measure_latency(count));
+  std::vector<std::chrono::nanoseconds> round_trips;
+  round_trips.reserve(static_cast<size_t>(count));
+  for (int i = 0; i < count; ++i) {
+    FOLIO_ASSIGN_OR_RETURN(std::chrono::nanoseconds round_trip, ping(payload_bytes));
+    round_trips.push_back(round_trip);
+  }
+  std::sort(round_trips.begin(), round_trips.end());
+  const std::chrono::nanoseconds median = round_trips[round_trips.size() / 2];
+  const std::chrono::nanoseconds transfer =
+      median > latency.median ? median - latency.median : median;
+  return LinkBandwidth{
+      .count = count,
+      .payload_bytes = payload_bytes,
+      .median = median,
+      .bytes_per_second =
+          2.0 * static_cast<double>(payload_bytes) /
+          std::chrono::duration<double>(std::max(transfer, std::chrono::nanoseconds(1))).count()};
 }
 
 Result<LinkLatency> WorkerClient::measure_latency(int count) {
@@ -455,6 +506,91 @@ Status WorkerClient::shutdown(uint64_t epoch, const std::string& reason) {
   // Not refused when abandoned: telling a superseded worker to exit is what it is for.
   const grpc::Status status = state_->stub->Shutdown(&context, request, &reply);
   return call_status(state_->info.address, "Shutdown", status, state_->options.call_timeout);
+}
+
+namespace {
+
+// prepare_timeout plus `bytes` at the options' slowest transfer rate.
+std::chrono::milliseconds transfer_timeout(const WorkerClientOptions& options, int64_t bytes) {
+  const int64_t rate = std::max<int64_t>(1, options.min_transfer_bytes_per_second);
+  return options.prepare_timeout +
+         std::chrono::milliseconds(bytes / rate * 1000 + bytes % rate * 1000 / rate);
+}
+
+}  // namespace
+
+Result<ShardOffer> WorkerClient::offer_shard(const ShardManifest& manifest, uint64_t epoch) {
+  v1::OfferShardRequest request;
+  request.set_model_hash(manifest.model_hash);
+  request.set_first_layer(static_cast<uint32_t>(manifest.shard.first_layer));
+  request.set_end_layer(static_cast<uint32_t>(manifest.shard.end_layer));
+  request.set_metadata_gguf(manifest.metadata.data(), manifest.metadata.size());
+  request.set_epoch(epoch);
+  for (const ShardTensor& tensor : manifest.tensors) {
+    v1::ShardTensor* entry = request.add_tensors();
+    entry->set_name(tensor.name);
+    entry->set_dtype(std::string(dtype_name(tensor.dtype)));
+    for (const int64_t dimension : tensor.dimensions) entry->add_dimensions(dimension);
+    entry->set_content_hash(tensor.hash.to_string());
+    entry->set_byte_size(static_cast<uint64_t>(tensor.byte_size));
+  }
+  v1::OfferShardReply reply;
+  grpc::ClientContext context;
+  // The worker reads and hashes every entry it holds of the shard.
+  const std::chrono::milliseconds timeout =
+      transfer_timeout(state_->options, manifest.tensor_bytes());
+  context.set_deadline(deadline_after(timeout));
+  FOLIO_RETURN_IF_ERROR(state_->begin_call(&context, "OfferShard"));
+  const grpc::Status status = state_->stub->OfferShard(&context, request, &reply);
+  FOLIO_RETURN_IF_ERROR(state_->finish_call("OfferShard", status, timeout));
+  ShardOffer offer;
+  for (const std::string& text : reply.missing_hashes()) {
+    Result<ContentHash> hash = ContentHash::parse(text);
+    if (!hash.ok()) {
+      return hash.status().with_context(
+          fmt::format("worker {} answered OfferShard", state_->info.address));
+    }
+    offer.missing.push_back(*hash);
+  }
+  offer.cached_bytes = static_cast<int64_t>(reply.cached_bytes());
+  offer.missing_bytes = static_cast<int64_t>(reply.missing_bytes());
+  offer.corrupted_entries = static_cast<int32_t>(reply.corrupted_entries());
+  return offer;
+}
+
+Result<int64_t> WorkerClient::push_tensors(std::span<const TensorUpload> tensors,
+                                           int64_t chunk_bytes) {
+  FOLIO_CHECK(chunk_bytes > 0, "chunk_bytes {}", chunk_bytes);
+  int64_t total_bytes = 0;
+  for (const TensorUpload& tensor : tensors)
+    total_bytes += static_cast<int64_t>(tensor.bytes.size());
+  const std::chrono::milliseconds timeout = transfer_timeout(state_->options, total_bytes);
+  v1::PushTensorsReply reply;
+  grpc::ClientContext context;
+  context.set_deadline(deadline_after(timeout));
+  FOLIO_RETURN_IF_ERROR(state_->begin_call(&context, "PushTensors"));
+  std::unique_ptr<grpc::ClientWriter<v1::TensorChunk>> writer =
+      state_->stub->PushTensors(&context, &reply);
+  v1::TensorChunk chunk;
+  bool open = true;
+  for (const TensorUpload& tensor : tensors) {
+    chunk.set_content_hash(tensor.hash.to_string());
+    chunk.set_byte_size(tensor.bytes.size());
+    size_t offset = 0;
+    do {
+      const size_t size = std::min(tensor.bytes.size() - offset, static_cast<size_t>(chunk_bytes));
+      chunk.set_offset(offset);
+      chunk.set_data(tensor.bytes.data() + offset, size);
+      // A failed write means the stream ended (the worker refused or is gone): Finish says why.
+      open = writer->Write(chunk);
+      offset += size;
+    } while (open && offset < tensor.bytes.size());
+    if (!open) break;
+  }
+  if (open) writer->WritesDone();
+  const grpc::Status status = writer->Finish();
+  FOLIO_RETURN_IF_ERROR(state_->finish_call("PushTensors", status, timeout));
+  return static_cast<int64_t>(reply.bytes_received());
 }
 
 void WorkerClient::abandon(const std::string& reason) {

@@ -48,6 +48,8 @@
 
 #include "folio/base/result.h"
 #include "folio/dist/pipeline_stage.h"
+#include "folio/dist/shard_manifest.h"
+#include "folio/dist/weight_cache.h"
 #include "folio/dist/worker_protocol.h"
 #include "folio/ir/step_batch.h"
 #include "folio/kv/kv_types.h"
@@ -66,6 +68,10 @@ struct WorkerClientOptions {
   // Bounds PrepareStage (the worker opens its model and builds the stage) and each RunStage.
   std::chrono::milliseconds prepare_timeout{60000};
   std::chrono::milliseconds step_timeout{30000};
+  // The weight cache's calls (offer_shard, push_tensors) move or read a shard's bytes: each is
+  // bounded by prepare_timeout plus its bytes at this rate, the slowest link or disk a transfer
+  // may meet (a 4 GB shard gets 60 s + about 76 s at the default 50 MiB/s).
+  int64_t min_transfer_bytes_per_second = int64_t{50} << 20;
   std::chrono::milliseconds keepalive_time{10000};
   std::chrono::milliseconds keepalive_timeout{5000};
 };
@@ -88,6 +94,27 @@ struct LinkLatency {
   std::chrono::nanoseconds min{0};
   std::chrono::nanoseconds max{0};
 };
+
+// Round trips of `count` Pings carrying `payload_bytes` each way, one after another: the link's
+// bandwidth as a coordinator sees it for activations (serialization and gRPC included).
+struct LinkBandwidth {
+  int count = 0;
+  int64_t payload_bytes = 0;  // each way
+  std::chrono::nanoseconds median{0};
+  // 2 * payload_bytes over the median round trip less the empty Ping's median (the latency);
+  // the whole round trip when that is not shorter.
+  double bytes_per_second = 0;
+};
+
+// A link as measured when a worker joins: the empty Ping's round trip and the bandwidth of
+// kLinkProbeBytes each way.
+struct WorkerLink {
+  LinkLatency latency;
+  LinkBandwidth bandwidth;
+  // Seconds to move `bytes` one way: half the empty round trip plus bytes at the bandwidth.
+  double transfer_seconds(int64_t bytes) const;
+};
+inline constexpr int64_t kLinkProbeBytes = int64_t{1} << 20;
 
 // The epoch a coordinator starts in; a worker starts at epoch 0, so the first PrepareStage moves
 // it there.
@@ -145,6 +172,20 @@ struct StageStepResult {
   uint64_t incarnation = 0;  // the worker's, as the reply states it
 };
 
+// A worker's answer to a shard manifest (worker.proto OfferShardReply).
+struct ShardOffer {
+  std::vector<ContentHash> missing;  // in the manifest's order
+  int64_t cached_bytes = 0;
+  int64_t missing_bytes = 0;
+  int32_t corrupted_entries = 0;
+};
+
+// One tensor to stream: the hash it is sent under and its bytes.
+struct TensorUpload {
+  ContentHash hash;
+  std::span<const std::byte> bytes;
+};
+
 class WorkerClient {
  public:
   // Connects to `address` (HOST:PORT) and does the handshake, comparing the worker's model with
@@ -166,6 +207,14 @@ class WorkerClient {
 
   // `count` Pings one after another. Requires: count > 0.
   Result<LinkLatency> measure_latency(int count);
+  // One Ping round trip carrying `payload_bytes` to the worker and as many back.
+  // kInvalidArgument above kMaxPingPayloadBytes; the errors of ping() otherwise.
+  Result<std::chrono::nanoseconds> ping(int64_t payload_bytes);
+  // `count` Pings of `payload_bytes` each way after `count` empty ones (the latency to take
+  // off). Requires: count > 0, 0 < payload_bytes <= kMaxPingPayloadBytes.
+  Result<LinkBandwidth> measure_bandwidth(int64_t payload_bytes, int count);
+  // measure_bandwidth(kLinkProbeBytes, count), with its latency: what joining measures.
+  Result<WorkerLink> measure_link(int count = 3);
 
   // Prepares `spec` on the worker, which must hold the model of `model_hash` (empty: not
   // checked). Errors name the worker: kFailedPrecondition (no model, another model, a model it
@@ -196,6 +245,19 @@ class WorkerClient {
   Result<std::unique_ptr<WorkerWatch>> watch(uint64_t epoch, std::chrono::milliseconds interval);
   // Tells the worker process to exit once it has answered; `reason` goes to its log.
   Status shutdown(uint64_t epoch, const std::string& reason);
+  // The weight cache (protocol revision 6), for a worker without the model file (its
+  // info().model.hash is empty); both calls are bounded by prepare_timeout plus their bytes at
+  // min_transfer_bytes_per_second. offer_shard() sends the stage's manifest; the worker verifies
+  // what its cache holds and answers what it lacks (kFailedPrecondition: the worker has no cache
+  // or reads a model file; kInvalidArgument: a manifest it finds malformed). push_tensors()
+  // streams `tensors` (each labelled with the hash the manifest gave it) in chunks of at most
+  // `chunk_bytes`, one client-streaming call bounded as above; the worker hashes each
+  // tensor as it arrives and refuses, storing nothing of that tensor, bytes that do not hash to
+  // their label (kDataLoss naming the tensor). Returns the bytes the worker stored.
+  Result<ShardOffer> offer_shard(const ShardManifest& manifest, uint64_t epoch = kFirstEpoch);
+  Result<int64_t> push_tensors(std::span<const TensorUpload> tensors,
+                               int64_t chunk_bytes = int64_t{1} << 20);
+
   // Cancels the call in flight, if any, and makes every later call fail at once (kCancelled,
   // "abandoned"): the worker was declared lost. Irreversible; from any thread.
   void abandon(const std::string& reason);

@@ -13,8 +13,13 @@ namespace folio::dist {
 // another revision (and the coordinator a worker of another) instead of guessing.
 // Revision 2 added the pipeline stage calls (PrepareStage, RunStage); revision 3 the recovery
 // calls (epochs on the stage calls, Fence, Watch, Shutdown); revision 4 CopyBlocks (copy-on-write
-// block copies in the stages' KV caches).
-inline constexpr uint32_t kProtocolVersion = 4;
+// block copies in the stages' KV caches); revision 5 Ping payloads (the link's bandwidth);
+// revision 6 the weight cache (OfferShard, PushTensors: a worker without the model file is sent
+// its stage's tensors).
+inline constexpr uint32_t kProtocolVersion = 6;
+
+// The most bytes a Ping's reply may carry (PingRequest.reply_payload_bytes).
+inline constexpr uint64_t kMaxPingPayloadBytes = uint64_t{64} << 20;
 
 // The model a process holds, as the handshake compares it. `hash` is "fnv1a64:<16 hex digits>"
 // of the model file's bytes (apps/folio computes it); empty when the process has no model.

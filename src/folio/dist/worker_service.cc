@@ -7,6 +7,8 @@
 #include <climits>
 #include <condition_variable>
 #include <cstring>
+#include <map>
+#include <optional>
 #include <random>
 #include <vector>
 
@@ -15,6 +17,8 @@
 #include "folio/base/log.h"
 #include "folio/base/mutex.h"
 #include "folio/dist/pipeline_stage.h"
+#include "folio/dist/shard_manifest.h"
+#include "folio/dist/weight_cache.h"
 #include "folio/dist/worker.grpc.pb.h"
 
 namespace folio::dist {
@@ -84,10 +88,50 @@ std::string stale_epoch_message(uint64_t epoch, uint64_t current) {
       epoch, current);
 }
 
+// The manifest of an OfferShard request; kInvalidArgument naming the first malformed field.
+Result<ShardManifest> manifest_from(const v1::OfferShardRequest& request) {
+  ShardManifest manifest;
+  manifest.model_hash = request.model_hash();
+  manifest.shard = model::LlamaShard{static_cast<int64_t>(request.first_layer()),
+                                     static_cast<int64_t>(request.end_layer())};
+  manifest.metadata.assign(request.metadata_gguf().begin(), request.metadata_gguf().end());
+  for (const v1::ShardTensor& tensor : request.tensors()) {
+    const std::optional<DType> dtype = dtype_from_name(tensor.dtype());
+    if (!dtype.has_value()) {
+      return invalid_argument("tensor {} has dtype '{}', not one Folio knows", tensor.name(),
+                              tensor.dtype());
+    }
+    FOLIO_ASSIGN_OR_RETURN(const ContentHash hash, ContentHash::parse(tensor.content_hash()));
+    manifest.tensors.push_back(
+        ShardTensor{.name = tensor.name(),
+                    .dtype = *dtype,
+                    .dimensions = {tensor.dimensions().begin(), tensor.dimensions().end()},
+                    .hash = hash,
+                    .byte_size = static_cast<int64_t>(tensor.byte_size())});
+  }
+  FOLIO_RETURN_IF_ERROR(check_shard_manifest(manifest));
+  return manifest;
+}
+
+// Names a shard model: the same layers of the same bytes are the same model.
+std::string shard_identity(const ShardManifest& manifest) {
+  std::string identity = fmt::format("{}:{}:{}", manifest.model_hash, manifest.shard.first_layer,
+                                     manifest.shard.end_layer);
+  for (const ShardTensor& tensor : manifest.tensors) {
+    identity += ':';
+    identity += tensor.hash.to_string();
+  }
+  return identity;
+}
+
 class WorkerImpl final : public v1::Worker::Service {
  public:
-  WorkerImpl(const WorkerServiceOptions& options, uint64_t incarnation)
-      : options_(options), incarnation_(incarnation), host_name_(host_name()) {}
+  WorkerImpl(const WorkerServiceOptions& options, uint64_t incarnation,
+             std::unique_ptr<WeightCache> cache)
+      : options_(options),
+        incarnation_(incarnation),
+        host_name_(host_name()),
+        cache_(std::move(cache)) {}
 
   // Ends every Watch stream at once (before the server shuts down, which would otherwise wait
   // for each stream's next beat).
@@ -132,18 +176,26 @@ class WorkerImpl final : public v1::Worker::Service {
 
   grpc::Status Ping(grpc::ServerContext* /*context*/, const v1::PingRequest* request,
                     v1::PingReply* reply) override {
+    if (request->reply_payload_bytes() > kMaxPingPayloadBytes) {
+      return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                          fmt::format("a Ping reply carries at most {} bytes; {} were asked for",
+                                      kMaxPingPayloadBytes, request->reply_payload_bytes()));
+    }
     reply->set_sequence(request->sequence());
     reply->set_worker_incarnation(incarnation_);
+    reply->mutable_payload()->resize(static_cast<size_t>(request->reply_payload_bytes()));
     return grpc::Status::OK;
   }
 
   grpc::Status PrepareStage(grpc::ServerContext* context, const v1::PrepareStageRequest* request,
                             v1::PrepareStageReply* reply) override {
-    if (options_.model_path.empty()) {
+    if (options_.model_path.empty() && cache_ == nullptr) {
       return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
-                          "this worker holds no model: start it with -m MODEL to run stages");
+                          "this worker holds no model: start it with -m MODEL, or with "
+                          "--cache-dir DIR to be sent its stage's weights, to run stages");
     }
-    if (!request->model_hash().empty() && request->model_hash() != options_.model.hash) {
+    if (!options_.model_path.empty() && !request->model_hash().empty() &&
+        request->model_hash() != options_.model.hash) {
       return grpc::Status(
           grpc::StatusCode::FAILED_PRECONDITION,
           fmt::format("this worker holds model {} ('{}'), the coordinator's stage is of model {}: "
@@ -155,7 +207,9 @@ class WorkerImpl final : public v1::Worker::Service {
     if (request->epoch() < current) return refuse(stale_epoch_message(request->epoch(), current));
     epoch_.store(request->epoch(), std::memory_order_release);
     stage_.reset();  // the old stage's memory goes before the new one takes its own
-    if (model_ == nullptr) {
+    if (options_.model_path.empty()) {
+      if (grpc::Status opened = open_offered_shard(*request); !opened.ok()) return opened;
+    } else if (model_ == nullptr) {
       Result<std::unique_ptr<model::LlamaModel>> opened =
           model::LlamaModel::open(options_.model_path);
       if (!opened.ok()) {
@@ -187,8 +241,9 @@ class WorkerImpl final : public v1::Worker::Service {
     spec.max_logit_rows = static_cast<int32_t>(request->max_logit_rows());
     spec.use_graphs = request->use_graphs();
     spec.pool_bytes = static_cast<int64_t>(request->pool_bytes());
+    const model::LlamaModel& model = options_.model_path.empty() ? *shard_model_ : *model_;
     Result<int64_t> weight_bytes =
-        llama_stage_weight_bytes(model_->shape(), spec.first_layer, spec.end_layer);
+        llama_stage_weight_bytes(model.shape(), spec.first_layer, spec.end_layer);
     if (!weight_bytes.ok()) return to_grpc(weight_bytes.status());
     const auto needed = static_cast<uint64_t>(*weight_bytes + spec.pool_bytes);
     if (options_.memory_budget_bytes > 0 && needed > options_.memory_budget_bytes) {
@@ -201,7 +256,7 @@ class WorkerImpl final : public v1::Worker::Service {
                       options_.memory_budget_bytes));
     }
     Result<std::unique_ptr<PipelineStage>> stage =
-        PipelineStage::create(*model_, spec, static_cast<int>(std::max(1u, options_.threads)));
+        PipelineStage::create(model, spec, static_cast<int>(std::max(1u, options_.threads)));
     if (!stage.ok()) return to_grpc(stage.status());
     stage_ = std::move(stage).value();
     stage_id_ = draw_incarnation();
@@ -375,12 +430,205 @@ class WorkerImpl final : public v1::Worker::Service {
     return grpc::Status::OK;
   }
 
+  // The weight cache (protocol revision 6).
+  grpc::Status OfferShard(grpc::ServerContext* context, const v1::OfferShardRequest* request,
+                          v1::OfferShardReply* reply) override {
+    if (grpc::Status usable = check_cache_worker(); !usable.ok()) return usable;
+    Result<ShardManifest> manifest = manifest_from(*request);
+    if (!manifest.ok()) {
+      return grpc::Status(
+          grpc::StatusCode::INVALID_ARGUMENT,
+          fmt::format("malformed shard manifest: {}", manifest.status().to_string()));
+    }
+    {
+      const MutexLock lock(mutex_);
+      const uint64_t current = epoch_.load(std::memory_order_relaxed);
+      if (request->epoch() < current) return refuse(stale_epoch_message(request->epoch(), current));
+    }
+    // Verified outside the stage mutex: reading the entries takes a while, and the cache is safe
+    // to use from any thread.
+    uint64_t cached_bytes = 0, missing_bytes = 0;
+    uint32_t corrupted = 0;
+    for (const ShardTensor& tensor : manifest->tensors) {
+      Result<int64_t> verified = cache_->verify(tensor.hash);
+      if (verified.ok() && *verified == tensor.byte_size) {
+        cached_bytes += static_cast<uint64_t>(tensor.byte_size);
+        continue;
+      }
+      if (!verified.ok() && verified.status().code() == StatusCode::kDataLoss) {
+        ++corrupted;
+        log::warn("folio worker: tensor {}: {}", tensor.name, verified.status().to_string());
+      } else if (!verified.ok() && verified.status().code() != StatusCode::kNotFound) {
+        return to_grpc(verified.status());
+      }
+      reply->add_missing_hashes(tensor.hash.to_string());
+      missing_bytes += static_cast<uint64_t>(tensor.byte_size);
+    }
+    reply->set_cached_bytes(cached_bytes);
+    reply->set_missing_bytes(missing_bytes);
+    reply->set_corrupted_entries(corrupted);
+    reply->set_worker_incarnation(incarnation_);
+    log::info(
+        "folio worker: offered the shard of layers [{}, {}) by {}: {} bytes cached, {} "
+        "bytes in {} tensors to fetch{}",
+        manifest->shard.first_layer, manifest->shard.end_layer, context->peer(), cached_bytes,
+        missing_bytes, reply->missing_hashes_size(),
+        corrupted > 0 ? fmt::format(" ({} corrupted entries dropped)", corrupted) : "");
+    const MutexLock lock(mutex_);
+    offered_ = std::move(manifest).value();
+    return grpc::Status::OK;
+  }
+
+  grpc::Status PushTensors(grpc::ServerContext* /*context*/,
+                           grpc::ServerReader<v1::TensorChunk>* reader,
+                           v1::PushTensorsReply* reply) override {
+    if (grpc::Status usable = check_cache_worker(); !usable.ok()) return usable;
+    std::map<ContentHash, const ShardTensor*> expected;
+    ShardManifest offered;
+    {
+      const MutexLock lock(mutex_);
+      if (!offered_.has_value()) {
+        return refuse("no shard was offered to this worker: call OfferShard before PushTensors");
+      }
+      offered = *offered_;
+    }
+    for (const ShardTensor& tensor : offered.tensors) expected.emplace(tensor.hash, &tensor);
+    std::unique_ptr<WeightCache::Writer> writer;
+    const ShardTensor* current = nullptr;
+    uint64_t received = 0;
+    uint32_t stored = 0;
+    v1::TensorChunk chunk;
+    auto invalid = [](std::string message) {
+      return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, std::move(message));
+    };
+    while (reader->Read(&chunk)) {
+      if (writer == nullptr) {
+        Result<ContentHash> hash = ContentHash::parse(chunk.content_hash());
+        if (!hash.ok()) return invalid(hash.status().to_string());
+        const auto found = expected.find(*hash);
+        if (found == expected.end()) {
+          return invalid(
+              fmt::format("tensor {} is not in the shard offered to this worker: offer it first",
+                          chunk.content_hash()));
+        }
+        current = found->second;
+        if (chunk.byte_size() != static_cast<uint64_t>(current->byte_size)) {
+          return invalid(fmt::format("tensor {} ({}) is streamed as {} bytes, the manifest says {}",
+                                     current->name, chunk.content_hash(), chunk.byte_size(),
+                                     current->byte_size));
+        }
+        Result<std::unique_ptr<WeightCache::Writer>> begun =
+            cache_->begin(current->hash, current->byte_size);
+        if (!begun.ok()) return to_grpc(begun.status());
+        writer = std::move(begun).value();
+      } else if (chunk.content_hash() != current->hash.to_string()) {
+        return invalid(fmt::format("tensor {} ended after {} of its {} bytes", current->name,
+                                   writer->bytes_written(), current->byte_size));
+      }
+      if (chunk.offset() != static_cast<uint64_t>(writer->bytes_written())) {
+        return invalid(fmt::format("tensor {}: a chunk at offset {}, expected {}", current->name,
+                                   chunk.offset(), writer->bytes_written()));
+      }
+      const std::string& data = chunk.data();
+      if (Status appended = writer->append(std::as_bytes(std::span(data.data(), data.size())));
+          !appended.ok()) {
+        return to_grpc(appended.with_context(fmt::format("tensor {}", current->name)));
+      }
+      received += data.size();
+      if (writer->bytes_written() == current->byte_size) {
+        if (Status committed = writer->commit(); !committed.ok()) {
+          return grpc::Status(
+              committed.code() == StatusCode::kInvalidArgument ? grpc::StatusCode::DATA_LOSS
+                                                               : grpc::StatusCode::UNAVAILABLE,
+              fmt::format("tensor {}: {}: the manifest's hash does not match the streamed bytes "
+                          "(the coordinator's model file changed, or the bytes were corrupted "
+                          "on the way); nothing was stored",
+                          current->name, committed.to_string()));
+        }
+        writer.reset();
+        ++stored;
+      }
+    }
+    if (writer != nullptr) {
+      return invalid(fmt::format("the stream ended in tensor {} after {} of its {} bytes",
+                                 current->name, writer->bytes_written(), current->byte_size));
+    }
+    reply->set_bytes_received(received);
+    reply->set_tensors_stored(stored);
+    reply->set_worker_incarnation(incarnation_);
+    return grpc::Status::OK;
+  }
+
  private:
+  grpc::Status check_cache_worker() const {
+    if (!options_.model_path.empty()) {
+      return refuse(fmt::format("this worker reads its model file {} and takes no shard",
+                                options_.model_path));
+    }
+    if (cache_ == nullptr) {
+      return refuse("this worker has no weight cache: start it with --cache-dir DIR");
+    }
+    return grpc::Status::OK;
+  }
+
+  // Builds shard_model_ from the cache for the layers `request` prepares, from the shard
+  // offered last; keeps the one built before when it is the same shard.
+  grpc::Status open_offered_shard(const v1::PrepareStageRequest& request) FOLIO_REQUIRES(mutex_) {
+    if (!offered_.has_value() || offered_->shard.first_layer != request.first_layer() ||
+        offered_->shard.end_layer != request.end_layer()) {
+      return refuse(fmt::format(
+          "this worker has no model file and was offered no shard of layers [{}, {}): the "
+          "coordinator offers the stage's shard (OfferShard) before preparing it",
+          request.first_layer(), request.end_layer()));
+    }
+    if (!request.model_hash().empty() && request.model_hash() != offered_->model_hash) {
+      return refuse(fmt::format("the stage is of model {}, the shard offered of model {}",
+                                request.model_hash(), offered_->model_hash));
+    }
+    // Refused before the shard is read into memory (the check after building the stage would
+    // come too late to keep a worker within its budget).
+    const auto needed = static_cast<uint64_t>(offered_->tensor_bytes()) + request.pool_bytes();
+    if (options_.memory_budget_bytes > 0 && needed > options_.memory_budget_bytes) {
+      return grpc::Status(
+          grpc::StatusCode::RESOURCE_EXHAUSTED,
+          fmt::format("the stage of layers [{}, {}) needs {} bytes ({} of weights, a pool of {}), "
+                      "more than this worker's memory budget of {} bytes: give it fewer layers, "
+                      "fewer KV blocks or more memory (--memory)",
+                      request.first_layer(), request.end_layer(), needed, offered_->tensor_bytes(),
+                      request.pool_bytes(), options_.memory_budget_bytes));
+    }
+    const std::string identity = shard_identity(*offered_);
+    if (shard_model_ != nullptr && identity == shard_model_identity_) return grpc::Status::OK;
+    shard_model_.reset();
+    const auto start = std::chrono::steady_clock::now();
+    Result<std::unique_ptr<model::LlamaModel>> opened = open_shard_model(*offered_, *cache_);
+    if (!opened.ok()) {
+      return refuse(
+          fmt::format("this worker cannot build the shard of layers [{}, {}) from its "
+                      "weight cache: {}; offer the shard again to fetch what is missing",
+                      request.first_layer(), request.end_layer(), opened.status().to_string()));
+    }
+    shard_model_ = std::move(opened).value();
+    shard_model_identity_ = identity;
+    log::info(
+        "folio worker: built the shard of layers [{}, {}) from the weight cache ({} bytes) "
+        "in {:.1f} ms",
+        request.first_layer(), request.end_layer(), offered_->tensor_bytes(),
+        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start)
+            .count());
+    return grpc::Status::OK;
+  }
+
   const WorkerServiceOptions options_;
   const uint64_t incarnation_;
   const std::string host_name_;
   Mutex mutex_;  // serializes the stage calls
   std::unique_ptr<model::LlamaModel> model_ FOLIO_GUARDED_BY(mutex_);
+  // Without a model file: the weight cache, the shard offered last and the model built from it.
+  const std::unique_ptr<WeightCache> cache_;
+  std::optional<ShardManifest> offered_ FOLIO_GUARDED_BY(mutex_);
+  std::unique_ptr<model::LlamaModel> shard_model_ FOLIO_GUARDED_BY(mutex_);
+  std::string shard_model_identity_ FOLIO_GUARDED_BY(mutex_);
   std::unique_ptr<PipelineStage> stage_ FOLIO_GUARDED_BY(mutex_);
   uint64_t stage_id_ FOLIO_GUARDED_BY(mutex_) = 0;
   // The epoch stage_ was prepared in, or last fenced into; it runs steps only in that epoch.
@@ -412,7 +660,11 @@ Result<std::unique_ptr<WorkerService>> WorkerService::start(WorkerServiceOptions
   FOLIO_RETURN_IF_ERROR(check_listen_address(options.listen_address));
   auto state = std::make_unique<State>();
   state->incarnation = draw_incarnation();
-  state->impl = std::make_unique<WorkerImpl>(options, state->incarnation);
+  std::unique_ptr<WeightCache> cache;
+  if (options.model_path.empty() && !options.cache_directory.empty()) {
+    FOLIO_ASSIGN_OR_RETURN(cache, WeightCache::open(options.cache_directory));
+  }
+  state->impl = std::make_unique<WorkerImpl>(options, state->incarnation, std::move(cache));
   grpc::ServerBuilder builder;
   int selected_port = 0;
   builder.AddListeningPort(options.listen_address, grpc::InsecureServerCredentials(),

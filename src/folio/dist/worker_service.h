@@ -6,7 +6,11 @@
 // stage (replacing any earlier one) after checking the coordinator's model hash and that the
 // stage's weights and pool fit the declared memory budget; RunStage runs one step of it;
 // CopyBlocks (protocol revision 4) copies blocks in its KV cache (copy-on-write of forked
-// sequences), fenced like RunStage.
+// sequences), fenced like RunStage. Without a model file but with a weight cache
+// (cache_directory, protocol revision 6), OfferShard checks a stage's manifest against the cache
+// (verifying every entry it holds) and answers the hashes it lacks, PushTensors stores the
+// streamed tensors after checking each one's hash, and PrepareStage builds the stage of the
+// offered shard from the cache (shard_manifest.h).
 //
 // Recovery (protocol revision 3): the worker holds an epoch (0 at start), raised by PrepareStage
 // and Fence and never lowered; it refuses a stage call of an older epoch ("stale epoch N, this
@@ -27,7 +31,9 @@
 // Thread safety: the handlers run on gRPC's threads; Hello and Ping read only what start()
 // fixed, the stage calls (PrepareStage, RunStage, CopyBlocks, Fence) are serialized by a mutex (one
 // stage, one step at a time); Watch reads the epoch from an atomic, so beats never wait behind a
-// step. epoch(), shutdown_requested() and inject_unavailable() may be called from any thread;
+// step. OfferShard and PushTensors read and write the weight cache outside that mutex (the cache
+// is safe from any thread) and take it only to record or copy the offered manifest.
+// epoch(), shutdown_requested() and inject_unavailable() may be called from any thread;
 // shutdown() and the destructor from any one thread.
 #pragma once
 
@@ -55,6 +61,10 @@ struct WorkerServiceOptions {
   // The model's file, opened at the first PrepareStage (the handshake needs only its hash);
   // empty: the worker runs no stages.
   std::string model_path;
+  // Without a model file: the weight cache's directory (weight_cache.h). The coordinator offers
+  // each stage's manifest (OfferShard), streams the tensors the cache lacks (PushTensors) and
+  // the stage is built from the cache alone (protocol revision 6). Ignored with model_path.
+  std::string cache_directory;
   // The shortest interval between keepalive pings the service accepts from a coordinator
   // without data in flight (gRPC's default, 5 min, would make it hang up on the coordinator's
   // 10 s keepalive with "too many pings").
@@ -69,7 +79,8 @@ struct WorkerServiceOptions {
 class WorkerService {
  public:
   // Starts serving. kInvalidArgument for a malformed address, kUnavailable when it cannot be
-  // bound (in use, not an address of this machine).
+  // bound (in use, not an address of this machine) or when the cache directory cannot be
+  // created or written.
   static Result<std::unique_ptr<WorkerService>> start(WorkerServiceOptions options);
 
   ~WorkerService();

@@ -107,6 +107,7 @@ Engine::Engine(const EngineOptions& options, const EngineParts& parts, EngineMet
       phase_tuner_(std::move(phase_tuner)),
       step_batch_builder_(max_blocks_per_sequence_) {
   note_progress();
+  report_state();  // the gauges read the idle engine before its first step, not zeros
 }
 
 Engine::~Engine() {

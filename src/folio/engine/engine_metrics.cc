@@ -92,6 +92,8 @@ Result<EngineMetrics> EngineMetrics::create(metrics::Registry& registry) {
                          registry.gauge(blocks, blocks_help, {{"state", "owned"}}));
   FOLIO_ASSIGN_OR_RETURN(result.blocks_cached_,
                          registry.gauge(blocks, blocks_help, {{"state", "cached"}}));
+  FOLIO_ASSIGN_OR_RETURN(result.blocks_padding_,
+                         registry.gauge(blocks, blocks_help, {{"state", "padding"}}));
   FOLIO_ASSIGN_OR_RETURN(
       result.blocks_shared_,
       registry.gauge(
@@ -162,12 +164,14 @@ void EngineMetrics::on_finished(FinishReason reason, const RequestTiming& timing
 }
 
 void EngineMetrics::on_state(int32_t num_waiting, int32_t num_running, int32_t num_swapped,
-                             const kv::BlockCounts& blocks, const kv::PrefixCacheStats& prefix) {
+                             const kv::BlockCounts& blocks, int32_t num_padding_blocks,
+                             const kv::PrefixCacheStats& prefix) {
   waiting_->set(num_waiting);
   running_->set(num_running);
   swapped_->set(num_swapped);
   blocks_free_->set(static_cast<double>(blocks.free));
-  blocks_owned_->set(static_cast<double>(blocks.owned));
+  blocks_owned_->set(static_cast<double>(blocks.owned - num_padding_blocks));
+  blocks_padding_->set(num_padding_blocks);
   blocks_cached_->set(static_cast<double>(blocks.cached));
   blocks_shared_->set(static_cast<double>(blocks.shared));
   prefix_queried_->increment(

@@ -103,8 +103,11 @@ class EngineMetrics {
   // A recovery ended (rebuilt, or given up): its recover() calls and KV rebuild took `time`.
   void on_recovery_time(Duration time) { recovery_time_->observe(to_seconds(time)); }
   // Gauges of queue lengths and KV blocks; the prefix cache counters advance to `prefix`.
+  // `num_padding_blocks` of `blocks.owned` are the reserved blocks padding tokens write to:
+  // reported as their own state, so "owned" counts the requests' blocks only (0 when idle).
   void on_state(int32_t num_waiting, int32_t num_running, int32_t num_swapped,
-                const kv::BlockCounts& blocks, const kv::PrefixCacheStats& prefix);
+                const kv::BlockCounts& blocks, int32_t num_padding_blocks,
+                const kv::PrefixCacheStats& prefix);
 
   EngineStats snapshot() const;
 
@@ -136,6 +139,7 @@ class EngineMetrics {
   metrics::Gauge* blocks_free_ = nullptr;
   metrics::Gauge* blocks_owned_ = nullptr;
   metrics::Gauge* blocks_cached_ = nullptr;
+  metrics::Gauge* blocks_padding_ = nullptr;
   metrics::Gauge* blocks_shared_ = nullptr;
   metrics::Histogram* time_to_first_token_ = nullptr;
   metrics::Histogram* time_per_output_token_ = nullptr;

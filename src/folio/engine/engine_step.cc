@@ -381,7 +381,8 @@ void Engine::tune_phases(const StepPlan& plan, Duration step_time) {
 
 void Engine::report_state() {
   metrics_.on_state(scheduler_->num_waiting(), scheduler_->num_running(), scheduler_->num_swapped(),
-                    block_manager_.counts(), block_manager_.prefix_stats());
+                    block_manager_.counts(), block_manager_.num_dummy_blocks(),
+                    block_manager_.prefix_stats());
 }
 
 }  // namespace folio::engine

@@ -141,15 +141,8 @@ Status Executor::initialize() {
   } else {
     hidden_output_size_ = graph->tensor(*hidden_out).shape[1];
   }
-  const PrepareContext context{weights_,
-                               kv_cache_,
-                               *inputs_,
-                               adapters_,
-                               pool_.num_threads(),
-                               options_.collectives,
-                               &collective_failures_};
   FOLIO_ASSIGN_OR_RETURN(std::unique_ptr<PreparedGraph> prepared,
-                         PreparedGraph::prepare(std::move(graph).value(), context));
+                         PreparedGraph::prepare(std::move(graph).value(), prepare_context()));
   FOLIO_RETURN_IF_ERROR(persistent_outputs_.bind(prepared->graph(), true).status());
   FOLIO_ASSIGN_OR_RETURN(cache_, GraphCache::create(options_.metrics, options_.name));
   arena_.attach();
@@ -177,14 +170,17 @@ Result<std::unique_ptr<PreparedGraph>> Executor::prepare(const ir::StepShape& sh
                                                    shape.num_tokens,
                                                    ir::step_phase_name(shape.phase)));
   }
-  const PrepareContext context{weights_,
-                               kv_cache_,
-                               *inputs_,
-                               adapters_,
-                               pool_.num_threads(),
-                               options_.collectives,
-                               &collective_failures_};
-  return PreparedGraph::prepare(std::move(graph).value(), context);
+  return PreparedGraph::prepare(std::move(graph).value(), prepare_context());
+}
+
+PrepareContext Executor::prepare_context() {
+  return PrepareContext{weights_,
+                        kv_cache_,
+                        *inputs_,
+                        adapters_,
+                        pool_.num_threads(),
+                        options_.collectives,
+                        &collective_failures_};
 }
 
 Result<const Program*> Executor::capture(const ir::StepShape& shape) {

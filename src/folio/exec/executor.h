@@ -190,6 +190,9 @@ class Executor {
            BucketPolicy policy);
   Status initialize();
   Result<std::unique_ptr<PreparedGraph>> prepare(const ir::StepShape& shape);
+  // What preparing a graph of this executor binds: its weights, KV cache, inputs, adapters,
+  // threads and group.
+  PrepareContext prepare_context();
   Result<const Program*> capture(const ir::StepShape& shape);
   Status run_eagerly(const ir::StepShape& shape, int32_t num_tokens, ir::StepOutput& output);
   struct EagerGraph;

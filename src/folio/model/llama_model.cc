@@ -83,13 +83,26 @@ Result<std::unique_ptr<LlamaModel>> LlamaModel::from_file(gguf::GgufFile file,
   std::unique_ptr<LlamaModel> model(new LlamaModel(std::move(file), shape, std::move(tokenizer)));
   // Bind every weight of a one-token graph now, so a missing or malformed tensor is an error at
   // load time, not at the first step.
+  // A shard (llama_model_file.h's LlamaShard) binds the graph of its layers only: it holds no
+  // other weight.
+  FOLIO_ASSIGN_OR_RETURN(const std::optional<LlamaShard> shard, read_llama_shard(model->file_));
+  LlamaGraphOptions probe_options;
+  int64_t probe_layers = shape.num_layers;
+  if (shard.has_value()) {
+    probe_options.first_layer = shard->first_layer;
+    probe_options.end_layer = shard->end_layer;
+    probe_layers = shard->end_layer - shard->first_layer;
+  }
   const ir::StepShape probe{1, 1, 1, ir::StepPhase::kPrefill};
-  const ir::KvCacheShape probe_cache{model->kv_cache_geometry(16, DType::kF32), 1, 1};
-  FOLIO_ASSIGN_OR_RETURN(ir::Graph graph, build_llama_step_graph(shape, probe, probe_cache));
+  const ir::KvCacheShape probe_cache{
+      llama_stage_kv_cache_geometry(shape, probe_layers, 16, DType::kF32), 1, 1};
+  FOLIO_ASSIGN_OR_RETURN(ir::Graph graph,
+                         build_llama_step_graph(shape, probe, probe_cache, probe_options));
   if (options.pack_q8_0_panels && kernels::cpu::q8_0_panels_preferred()) {
     FOLIO_RETURN_IF_ERROR(model->pack_q8_0_matrices(graph));
     // The graph of the packed shape, whose weight tensors name the packed dtype.
-    FOLIO_ASSIGN_OR_RETURN(graph, build_llama_step_graph(model->shape_, probe, probe_cache));
+    FOLIO_ASSIGN_OR_RETURN(
+        graph, build_llama_step_graph(model->shape_, probe, probe_cache, probe_options));
   }
   for (const ir::TensorInfo& tensor : graph.tensors()) {
     if (tensor.residency != ir::Residency::kWeight) continue;

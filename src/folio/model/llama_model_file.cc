@@ -3,11 +3,13 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <set>
 #include <vector>
 
 #include "folio/base/random.h"
 #include "folio/gguf/gguf_file.h"
 #include "folio/model/llama_attention_metadata.h"
+#include "folio/model/llama_graph.h"
 #include "folio/model/llama_rope_scaling.h"
 #include "folio/model/quantization_recipe.h"
 #include "folio/tensor/quantize.h"
@@ -230,15 +232,31 @@ Status validate_matrix_dtypes(const LlamaShape& shape) {
 
 // Checks the file's tensors against the shape's list (each present, of its shape, norms and
 // biases f32, nothing else) and records the dtype of every matrix that is not the weight dtype.
-Status read_tensor_dtypes(const gguf::GgufFile& file, LlamaShape& shape) {
+// The largest block_count a shard file may state: a shard holds fewer tensors than the model
+// has layers, so the file's tensor count cannot bound the list built from the count.
+constexpr int64_t kMaxShardModelLayers = 4096;
+
+// `shard_tensors`: a shard file's tensors (llama_shard_tensor_names), the only ones required
+// and allowed; nullptr for a whole model.
+Status read_tensor_dtypes(const gguf::GgufFile& file, LlamaShape& shape,
+                          const std::set<std::string, std::less<>>* shard_tensors) {
   // Every layer has several tensors: a layer count above the file's tensor count is refused
   // before the list is built (a corrupt count would otherwise cost memory in proportion).
-  if (shape.num_layers > static_cast<int64_t>(file.tensors().size())) {
+  if (shard_tensors == nullptr && shape.num_layers > static_cast<int64_t>(file.tensors().size())) {
     return invalid_argument("{}.block_count is {}, but the file holds only {} tensors",
                             llama_architecture_name(shape.architecture), shape.num_layers,
                             file.tensors().size());
   }
-  const std::vector<TensorSpec> specs = tensor_specs(shape);
+  if (shard_tensors != nullptr && shape.num_layers > kMaxShardModelLayers) {
+    return invalid_argument("{}.block_count is {}: a shard file's model may have at most {} layers",
+                            llama_architecture_name(shape.architecture), shape.num_layers,
+                            kMaxShardModelLayers);
+  }
+  std::vector<TensorSpec> specs = tensor_specs(shape);
+  if (shard_tensors != nullptr) {
+    std::erase_if(specs,
+                  [&](const TensorSpec& spec) { return !shard_tensors->contains(spec.name); });
+  }
   for (const TensorSpec& spec : specs) {
     const gguf::GgufTensorInfo* info = file.find_tensor(spec.name);
     if (info == nullptr) {
@@ -545,6 +563,77 @@ Status write_random_llama_model(const std::string& path, const LlamaShape& shape
   return writer.write_file(path);
 }
 
+namespace {
+
+// What a whole model's file says through tensors, a shard file says through its keys.
+Status read_shard_facts(const gguf::GgufFile& file, LlamaShape& shape) {
+  FOLIO_ASSIGN_OR_RETURN(shape.vocab_size, file.get_integer(kLlamaShardVocabSizeKey));
+  FOLIO_ASSIGN_OR_RETURN(std::string_view dtype, file.get_string(kLlamaShardWeightDtypeKey));
+  const std::optional<DType> weight_dtype = dtype_from_name(dtype);
+  if (!weight_dtype.has_value()) {
+    return invalid_argument("{}: {} '{}' is not a dtype", file.source(), kLlamaShardWeightDtypeKey,
+                            dtype);
+  }
+  shape.weight_dtype = *weight_dtype;
+  FOLIO_ASSIGN_OR_RETURN(shape.tie_embeddings, file.get_bool(kLlamaShardTiedKey));
+  return Status();
+}
+
+}  // namespace
+
+Result<std::vector<std::string>> llama_shard_tensor_names(const LlamaShape& shape,
+                                                          const LlamaShard& shard) {
+  if (shard.first_layer < 0 || shard.first_layer >= shard.end_layer ||
+      shard.end_layer > shape.num_layers) {
+    return invalid_argument("shard layers [{}, {}) are not a non-empty range of the model's {}",
+                            shard.first_layer, shard.end_layer, shape.num_layers);
+  }
+  LlamaGraphOptions options;
+  options.first_layer = shard.first_layer;
+  options.end_layer = shard.end_layer;
+  const ir::KvCacheShape kv_cache{
+      llama_stage_kv_cache_geometry(shape, shard.end_layer - shard.first_layer, 16, DType::kF32), 2,
+      1};
+  FOLIO_ASSIGN_OR_RETURN(
+      const ir::Graph graph,
+      build_llama_step_graph(shape, ir::StepShape{1, 1, 1, ir::StepPhase::kPrefill}, kv_cache,
+                             options));
+  std::set<std::string> names;
+  for (const ir::TensorInfo& tensor : graph.tensors()) {
+    if (tensor.residency == ir::Residency::kWeight) {
+      names.insert(llama_matrix_location(shape, tensor.name).tensor);
+    }
+  }
+  return std::vector<std::string>(names.begin(), names.end());
+}
+
+void set_llama_shard_keys(gguf::GgufWriter& writer, const LlamaShape& shape,
+                          const LlamaShard& shard) {
+  writer.set(std::string(kLlamaShardFirstLayerKey),
+             gguf::GgufValue::of(static_cast<uint32_t>(shard.first_layer)));
+  writer.set(std::string(kLlamaShardEndLayerKey),
+             gguf::GgufValue::of(static_cast<uint32_t>(shard.end_layer)));
+  writer.set(std::string(kLlamaShardVocabSizeKey),
+             gguf::GgufValue::of(static_cast<uint64_t>(shape.vocab_size)));
+  writer.set(std::string(kLlamaShardWeightDtypeKey),
+             gguf::GgufValue::of_string(std::string(dtype_name(shape.weight_dtype))));
+  writer.set(std::string(kLlamaShardTiedKey), gguf::GgufValue::of(shape.tie_embeddings));
+}
+
+Result<std::optional<LlamaShard>> read_llama_shard(const gguf::GgufFile& file) {
+  if (!file.contains(kLlamaShardFirstLayerKey) && !file.contains(kLlamaShardEndLayerKey)) {
+    return std::optional<LlamaShard>();
+  }
+  LlamaShard shard;
+  FOLIO_ASSIGN_OR_RETURN(shard.first_layer, file.get_integer(kLlamaShardFirstLayerKey));
+  FOLIO_ASSIGN_OR_RETURN(shard.end_layer, file.get_integer(kLlamaShardEndLayerKey));
+  if (shard.first_layer < 0 || shard.first_layer >= shard.end_layer) {
+    return invalid_argument("{}: shard layers [{}, {}) are not a non-empty range", file.source(),
+                            shard.first_layer, shard.end_layer);
+  }
+  return std::optional<LlamaShard>(shard);
+}
+
 Result<LlamaShape> read_llama_shape(const gguf::GgufFile& file) {
   FOLIO_ASSIGN_OR_RETURN(std::string_view name, file.get_string("general.architecture"));
   const std::optional<LlamaArchitecture> architecture = llama_architecture_from_name(name);
@@ -589,19 +678,31 @@ Result<LlamaShape> read_llama_shape(const gguf::GgufFile& file) {
     }
   }
 
-  FOLIO_ASSIGN_OR_RETURN(gguf::GgufTensor embedding, file.tensor("token_embd.weight"));
-  const std::vector<int64_t>& dimensions = embedding.info->dimensions;
-  if (dimensions.size() != 2 || dimensions[0] != shape.hidden_size) {
-    return invalid_argument("{}: token_embd.weight has shape [{}], expected [{}, vocab]",
-                            file.source(), fmt::join(dimensions, ", "), shape.hidden_size);
+  FOLIO_ASSIGN_OR_RETURN(const std::optional<LlamaShard> shard, read_llama_shard(file));
+  if (shard.has_value()) {
+    FOLIO_RETURN_IF_ERROR(read_shard_facts(file, shape));
+  } else {
+    FOLIO_ASSIGN_OR_RETURN(gguf::GgufTensor embedding, file.tensor("token_embd.weight"));
+    const std::vector<int64_t>& dimensions = embedding.info->dimensions;
+    if (dimensions.size() != 2 || dimensions[0] != shape.hidden_size) {
+      return invalid_argument("{}: token_embd.weight has shape [{}], expected [{}, vocab]",
+                              file.source(), fmt::join(dimensions, ", "), shape.hidden_size);
+    }
+    shape.vocab_size = dimensions[1];
+    FOLIO_ASSIGN_OR_RETURN(gguf::GgufTensor query,
+                           file.tensor(llama_matrix_location(shape, "blk.0.attn_q.weight").tensor));
+    shape.weight_dtype = query.dtype;
+    shape.tie_embeddings = file.find_tensor("output.weight") == nullptr;
   }
-  shape.vocab_size = dimensions[1];
-  FOLIO_ASSIGN_OR_RETURN(gguf::GgufTensor query,
-                         file.tensor(llama_matrix_location(shape, "blk.0.attn_q.weight").tensor));
-  shape.weight_dtype = query.dtype;
-  shape.tie_embeddings = file.find_tensor("output.weight") == nullptr;
   Status status = validate_sizes_and_parameters(shape);
-  if (status.ok()) status = read_tensor_dtypes(file, shape);
+  if (status.ok() && shard.has_value()) {
+    Result<std::vector<std::string>> names = llama_shard_tensor_names(shape, *shard);
+    if (!names.ok()) return names.status().with_context(file.source());
+    const std::set<std::string, std::less<>> shard_tensors(names->begin(), names->end());
+    status = read_tensor_dtypes(file, shape, &shard_tensors);
+  } else if (status.ok()) {
+    status = read_tensor_dtypes(file, shape, nullptr);
+  }
   if (status.ok()) status = validate_llama_shape(shape);
   if (!status.ok()) return status.with_context(file.source());
   return shape;

@@ -200,6 +200,35 @@ struct LlamaWeights {
 // tensor whose value count does not match its shape; a non-finite value.
 Result<gguf::GgufWriter> make_llama_writer(const LlamaWeights& weights);
 
+// A shard of a model (issue 15's weight cache, docs/design/dist.md): layers
+// [first_layer, end_layer) and what their step graph reads besides: the embedding for a shard
+// from layer 0, the final norm and the LM head (the embedding when tied) for one ending at the
+// last layer, rope_freqs.weight where the model has it. A shard file holds the whole model's
+// metadata, the shard keys below and only the shard's tensors; read_llama_shape takes from the
+// keys what it would read from tensors the shard lacks (the vocabulary size, the weight dtype,
+// whether embeddings are tied) and checks only the shard's tensors.
+struct LlamaShard {
+  int64_t first_layer = 0;
+  int64_t end_layer = 0;
+};
+inline constexpr std::string_view kLlamaShardFirstLayerKey = "folio.shard.first_layer";
+inline constexpr std::string_view kLlamaShardEndLayerKey = "folio.shard.end_layer";
+inline constexpr std::string_view kLlamaShardVocabSizeKey = "folio.shard.vocab_size";
+inline constexpr std::string_view kLlamaShardWeightDtypeKey = "folio.shard.weight_dtype";
+inline constexpr std::string_view kLlamaShardTiedKey = "folio.shard.tie_embeddings";
+
+// GGUF names of the tensors the step graph of `shard`'s layers reads, sorted, each once (a
+// fused Phi-3 matrix once for its projections). kInvalidArgument: an empty or out-of-range
+// layer range, an invalid shape.
+Result<std::vector<std::string>> llama_shard_tensor_names(const LlamaShape& shape,
+                                                          const LlamaShard& shard);
+// Sets the shard keys for `shard` of the whole model `shape` (as read from its file).
+void set_llama_shard_keys(gguf::GgufWriter& writer, const LlamaShape& shape,
+                          const LlamaShard& shard);
+// The shard the file's keys describe; nullopt for a whole model. kInvalidArgument naming the key
+// when some shard keys are missing or malformed.
+Result<std::optional<LlamaShard>> read_llama_shard(const gguf::GgufFile& file);
+
 // Reads the shape back from a file's metadata and tensors (vocabulary size from
 // token_embd.weight, weight dtype from blk.0.attn_q.weight, tied embeddings from the absence of
 // output.weight, every other matrix's dtype from its tensor into tensor_dtypes). Optional keys
@@ -217,7 +246,9 @@ Result<gguf::GgufWriter> make_llama_writer(const LlamaWeights& weights);
 // tensor, a tensor of another shape, a norm or bias that is not f32, and a tensor that is not
 // part of the architecture (e.g. a mixture-of-experts tensor, a Gemma 3 vision-tower tensor),
 // which Folio refuses rather than ignoring. Gemma's windows and soft caps: as
-// llama_attention_metadata.h's read_attention_metadata.
+// llama_attention_metadata.h's read_attention_metadata. A shard file (the shard keys above):
+// the vocabulary size, weight dtype and tied embeddings from its keys, and only the shard's
+// tensors required and allowed.
 Result<LlamaShape> read_llama_shape(const gguf::GgufFile& file);
 
 }  // namespace folio::model
