@@ -218,6 +218,9 @@ Status ReferenceInterpreter::evaluate(const ir::Graph& graph, const ir::Op& op,
     }
     case ir::OpKind::kMul:
     case ir::OpKind::kSilu:
+    // KV-parallel merges are checked against the whole-sequence executor (tests/model/
+    // llama_kv_parallel_test.cc) and the double reference of tests/kernels/attention_merge_test.
+    case ir::OpKind::kAttentionMerge:
     // Adapter updates are checked against the PyTorch reference (tests/model/
     // llama_forward_test.cc, LlamaAdapterForwardTest), not here.
     case ir::OpKind::kLora:

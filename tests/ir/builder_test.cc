@@ -234,6 +234,62 @@ TEST_F(BuilderTest, AllReduceSumKeepsItsShapeAndTakesF32Only) {
   expect_rejected(builder_.all_reduce_sum(positions_, "a").status(), "expected f32");
 }
 
+// A KV-parallel member's attention (issue 15, slice 6): a partial over its range with a
+// log-sum-exp output "<name>.lse" f32 [T, heads], then attention_merge back to [T, heads *
+// head_dim]; ranges that do not start on a block, or are empty, are refused.
+TEST_F(BuilderTest, KvParallelAttentionOutputsLogSumExpAndMerges) {
+  const TensorId k_cache = builder_.kv_cache("k_cache", DType::kF32, {8, 16, 2, 16}).value();
+  const TensorId v_cache = builder_.kv_cache("v_cache", DType::kF32, {8, 16, 2, 16}).value();
+  AttentionMetadata metadata{builder_.input("seq_lens", DType::kI32, {2}).value(),
+                             builder_.input("query_start", DType::kI32, {3}).value(),
+                             builder_.input("block_tables", DType::kI32, {2, 4}).value()};
+  snapshot();
+  AttentionAttributes attention{.num_heads = 4,
+                                .num_kv_heads = 2,
+                                .head_dim = 16,
+                                .scale = 0.25f,
+                                .kv_range_begin = 8,
+                                .kv_range_end = 72};
+  expect_rejected(
+      builder_.paged_attention_partial(hidden_, k_cache, v_cache, metadata, attention, "a")
+          .status(),
+      "multiple of the block size 16");
+  attention.kv_range_begin = 64;
+  attention.kv_range_end = 64;
+  expect_rejected(
+      builder_.paged_attention_partial(hidden_, k_cache, v_cache, metadata, attention, "a")
+          .status(),
+      "not be empty");
+  attention.kv_range_end = 128;
+  const Result<PartialAttention> partial =
+      builder_.paged_attention_partial(hidden_, k_cache, v_cache, metadata, attention, "partial");
+  ASSERT_TRUE(partial.ok()) << partial.status();
+  EXPECT_EQ(builder_.graph().tensor(partial->output).shape, (Shape{kTokens, 64}));
+  EXPECT_EQ(builder_.graph().tensor(partial->lse).name, "partial.lse");
+  EXPECT_EQ(builder_.graph().tensor(partial->lse).dtype, DType::kF32);
+  EXPECT_EQ(builder_.graph().tensor(partial->lse).shape, (Shape{kTokens, 4}));
+  snapshot();
+  expect_rejected(builder_.attention_merge(partial->output, positions_, "a").status(), "lse");
+  const Result<TensorId> merged = builder_.attention_merge(partial->output, partial->lse, "merged");
+  ASSERT_TRUE(merged.ok()) << merged.status();
+  EXPECT_EQ(builder_.graph().tensor(*merged).shape, (Shape{kTokens, 64}));
+  // A partial is emitted as one (its two outputs named), never as the whole-sequence op.
+  snapshot();
+  EXPECT_EQ(
+      builder_.paged_attention(hidden_, k_cache, v_cache, metadata, attention, "c").status().code(),
+      StatusCode::kInvalidArgument);
+  attention.kv_range_end = 0;  // a begin without an end
+  expect_rejected(
+      builder_.paged_attention(hidden_, k_cache, v_cache, metadata, attention, "c").status(),
+      "kv_range_begin 64 without a kv_range_end");
+  // The whole-sequence attention is not a partial.
+  attention.kv_range_begin = attention.kv_range_end = 0;
+  EXPECT_EQ(builder_.paged_attention_partial(hidden_, k_cache, v_cache, metadata, attention, "b")
+                .status()
+                .code(),
+            StatusCode::kInvalidArgument);
+}
+
 TEST_F(BuilderTest, KvCacheWriteRejectsWrongCachesAndSlots) {
   const TensorId kv =
       builder_.matmul(hidden_, builder_.weight("wk", DType::kF32, {32, 64}).value(), "kv").value();

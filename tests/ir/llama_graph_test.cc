@@ -69,6 +69,39 @@ TEST(LlamaGraphTest, VariantsBuildAndVerify) {
   EXPECT_THAT(std::string(status.message()), HasSubstr("multiples of 32"));
 }
 
+// A KV-parallel member's graph (issue 15, slice 6): each layer's attention is a partial over
+// the member's range with a log-sum-exp, merged by attention_merge; the rest is unchanged, and
+// the piecewise split still puts only the attention between pieces (the merge runs in them).
+TEST(LlamaGraphTest, KvParallelMemberMergesPartialAttention) {
+  folio::testing::LlamaTestGraphConfig config;
+  model::LlamaGraphOptions options;
+  options.kv_range_begin = 64;
+  options.kv_range_end = 128;
+  Result<Graph> graph =
+      model::build_llama_step_graph(config.model, config.step, config.kv_cache(), options);
+  ASSERT_TRUE(graph.ok()) << graph.status();
+  ASSERT_TRUE(verify(*graph).ok());
+  const CostTotals totals = total_cost(*graph);
+  EXPECT_EQ(totals.num_ops(OpKind::kPagedAttention), 2);
+  EXPECT_EQ(totals.num_ops(OpKind::kAttentionMerge), 2);
+  EXPECT_EQ(graph->num_ops(), 1 + 17 * 2 + 3);
+  const TensorInfo& lse = graph->tensor(graph->find_tensor("blk.1.attention_partial.lse").value());
+  EXPECT_EQ(lse.shape, (Shape{config.step.num_tokens, config.model.num_heads}));
+  EXPECT_THAT(dump_graph(*graph), HasSubstr("kv_range=[64, 128)"));
+  const PiecewiseSplit split = split_at_attention(*graph, program_order(*graph));
+  int attention_segments = 0;
+  for (const Segment& segment : split.segments) {
+    if (segment.kind == SegmentKind::kEager) ++attention_segments;
+  }
+  EXPECT_EQ(attention_segments, 2);
+
+  options.kv_range_begin = 8;  // not on a block of 16
+  EXPECT_EQ(model::build_llama_step_graph(config.model, config.step, config.kv_cache(), options)
+                .status()
+                .code(),
+            StatusCode::kInvalidArgument);
+}
+
 TEST(LlamaGraphTest, DumpsReadableText) {
   const Graph graph = folio::testing::build_llama_test_graph().value();
   const std::string text = dump_graph(graph);

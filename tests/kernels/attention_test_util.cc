@@ -113,7 +113,28 @@ cpu::PagedAttentionArguments AttentionHarness::arguments(float* output) {
       .positions = positions_.data(),
       .workspace = workspace_.data(),
       .workspace_threads = workspace_threads_,
+      .kv_range_begin = 0,
+      .kv_range_end = 0,
+      .lse = nullptr,
   };
+}
+
+cpu::PagedAttentionArguments AttentionHarness::member_arguments(float* output, float* lse,
+                                                                int64_t begin, int64_t end) {
+  FOLIO_CHECK(begin % shape_.block_size == 0, "range begins at {}", begin);
+  const int64_t shift = begin / shape_.block_size;
+  member_block_tables_.assign(block_tables_.size(), -1);
+  for (int64_t s = 0; s < max_sequences_; ++s) {
+    const int32_t* row = block_tables_.data() + s * max_blocks_per_sequence_;
+    int32_t* member_row = member_block_tables_.data() + s * max_blocks_per_sequence_;
+    for (int64_t b = shift; b < max_blocks_per_sequence_; ++b) member_row[b - shift] = row[b];
+  }
+  cpu::PagedAttentionArguments result = arguments(output);
+  result.block_tables = member_block_tables_.data();
+  result.kv_range_begin = begin;
+  result.kv_range_end = end;
+  result.lse = lse;
+  return result;
 }
 
 std::vector<float> AttentionHarness::make_output() const {

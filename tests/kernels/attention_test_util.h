@@ -49,6 +49,12 @@ class AttentionHarness {
 
   // Arguments writing to `output` (f32 [num_tokens, num_heads * head_dim]).
   cpu::PagedAttentionArguments arguments(float* output);
+  // A KV-parallel member's arguments: the cache holds positions [begin, end) of every sequence
+  // (end 0: to the end), its block tables are the step's rows shifted by begin / block_size
+  // (entry 0 is the block of position begin), and it writes the log-sum-exp to `lse` (f32
+  // [num_tokens, num_heads]). Requires: begin a multiple of the block size.
+  cpu::PagedAttentionArguments member_arguments(float* output, float* lse, int64_t begin,
+                                                int64_t end);
   // A NaN-filled output buffer of the right size.
   std::vector<float> make_output() const;
   // softmax(scale * q K^T) V per (token, head) in double; zero rows for padding tokens.
@@ -70,8 +76,10 @@ class AttentionHarness {
   std::vector<int32_t> query_start_;    // [max_sequences + 1]
   std::vector<int32_t> seq_lens_;       // [max_sequences]
   std::vector<int32_t> block_tables_;   // [max_sequences, max_blocks_per_sequence]
-  std::vector<int32_t> positions_;      // [num_tokens]
-  std::vector<float> query_;            // [num_tokens, query_row_stride]
+  // A KV-parallel member's view of block_tables_ (member_arguments), same shape.
+  std::vector<int32_t> member_block_tables_;
+  std::vector<int32_t> positions_;  // [num_tokens]
+  std::vector<float> query_;        // [num_tokens, query_row_stride]
   std::vector<std::byte> workspace_;
 
   // The current step, for the reference.

@@ -70,6 +70,55 @@ class KvParallelCacheTest : public ::testing::Test {
   std::unique_ptr<KvParallelCache> cache_;
 };
 
+// A member's step export: its block table rows hold its range's blocks from entry 0 (dummy
+// rows for sequences that do not reach it), and each token's slot is in the member owning its
+// position, -1 in every other member; the slots agree with the member's block table.
+TEST_F(KvParallelCacheTest, MemberExportPutsEachTokenInTheMemberOwningItsPosition) {
+  make({8, 8, 8});
+  ASSERT_TRUE(cache_->allocate(SeqId(1), tokens(70)).ok());  // groups 0, 1, 2 (6 tokens)
+  ASSERT_TRUE(cache_->allocate(SeqId(2), tokens(10)).ok());  // group 0 only
+  const std::vector<SeqId> seqs = {SeqId(1), SeqId(2)};
+  // A step: sequence 1's positions [28, 70) (a chunk across two boundaries), sequence 2's all.
+  const std::vector<StepSegment> segments = {{SeqId(1), 28, 42}, {SeqId(2), 0, 10}};
+  constexpr int32_t kColumns = 5;
+  for (int32_t group = 0; group < 3; ++group) {
+    std::vector<int32_t> tables(2 * kColumns, -7);
+    ASSERT_TRUE(cache_->fill_block_tables(group, seqs, kColumns, tables).ok());
+    const auto own = managers_[group]->block_table(SeqId(1));
+    ASSERT_TRUE(own.ok());
+    for (size_t b = 0; b < own->size(); ++b) EXPECT_EQ(tables[b], (*own)[b]);
+    EXPECT_EQ(tables[kColumns - 1], managers_[group]->dummy_block().value());
+    if (group > 0) {  // sequence 2 does not reach groups 1 and 2
+      for (int32_t b = 0; b < kColumns; ++b) {
+        EXPECT_EQ(tables[kColumns + b], managers_[group]->dummy_block().value());
+      }
+    }
+    std::vector<int32_t> slots(56, 123);  // 52 tokens and 4 of padding
+    ASSERT_TRUE(cache_->fill_slot_mapping(group, segments, slots).ok());
+    for (int32_t token = 0; token < 56; ++token) {
+      const int32_t seq = token < 42 ? 1 : 2;
+      const int32_t position = token < 42 ? 28 + token : token - 42;
+      const bool mine = token < 52 && position / kTokensPerGroup == group;
+      if (!mine) {
+        EXPECT_EQ(slots[token], -1) << "group " << group << " token " << token;
+        continue;
+      }
+      const auto table = managers_[group]->block_table(SeqId(seq));
+      ASSERT_TRUE(table.ok());
+      const int32_t offset = position - group * kTokensPerGroup;
+      EXPECT_EQ(slots[token], (*table)[offset / kBlockSize] * kBlockSize + offset % kBlockSize)
+          << "group " << group << " token " << token;
+    }
+  }
+  std::vector<int32_t> slots(8);
+  EXPECT_EQ(cache_->fill_slot_mapping(3, segments, slots).code(), StatusCode::kInvalidArgument);
+  const std::vector<StepSegment> too_far = {{SeqId(2), 5, 6}};
+  EXPECT_EQ(cache_->fill_slot_mapping(0, too_far, slots).code(), StatusCode::kOutOfRange);
+  const std::vector<SeqId> unknown = {SeqId(9)};
+  std::vector<int32_t> tables(kColumns);
+  EXPECT_EQ(cache_->fill_block_tables(0, unknown, kColumns, tables).code(), StatusCode::kNotFound);
+}
+
 TEST_F(KvParallelCacheTest, LongSequenceSpansGroupsByTokenRange) {
   make({8, 8, 8});
   const auto outcome = cache_->allocate(SeqId(1), tokens(80));

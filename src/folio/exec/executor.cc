@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <limits>
+#include <utility>
 
 #include "folio/base/log.h"
 #include "folio/exec/eager_runner.h"
@@ -38,6 +39,29 @@ Status check_options(const ExecutorOptions& options, const BucketPolicy& policy,
         "executor '{}': the bucket ladder pads up to {} tokens but the {} padding blocks hold "
         "{} slots; reserve more padding blocks or use a finer ladder",
         options.name, policy.max_padding(), options.num_dummy_blocks, dummy_slots);
+  }
+  return Status();
+}
+
+// A KV-parallel member's graphs (partial attention, dist.md "KV-parallel groups") fix the
+// positions its cache holds; every attention op of the graph must agree on them.
+Status read_kv_range(const ir::Graph& graph, StepLimits& limits) {
+  bool found = false;
+  for (const ir::Op& op : graph.ops()) {
+    if (op.kind != ir::OpKind::kPagedAttention) continue;
+    const auto& attributes = std::get<ir::AttentionAttributes>(op.attributes);
+    if (!found) {
+      limits.kv_range_begin = attributes.kv_range_begin;
+      limits.kv_range_end = attributes.kv_range_end;
+      found = true;
+    } else if (attributes.kv_range_begin != limits.kv_range_begin ||
+               attributes.kv_range_end != limits.kv_range_end) {
+      return invalid_argument(
+          "attention '{}' reads KV positions [{}, {}), an earlier one [{}, {}): a graph's "
+          "attention ops must share one KV-parallel range",
+          op.name, attributes.kv_range_begin, attributes.kv_range_end, limits.kv_range_begin,
+          limits.kv_range_end);
+    }
   }
   return Status();
 }
@@ -100,6 +124,7 @@ Status Executor::initialize() {
   } else {
     limits_.max_blocks_per_sequence = 1;
   }
+  FOLIO_RETURN_IF_ERROR(read_kv_range(*graph, limits_));
   FOLIO_ASSIGN_OR_RETURN(inputs_, PersistentInputs::create(limits_, page_pool_));
   validation_scratch_.reserve(static_cast<size_t>(limits_.max_tokens));  // steps never allocate
   const std::optional<ir::TensorId> logits = graph->find_tensor(ir::kOutputLogits);

@@ -1,9 +1,11 @@
 // PreparedGraph::launch: one IR op -> kernels::cpu launches.
 #include <cstring>
+#include <limits>
 
 #include "folio/exec/prepared_graph.h"
 #include "folio/kernels/cpu/activation.h"
 #include "folio/kernels/cpu/add.h"
+#include "folio/kernels/cpu/attention_merge.h"
 #include "folio/kernels/cpu/embedding.h"
 #include "folio/kernels/cpu/gather_rows.h"
 #include "folio/kernels/cpu/kv_write.h"
@@ -276,6 +278,80 @@ void launch_lora(const OpOperands& operands, const PreparedOp& prepared,
   kernels::cpu::lora(stream, arguments);
 }
 
+// A KV-parallel member's exchange (dist.md "KV-parallel groups"): packs its partial output and
+// log-sum-exps into one buffer and all_gathers every member's. One work item: the collective is
+// called once per launch, from one thread. A failed gather is recorded for the executor to
+// return, and the gathered buffer is made neutral (every log-sum-exp -inf) so the merge that
+// follows writes zeros rather than reading what a broken exchange left.
+struct GatherPartialsArguments {
+  const float* partial;  // f32 [T, heads * head_dim]
+  const float* lse;      // f32 [T, heads]
+  float* packed;         // f32 [part]: partial, then lse
+  float* gathered;       // f32 [members, part]
+  int64_t output_elements = 0;
+  int64_t lse_elements = 0;
+  int32_t num_members = 0;
+  StepCollectives* collectives;
+  CollectiveFailures* failures;
+};
+
+void gather_partials_body(const GatherPartialsArguments& arguments, int64_t /*begin*/,
+                          int64_t /*end*/, int /*thread_index*/) {
+  const int64_t part = arguments.output_elements + arguments.lse_elements;
+  std::memcpy(arguments.packed, arguments.partial,
+              static_cast<size_t>(arguments.output_elements) * sizeof(float));
+  std::memcpy(arguments.packed + arguments.output_elements, arguments.lse,
+              static_cast<size_t>(arguments.lse_elements) * sizeof(float));
+  // After a failure the group is broken: its later calls would only fail again.
+  if (!arguments.failures->any()) {
+    Status status = arguments.collectives->all_gather(
+        std::span<const float>(arguments.packed, static_cast<size_t>(part)),
+        std::span<float>(arguments.gathered, static_cast<size_t>(part * arguments.num_members)));
+    if (status.ok()) return;
+    arguments.failures->record(status.with_context("KV-parallel attention merge"));
+  }
+  for (int32_t member = 0; member < arguments.num_members; ++member) {
+    float* lse = arguments.gathered + member * part + arguments.output_elements;
+    std::fill(lse, lse + arguments.lse_elements, -std::numeric_limits<float>::infinity());
+  }
+}
+
+void launch_attention_merge(const OpOperands& operands, const PreparedOp& prepared,
+                            StepCollectives& collectives, CollectiveFailures& failures,
+                            std::byte* workspace, device::HostStream& stream) {
+  const ir::TensorInfo& partial = operands.input(ir::attention_merge_input::kPartial);
+  const ir::TensorInfo& lse = operands.input(ir::attention_merge_input::kLse);
+  const int64_t heads = lse.shape[1];
+  const int64_t part = partial.shape.num_elements() + lse.shape.num_elements();
+  auto* packed = reinterpret_cast<float*>(workspace);
+  FOLIO_DCHECK((1 + collectives.size()) * part * int64_t{sizeof(float)} <= prepared.workspace_bytes,
+               "attention_merge workspace of {} bytes", prepared.workspace_bytes);
+  const GatherPartialsArguments gather{
+      .partial = operands.input_data<const float>(ir::attention_merge_input::kPartial),
+      .lse = operands.input_data<const float>(ir::attention_merge_input::kLse),
+      .packed = packed,
+      .gathered = packed + part,
+      .output_elements = partial.shape.num_elements(),
+      .lse_elements = lse.shape.num_elements(),
+      .num_members = collectives.size(),
+      .collectives = &collectives,
+      .failures = &failures};
+  // The exchange is communication in the profile; the merge is attention, as the op's row.
+  stream.set_launch_tag(static_cast<int32_t>(ProfileRow::kCommunication));
+  stream.launch(device::HostKernel::make<GatherPartialsArguments, &gather_partials_body>(
+      "attention_gather", gather, 1, 1));
+  stream.set_launch_tag(static_cast<int32_t>(prepared.profile_row));
+  kernels::cpu::attention_merge(stream,
+                                kernels::cpu::AttentionMergeArguments{
+                                    .partials = packed + part,
+                                    .output = operands.output_data(),
+                                    .lse = nullptr,
+                                    .num_parts = collectives.size(),
+                                    .num_tokens = static_cast<int32_t>(partial.shape[0]),
+                                    .num_heads = static_cast<int32_t>(heads),
+                                    .head_dim = static_cast<int32_t>(partial.shape[1] / heads)});
+}
+
 }  // namespace
 
 kernels::cpu::PagedAttentionArguments PreparedGraph::attention_arguments(
@@ -306,6 +382,12 @@ kernels::cpu::PagedAttentionArguments PreparedGraph::attention_arguments(
   arguments.positions = inputs_.positions();
   arguments.workspace = workspace;
   arguments.workspace_threads = num_threads_;
+  if (attributes.is_kv_parallel()) {  // a KV-parallel member's partial, with its log-sum-exp
+    arguments.kv_range_begin = attributes.kv_range_begin;
+    arguments.kv_range_end = attributes.kv_range_end;
+    arguments.lse = reinterpret_cast<float*>(
+        addresses[static_cast<size_t>(prepared.op->outputs[ir::attention_output::kLse].value())]);
+  }
   return arguments;
 }
 
@@ -360,6 +442,10 @@ void PreparedGraph::launch(size_t index, std::span<std::byte* const> addresses,
       return;
     case ir::OpKind::kLora:
       launch_lora(operands, prepared, adapters_, workspace, stream);
+      return;
+    case ir::OpKind::kAttentionMerge:
+      launch_attention_merge(operands, prepared, *collectives_, *collective_failures_, workspace,
+                             stream);
       return;
     case ir::OpKind::kMul:
     case ir::OpKind::kSilu:

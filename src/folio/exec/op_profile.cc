@@ -94,6 +94,7 @@ ProfileRow profile_row_of(const ir::Graph& graph, const ir::Op& op) {
       return matmul_row(
           graph.tensor(op.inputs[static_cast<size_t>(ir::matmul_input::kWeight)]).name);
     case ir::OpKind::kPagedAttention:
+    case ir::OpKind::kAttentionMerge:  // KV-parallel: the exchange and merge of partials
       return ProfileRow::kAttention;
     case ir::OpKind::kRmsNorm:
       return ProfileRow::kRmsNorm;

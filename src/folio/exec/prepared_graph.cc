@@ -133,8 +133,28 @@ Status PreparedGraph::prepare_op(size_t index) {
       return prepare_gather(prepared);
     case ir::OpKind::kLora:
       return prepare_lora(prepared);
+    case ir::OpKind::kAttentionMerge:
+      return prepare_attention_merge(prepared);
   }
   return unsupported(op, "unknown op kind");
+}
+
+Status PreparedGraph::prepare_attention_merge(PreparedOp& prepared) {
+  const ir::Op& op = *prepared.op;
+  if (collectives_ == nullptr || collective_failures_ == nullptr) {
+    return unsupported(op,
+                       "a KV-parallel merge gathers the members' partials through the step "
+                       "collectives; this executor has none (ExecutorOptions::collectives)");
+  }
+  const ir::TensorInfo& partial =
+      graph_.tensor(op.inputs[static_cast<size_t>(ir::attention_merge_input::kPartial)]);
+  const ir::TensorInfo& lse =
+      graph_.tensor(op.inputs[static_cast<size_t>(ir::attention_merge_input::kLse)]);
+  // Workspace: this member's packed partial, then every member's (the all_gather's output).
+  const int64_t part = partial.shape.num_elements() + lse.shape.num_elements();
+  prepared.workspace_bytes = aligned_workspace((1 + int64_t{collectives_->size()}) * part *
+                                               static_cast<int64_t>(sizeof(float)));
+  return Status();
 }
 
 Status PreparedGraph::prepare_matmul(PreparedOp& prepared) {

@@ -20,6 +20,9 @@
 //   all_reduce_sum -> a one-item launch calling StepCollectives::all_reduce_sum on the output
 //   (the input copied there first unless they share memory), its failure recorded in the
 //   context's CollectiveFailures (step_collectives.h)
+//   attention_merge (KV-parallel) -> one item packing the member's partial and log-sum-exps
+//     into the op's workspace and all_gathering them over the step collectives, then
+//     attention_merge over the gathered parts (kernels/cpu/attention_merge.h)
 //   mul, silu: no CPU kernel yet; preparing a graph with them fails (kInvalidArgument naming
 //   the op).
 // Activations must be f32 (the CPU kernels' type); KV caches f32 or f16.
@@ -113,6 +116,7 @@ class PreparedGraph {
   Status prepare_rope(PreparedOp& prepared);
   Status prepare_gather(PreparedOp& prepared);
   Status prepare_lora(PreparedOp& prepared);
+  Status prepare_attention_merge(PreparedOp& prepared);
 
   ir::Graph graph_;
   const KvCacheBinding kv_cache_;

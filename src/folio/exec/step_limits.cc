@@ -1,6 +1,8 @@
 #include "folio/exec/step_limits.h"
 
 #include <algorithm>
+#include <limits>
+#include <string>
 
 namespace folio::exec {
 
@@ -72,14 +74,20 @@ Status check_sequence(const ir::StepBatch& step, const StepLimits& limits, int64
   const int64_t end = step.query_start[s + 1];
   const int64_t context = step.seq_lens[s];
   const int64_t capacity = int64_t{limits.max_blocks_per_sequence} * limits.block_size;
-  if (context < end - begin || context > capacity) {
+  // The positions this cache holds: all, or a KV-parallel member's range.
+  const int64_t range_begin = limits.kv_range_begin;
+  const int64_t range_end =
+      limits.kv_range_end > 0 ? limits.kv_range_end : std::numeric_limits<int64_t>::max();
+  const int64_t held = std::max<int64_t>(0, std::min(context, range_end) - range_begin);
+  if (context < end - begin || held > capacity) {
     return invalid_argument(
         "sequence {} has context length {} for {} query tokens; expected {} to {} (the block "
-        "table's capacity)",
-        s, context, end - begin, end - begin, capacity);
+        "table's capacity{})",
+        s, context, end - begin, end - begin, range_begin + capacity,
+        range_begin > 0 ? fmt::format(" from position {}", range_begin) : std::string());
   }
   const int32_t* table = step.block_tables.data() + s * limits.max_blocks_per_sequence;
-  const int64_t used_blocks = (context + limits.block_size - 1) / limits.block_size;
+  const int64_t used_blocks = (held + limits.block_size - 1) / limits.block_size;
   for (int64_t i = 0; i < used_blocks; ++i) {
     if (table[i] < 0 || table[i] >= limits.num_kv_blocks || is_dummy_block(table[i], limits)) {
       return invalid_argument(
@@ -95,8 +103,12 @@ Status check_sequence(const ir::StepBatch& step, const StepLimits& limits, int64
       return invalid_argument("token {} (sequence {}) has position {}; expected {}", t, s,
                               step.positions[t], position);
     }
-    const int64_t slot = int64_t{table[position / limits.block_size]} * limits.block_size +
-                         position % limits.block_size;
+    const bool held_here = position >= range_begin && position < range_end;
+    const int64_t offset = position - range_begin;
+    const int64_t slot = held_here
+                             ? int64_t{table[offset / limits.block_size]} * limits.block_size +
+                                   offset % limits.block_size
+                             : -1;
     if (step.slot_mapping[t] != slot) {
       return invalid_argument(
           "token {} (sequence {}, position {}) has slot {}; its block table puts it at slot {}", t,
@@ -141,7 +153,9 @@ Status validate_step(const ir::StepBatch& step, const StepLimits& limits,
   // Two tokens writing one slot would race in the KV write and leave either value.
   scratch.assign(step.slot_mapping.begin(), step.slot_mapping.end());
   std::sort(scratch.begin(), scratch.end());
-  const auto duplicate = std::adjacent_find(scratch.begin(), scratch.end());
+  // -1 (a KV-parallel member's "not mine") may repeat; checked per token above.
+  const auto first_slot = std::upper_bound(scratch.begin(), scratch.end(), int64_t{-1});
+  const auto duplicate = std::adjacent_find(first_slot, scratch.end());
   if (duplicate != scratch.end()) {
     return invalid_argument("slot {} is written by two tokens of the step", *duplicate);
   }

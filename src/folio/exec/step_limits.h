@@ -29,6 +29,13 @@ struct StepLimits {
   // Width of the residual stream a pipeline stage's graphs read (ir::kInputHidden, f32
   // [T, hidden_size]); 0 when they embed token ids instead.
   int64_t hidden_size = 0;
+  // A KV-parallel member's executor (its graphs' partial attention, dist.md "KV-parallel
+  // groups"): its cache holds positions [kv_range_begin, kv_range_end) of every sequence. Block
+  // table rows start at the block of kv_range_begin and cover the held part of each context;
+  // a token's slot is in this cache when its position is in the range and -1 (not written
+  // here) otherwise. kv_range_end 0: the whole sequence.
+  int64_t kv_range_begin = 0;
+  int64_t kv_range_end = 0;
 };
 
 // OK when `step` is well formed for `limits`: consistent array sizes (block table rows of
@@ -37,8 +44,9 @@ struct StepLimits {
 // max, query_start increasing from 0 to num_tokens (every sequence has at least one query token),
 // context lengths covering the query tokens and fitting the block table, positions equal to
 // context_length - query_length + i, slots matching the block tables, used blocks in range and
-// not reserved, distinct slots, token ids in the vocabulary, at most num_tokens logit rows, each a
-// step token. `scratch` is reused between calls (no allocation once it is large enough).
+// not reserved, distinct slots (-1, "not in this member's range", may repeat), token ids in the
+// vocabulary, at most num_tokens logit rows, each a step token. `scratch` is reused between calls
+// (no allocation once it is large enough).
 Status validate_step(const ir::StepBatch& step, const StepLimits& limits,
                      std::vector<int64_t>& scratch);
 

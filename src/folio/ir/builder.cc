@@ -45,18 +45,29 @@ Result<std::vector<TensorId>> GraphBuilder::emit(OpKind kind, std::string name,
     }
   }
   FOLIO_ASSIGN_OR_RETURN(std::vector<OutputSpec> specs, infer_outputs(graph_, op));
-  if (specs.size() > 1) {
-    return internal_error("{} '{}' has {} outputs; the builder names only one", op_kind_name(kind),
-                          op.name, specs.size());
+  // The first output is named after the op; a KV-parallel attention's log-sum-exp after it.
+  std::vector<std::string> names;
+  for (size_t index = 0; index < specs.size(); ++index) {
+    if (index == 0) {
+      names.push_back(op.name);
+    } else if (kind == OpKind::kPagedAttention && index == attention_output::kLse) {
+      names.push_back(fmt::format("{}.lse", op.name));
+    } else {
+      return internal_error("{} '{}' has {} outputs; the builder names {}", op_kind_name(kind),
+                            op.name, specs.size(), index);
+    }
   }
-  // Check the name before adding anything, so a failure leaves the graph unchanged.
-  if (!specs.empty() && graph_.find_tensor(op.name).has_value()) {
-    return already_exists("{} '{}': the graph already has a tensor named '{}'", op_kind_name(kind),
-                          op.name, op.name);
+  // Check the names before adding anything, so a failure leaves the graph unchanged.
+  for (const std::string& output_name : names) {
+    if (graph_.find_tensor(output_name).has_value()) {
+      return already_exists("{} '{}': the graph already has a tensor named '{}'",
+                            op_kind_name(kind), op.name, output_name);
+    }
   }
-  for (const OutputSpec& spec : specs) {
-    FOLIO_ASSIGN_OR_RETURN(TensorId output, graph_.add_tensor(op.name, spec.dtype, spec.shape,
-                                                              Residency::kActivation));
+  for (size_t index = 0; index < specs.size(); ++index) {
+    FOLIO_ASSIGN_OR_RETURN(TensorId output,
+                           graph_.add_tensor(names[index], specs[index].dtype, specs[index].shape,
+                                             Residency::kActivation));
     op.outputs.push_back(output);
   }
   op.annotations.cost = estimate_cost(graph_, op);
@@ -146,10 +157,35 @@ Result<TensorId> GraphBuilder::paged_attention(TensorId query, TensorId key_cach
                                                const AttentionMetadata& metadata,
                                                const AttentionAttributes& attributes,
                                                std::string name) {
+  if (attributes.is_kv_parallel()) {
+    return invalid_argument(
+        "paged_attention '{}': a KV-parallel partial has two outputs; emit it with "
+        "paged_attention_partial",
+        name);
+  }
   return emit_one(OpKind::kPagedAttention, std::move(name),
                   {query, key_cache, value_cache, metadata.seq_lens, metadata.query_start,
                    metadata.block_tables},
                   attributes);
+}
+
+Result<PartialAttention> GraphBuilder::paged_attention_partial(
+    TensorId query, TensorId key_cache, TensorId value_cache, const AttentionMetadata& metadata,
+    const AttentionAttributes& attributes, std::string name) {
+  if (!attributes.is_kv_parallel()) {
+    return invalid_argument("paged_attention '{}': a partial attention needs a KV range", name);
+  }
+  FOLIO_ASSIGN_OR_RETURN(const std::vector<TensorId> outputs,
+                         emit(OpKind::kPagedAttention, std::move(name),
+                              {query, key_cache, value_cache, metadata.seq_lens,
+                               metadata.query_start, metadata.block_tables},
+                              {}, attributes));
+  return PartialAttention{outputs.at(attention_output::kOutput),
+                          outputs.at(attention_output::kLse)};
+}
+
+Result<TensorId> GraphBuilder::attention_merge(TensorId partial, TensorId lse, std::string name) {
+  return emit_one(OpKind::kAttentionMerge, std::move(name), {partial, lse});
 }
 
 Result<TensorId> GraphBuilder::gather_rows(TensorId x, TensorId indices, std::string name) {

@@ -36,6 +36,12 @@ struct AttentionMetadata {
   TensorId block_tables;  // [S, max_blocks]
 };
 
+// A KV-parallel member's partial attention: its output and log-sum-exp (op.h).
+struct PartialAttention {
+  TensorId output;  // float [T, heads * head_dim]
+  TensorId lse;     // f32 [T, heads]
+};
+
 class GraphBuilder {
  public:
   explicit GraphBuilder(Phase phase) : graph_(phase) {}
@@ -81,6 +87,15 @@ class GraphBuilder {
   Result<TensorId> paged_attention(TensorId query, TensorId key_cache, TensorId value_cache,
                                    const AttentionMetadata& metadata,
                                    const AttentionAttributes& attributes, std::string name);
+  // A KV-parallel member's partial attention over the range attributes.kv_range_begin/end
+  // (which must be set); its second output is named "<name>.lse".
+  Result<PartialAttention> paged_attention_partial(TensorId query, TensorId key_cache,
+                                                   TensorId value_cache,
+                                                   const AttentionMetadata& metadata,
+                                                   const AttentionAttributes& attributes,
+                                                   std::string name);
+  // [T, heads * head_dim] <- every member's partial and lse merged (op.h "attention_merge").
+  Result<TensorId> attention_merge(TensorId partial, TensorId lse, std::string name);
   // [R, H] <- rows `indices` (i32 [R]) of x [T, H].
   Result<TensorId> gather_rows(TensorId x, TensorId indices, std::string name);
   // [T, N] <- base [T, N] plus the adapter update of each token (slots i32 [T]) for the

@@ -149,6 +149,12 @@ CostHints estimate_cost(const Graph& graph, const Op& op) {
       cost = elementwise_cost(graph, op, 1);
       cost.bytes_communicated = cost.bytes_read;
       break;
+    case OpKind::kAttentionMerge:
+      // Per member: a weight and a multiply-add per element (the members' count is known at
+      // run time; this counts two). Each member hands the group its partial and log-sum-exps.
+      cost = elementwise_cost(graph, op, 4);
+      cost.bytes_communicated = cost.bytes_read;
+      break;
   }
   cost.bytes_written = sum_bytes(graph, op.outputs);
   return cost;

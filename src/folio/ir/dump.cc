@@ -73,9 +73,13 @@ std::string attributes_text(const OpAttributes& attributes) {
               value.sliding_window > 0 ? fmt::format(" window={}", value.sliding_window) : "";
           const std::string cap =
               value.logit_soft_cap > 0 ? fmt::format(" soft_cap={:g}", value.logit_soft_cap) : "";
-          return fmt::format(" {{heads={} kv_heads={} head_dim={} scale={:g}{}{}}}",
+          const std::string range =
+              value.is_kv_parallel()
+                  ? fmt::format(" kv_range=[{}, {})", value.kv_range_begin, value.kv_range_end)
+                  : "";
+          return fmt::format(" {{heads={} kv_heads={} head_dim={} scale={:g}{}{}{}}}",
                              value.num_heads, value.num_kv_heads, value.head_dim, value.scale,
-                             window, cap);
+                             window, cap, range);
         }
       },
       attributes);

@@ -36,6 +36,8 @@ std::string_view op_kind_name(OpKind kind) {
       return "soft_cap";
     case OpKind::kAllReduceSum:
       return "all_reduce_sum";
+    case OpKind::kAttentionMerge:
+      return "attention_merge";
   }
   return "invalid";
 }

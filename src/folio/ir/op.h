@@ -39,7 +39,17 @@
 //                   head_dim]; causal: query row i of a sequence sees its KV tokens
 //                   0 .. seq_len - rows_of_sequence + i (the last sliding_window of them when
 //                   the attributes set one); scores soft-capped when the attributes set a
-//                   logit_soft_cap.
+//                   logit_soft_cap. A KV-parallel member's partial attention (the attributes
+//                   set kv_range_end > 0; dist.md "KV-parallel groups"): the cache holds
+//                   positions [kv_range_begin, kv_range_end) of each sequence, block table
+//                   entry 0 being the block of kv_range_begin; queries attend to the visible
+//                   keys in that range only, and a second output lse f32 [T, heads] holds each
+//                   query's log-sum-exp (-inf: no key in range).
+//   attention_merge partial float [T, heads * head_dim], lse f32 [T, heads] (a KV-parallel
+//                   paged_attention's outputs)                       -> partial.dtype [T, heads
+//                   * head_dim]: every member's partial gathered from the executor's step
+//                   collectives and merged by log-sum-exp in member order (kernels/cpu/
+//                   attention_merge.h): attention over the union of the members' ranges.
 //   gather_rows     x float [T, H], indices i32 [R]                      -> x.dtype [R, H]
 //   all_reduce_sum  x f32 [..]                                           -> f32, x.shape
 //                   the sum over the members of the executor's group (exec/step_collectives.h)
@@ -90,8 +100,9 @@ enum class OpKind : uint8_t {
   kScale,
   kSoftCap,
   kAllReduceSum,
+  kAttentionMerge,
 };
-inline constexpr int kNumOpKinds = static_cast<int>(OpKind::kAllReduceSum) + 1;
+inline constexpr int kNumOpKinds = static_cast<int>(OpKind::kAttentionMerge) + 1;
 
 std::string_view op_kind_name(OpKind kind);
 
@@ -117,6 +128,12 @@ inline constexpr int kKeyCache = 0, kValueCache = 1;
 namespace attention_input {
 inline constexpr int kQuery = 0, kKeyCache = 1, kValueCache = 2, kSeqLens = 3, kQueryStartLoc = 4,
                      kBlockTables = 5;
+}
+namespace attention_output {
+inline constexpr int kOutput = 0, kLse = 1;  // kLse: KV-parallel partial attention only
+}
+namespace attention_merge_input {
+inline constexpr int kPartial = 0, kLse = 1;
 }
 namespace gather_rows_input {
 inline constexpr int kX = 0, kIndices = 1;
@@ -185,6 +202,12 @@ struct AttentionAttributes {
   // > 0: each scaled score s becomes logit_soft_cap * tanh(s / logit_soft_cap) before the
   // softmax (Gemma 2); 0: no cap.
   float logit_soft_cap = 0.0f;
+  // KV-parallel member (issue 15, slice 6): kv_range_end > 0 makes this a partial attention
+  // over the cache's positions [kv_range_begin, kv_range_end) with a log-sum-exp output;
+  // kv_range_begin is a multiple of the block size. 0, 0: the whole sequence, one output.
+  int64_t kv_range_begin = 0;
+  int64_t kv_range_end = 0;
+  bool is_kv_parallel() const { return kv_range_end > 0; }
   friend bool operator==(const AttentionAttributes&, const AttentionAttributes&) = default;
 };
 

@@ -356,7 +356,41 @@ Result<Specs> infer_paged_attention(const SignatureChecker& check) {
   FOLIO_RETURN_IF_ERROR(
       check.has_dim(starts, 0, num_sequences + 1, "query_start", "sequences + 1"));
   FOLIO_RETURN_IF_ERROR(check.has_dim(tables, 0, num_sequences, "block_tables", "sequences"));
-  return Specs{{query.dtype, query.shape}};
+  if (!attributes.is_kv_parallel()) {
+    if (attributes.kv_range_begin != 0) {
+      return check.error("kv_range_begin {} without a kv_range_end (0, 0: the whole sequence)",
+                         attributes.kv_range_begin);
+    }
+    return Specs{{query.dtype, query.shape}};
+  }
+  // A KV-parallel member's partial attention: its range and the log-sum-exp output.
+  const int64_t block_size = key_cache.shape[1];
+  if (attributes.kv_range_begin < 0 || attributes.kv_range_begin % block_size != 0 ||
+      attributes.kv_range_end <= attributes.kv_range_begin) {
+    return check.error(
+        "KV range [{}, {}) must start at a multiple of the block size {} and not "
+        "be empty",
+        attributes.kv_range_begin, attributes.kv_range_end, block_size);
+  }
+  return Specs{{query.dtype, query.shape},
+               {DType::kF32, Shape{query.shape[0], attributes.num_heads}}};
+}
+
+Result<Specs> infer_attention_merge(const SignatureChecker& check) {
+  FOLIO_RETURN_IF_ERROR(check.counts(2, 2, 0));
+  FOLIO_RETURN_IF_ERROR(check.attributes<NoAttributes>().status());
+  const TensorInfo& partial = check.input(attention_merge_input::kPartial);
+  const TensorInfo& lse = check.input(attention_merge_input::kLse);
+  FOLIO_RETURN_IF_ERROR(check.is_float_tensor(partial, "partial"));
+  FOLIO_RETURN_IF_ERROR(check.has_rank(partial, 2, "partial"));
+  FOLIO_RETURN_IF_ERROR(check.has_dtype(lse, DType::kF32, "lse"));
+  FOLIO_RETURN_IF_ERROR(check.has_rank(lse, 2, "lse"));
+  FOLIO_RETURN_IF_ERROR(check.has_dim(lse, 0, partial.shape[0], "lse", "partial rows"));
+  if (lse.shape[1] <= 0 || partial.shape[1] % lse.shape[1] != 0) {
+    return check.error("partial of {} columns is not {} heads of a head size", partial.shape[1],
+                       lse.shape[1]);
+  }
+  return Specs{{partial.dtype, partial.shape}};
 }
 
 Result<Specs> infer_gather_rows(const SignatureChecker& check) {
@@ -425,6 +459,8 @@ Result<std::vector<OutputSpec>> infer_outputs(const Graph& graph, const Op& op) 
       return infer_soft_cap(check);
     case OpKind::kAllReduceSum:
       return infer_all_reduce_sum(check);
+    case OpKind::kAttentionMerge:
+      return infer_attention_merge(check);
   }
   return check.error("unknown op kind {}", static_cast<int>(op.kind));
 }

@@ -193,6 +193,89 @@ Status KvParallelCache::fork(SeqId parent, SeqId child) {
   return Status();
 }
 
+Status KvParallelCache::fill_block_tables(int32_t group, std::span<const SeqId> seqs,
+                                          int32_t max_blocks_per_sequence,
+                                          std::span<int32_t> out) const {
+  if (group < 0 || group >= num_groups()) {
+    return invalid_argument("fill_block_tables: group {} of {}", group, num_groups());
+  }
+  if (max_blocks_per_sequence <= 0) {
+    return invalid_argument("fill_block_tables: max_blocks_per_sequence must be positive");
+  }
+  const auto row = static_cast<size_t>(max_blocks_per_sequence);
+  if (out.size() < seqs.size() * row) {
+    return invalid_argument("fill_block_tables: buffer of {} entries is too small for {} x {}",
+                            out.size(), seqs.size(), row);
+  }
+  const BlockManager& manager = *groups_[group];
+  std::vector<std::span<const int32_t>> tables(seqs.size());
+  for (size_t index = 0; index < seqs.size(); ++index) {
+    const SeqId seq = seqs[index];
+    if (!sequences_.contains(seq)) {
+      return not_found("fill_block_tables: sequence {} is not in the KV-parallel cache", seq);
+    }
+    if (!manager.contains(seq)) continue;  // does not reach this group
+    FOLIO_ASSIGN_OR_RETURN(tables[index], manager.block_table(seq));
+    if (tables[index].size() > row) {
+      return out_of_range(
+          "fill_block_tables: sequence {} has {} blocks in group {}, more than the {} a row holds",
+          seq, tables[index].size(), group, row);
+    }
+  }
+  for (size_t index = 0; index < seqs.size(); ++index) {
+    int32_t* destination = out.data() + index * row;
+    std::copy(tables[index].begin(), tables[index].end(), destination);
+    std::fill(destination + tables[index].size(), destination + row, manager.dummy_block().value());
+  }
+  return Status();
+}
+
+Status KvParallelCache::fill_slot_mapping(int32_t group, std::span<const StepSegment> segments,
+                                          std::span<int32_t> out) const {
+  if (group < 0 || group >= num_groups()) {
+    return invalid_argument("fill_slot_mapping: group {} of {}", group, num_groups());
+  }
+  const BlockManager& manager = *groups_[group];
+  const int64_t block_size = manager.options().geometry.block_size;
+  const int64_t range_begin = int64_t{group} * tokens_per_group_;
+  const int64_t range_end = range_begin + tokens_per_group_;
+  size_t token = 0;
+  for (const StepSegment& segment : segments) {
+    if (token + static_cast<size_t>(segment.num_tokens) > out.size()) {
+      return invalid_argument("fill_slot_mapping: buffer of {} entries is too small", out.size());
+    }
+    const auto entry = sequences_.find(segment.seq);
+    if (entry == sequences_.end()) {
+      return not_found("fill_slot_mapping: sequence {} is not in the KV-parallel cache",
+                       segment.seq);
+    }
+    if (int64_t{segment.first_position} + segment.num_tokens > entry->second.num_tokens) {
+      return out_of_range("fill_slot_mapping: sequence {} has {} tokens, the step writes [{}, {})",
+                          segment.seq, entry->second.num_tokens, segment.first_position,
+                          int64_t{segment.first_position} + segment.num_tokens);
+    }
+    std::span<const int32_t> table;
+    if (manager.contains(segment.seq)) {
+      FOLIO_ASSIGN_OR_RETURN(table, manager.block_table(segment.seq));
+    }
+    for (int32_t i = 0; i < segment.num_tokens; ++i, ++token) {
+      const int64_t position = int64_t{segment.first_position} + i;
+      if (position < range_begin || position >= range_end) {
+        out[token] = -1;
+        continue;
+      }
+      const int64_t offset = position - range_begin;
+      FOLIO_CHECK(offset / block_size < static_cast<int64_t>(table.size()),
+                  "KV-parallel group {} holds {} blocks of sequence {}, position {} is in it",
+                  group, table.size(), segment.seq, position);
+      out[token] = static_cast<int32_t>(
+          table[static_cast<size_t>(offset / block_size)] * block_size + offset % block_size);
+    }
+  }
+  std::fill(out.begin() + static_cast<std::ptrdiff_t>(token), out.end(), -1);
+  return Status();
+}
+
 Result<int32_t> KvParallelCache::num_tokens(SeqId seq) const {
   const auto entry = sequences_.find(seq);
   if (entry == sequences_.end())

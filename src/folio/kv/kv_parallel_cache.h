@@ -65,6 +65,20 @@ class KvParallelCache {
   Status free(SeqId seq);
   Status fork(SeqId parent, SeqId child);
 
+  // --- Export for one member's step (dist.md "KV-parallel groups"): every member runs the same
+  // step over its own cache, which holds positions [group * tokens_per_group, (group + 1) *
+  // tokens_per_group) of each sequence.
+  // Fills i32 [seqs.size(), max_blocks_per_sequence] with each sequence's blocks in `group`
+  // (entry 0: the block of the range's first position); rows of sequences that do not reach
+  // the group hold its dummy block. Checks every sequence before writing anything.
+  Status fill_block_tables(int32_t group, std::span<const SeqId> seqs,
+                           int32_t max_blocks_per_sequence, std::span<int32_t> out) const;
+  // Fills i32 [out.size()] segment after segment: a token whose position `group` holds gets
+  // its slot there, every other token -1 (written by another member); entries past the last
+  // segment -1 too.
+  Status fill_slot_mapping(int32_t group, std::span<const StepSegment> segments,
+                           std::span<int32_t> out) const;
+
   bool contains(SeqId seq) const { return sequences_.contains(seq); }
   Result<int32_t> num_tokens(SeqId seq) const;
   // Groups holding part of seq: [0, result).

@@ -222,6 +222,21 @@ class LlamaEmitter {
     return builder_.rope(x, inputs_.positions, rope, std::move(name));
   }
 
+  // The layer's attention output: the whole sequence's, or a KV-parallel member's partial
+  // merged with every other member's.
+  Result<TensorId> attend(TensorId query, TensorId k_cache, TensorId v_cache,
+                          const ir::AttentionAttributes& attention, const std::string& prefix) {
+    if (!attention.is_kv_parallel()) {
+      return builder_.paged_attention(query, k_cache, v_cache, inputs_.attention, attention,
+                                      prefix + ".attention");
+    }
+    FOLIO_ASSIGN_OR_RETURN(
+        const ir::PartialAttention partial,
+        builder_.paged_attention_partial(query, k_cache, v_cache, inputs_.attention, attention,
+                                         prefix + ".attention_partial"));
+    return builder_.attention_merge(partial.output, partial.lse, prefix + ".attention");
+  }
+
   Result<TensorId> attention_block(int64_t layer, TensorId hidden) {
     const std::string prefix = fmt::format("blk.{}", layer);
     const int64_t head_dim = model_.head_dim();
@@ -271,10 +286,10 @@ class LlamaEmitter {
                                             .head_dim = head_dim,
                                             .scale = model_.attention_scale(),
                                             .sliding_window = sliding ? model_.sliding_window : 0,
-                                            .logit_soft_cap = model_.attention_logit_soft_cap};
-    FOLIO_ASSIGN_OR_RETURN(TensorId attended,
-                           builder_.paged_attention(q_rope, k_cache, v_cache, inputs_.attention,
-                                                    attention, prefix + ".attention"));
+                                            .logit_soft_cap = model_.attention_logit_soft_cap,
+                                            .kv_range_begin = options_.kv_range_begin,
+                                            .kv_range_end = options_.kv_range_end};
+    FOLIO_ASSIGN_OR_RETURN(TensorId attended, attend(q_rope, k_cache, v_cache, attention, prefix));
     FOLIO_ASSIGN_OR_RETURN(TensorId projected,
                            projection(attended, layer, LlamaProjection::kAttentionOutput,
                                       hidden_size, q_width, false));

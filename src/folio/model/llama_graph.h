@@ -51,6 +51,15 @@ struct LlamaGraphOptions {
   // with the rank's shapes (llama_tensor_shard.h serves them); its KV cache holds the rank's KV
   // heads (llama_stage_kv_cache_geometry with the split). Not with adapters.
   LlamaTensorSplit tensor_split;
+
+  // A member of a KV-parallel group (issue 15, slice 6; dist.md "KV-parallel groups"):
+  // kv_range_end > 0 means its KV cache holds positions [kv_range_begin, kv_range_end) of
+  // every sequence (block table entry 0 is the block of kv_range_begin, a multiple of the
+  // block size), and each layer's attention is the member's partial attention followed by
+  // attention_merge, which gathers every member's partial through the executor's step
+  // collectives. 0, 0: the single-process attention.
+  int64_t kv_range_begin = 0;
+  int64_t kv_range_end = 0;
 };
 
 // The step graph of `step`'s bucket over a paged cache of `kv_cache`. Errors

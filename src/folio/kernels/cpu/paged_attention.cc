@@ -123,15 +123,21 @@ KeyRange visible_keys(const PagedAttentionArguments& arguments, int64_t token, i
   const int64_t block_size = arguments.cache.block_size;
   const int64_t position = arguments.positions[token];
   const int64_t context_length = arguments.seq_lens[sequence];
-  FOLIO_CHECK(context_length >= 0 &&
-                  context_length <= int64_t{arguments.max_blocks_per_sequence} * block_size,
-              "paged_attention: sequence {} has context length {}, its block table holds {} "
-              "blocks of {}",
-              sequence, context_length, arguments.max_blocks_per_sequence, block_size);
+  // The positions this cache holds (all of them, unless it is a KV-parallel member's).
+  const int64_t range_begin = arguments.kv_range_begin;
+  const int64_t range_end =
+      arguments.kv_range_end > 0 ? arguments.kv_range_end : std::numeric_limits<int64_t>::max();
+  const int64_t held = std::min(context_length, range_end) - range_begin;
+  FOLIO_CHECK(
+      context_length >= 0 && held <= int64_t{arguments.max_blocks_per_sequence} * block_size,
+      "paged_attention: sequence {} has context length {} ({} of them from position "
+      "{} in this cache), its block table holds {} blocks of {}",
+      sequence, context_length, std::max<int64_t>(held, 0), range_begin,
+      arguments.max_blocks_per_sequence, block_size);
   const int64_t begin = arguments.sliding_window > 0
                             ? std::max<int64_t>(0, position + 1 - arguments.sliding_window)
                             : 0;
-  return {begin, std::min(position + 1, context_length)};
+  return {std::max(begin, range_begin), std::min({position + 1, context_length, range_end})};
 }
 
 // One query's online-softmax state: the running maximum m and running sum l.
@@ -190,12 +196,14 @@ void attend_tile(const PagedAttentionArguments& arguments, const VectorOps& ops,
 
   const int32_t* block_table =
       arguments.block_tables + int64_t{tile.sequence} * arguments.max_blocks_per_sequence;
+  // Entry 0 of the row is the block of position kv_range_begin (0 unless KV-parallel).
+  const int64_t first_logical = arguments.kv_range_begin / block_size;
   const int64_t head_offset = int64_t{tile.kv_head} * head_dim * cache.element_bytes();
   for (int64_t logical = all.begin / block_size; logical * block_size < all.end; ++logical) {
     const int64_t block_begin = logical * block_size;
     const int64_t first = std::max(all.begin, block_begin);
     const int64_t last = std::min(all.end, block_begin + block_size);
-    const int64_t physical = block_table[logical];
+    const int64_t physical = block_table[logical - first_logical];
     FOLIO_DCHECK(physical >= 0, "logical block {} maps to {}", logical, physical);
     const auto slot = [&](int64_t position) {
       return physical * block_size + (position - block_begin);
@@ -232,9 +240,16 @@ void attend_tile(const PagedAttentionArguments& arguments, const VectorOps& ops,
   for (int32_t q = 0; q < num_queries; ++q) {
     const int32_t i = q / tile.num_heads;
     float* accumulator = scratch.accumulators + int64_t{q} * head_dim;
-    // A query that sees nothing (inconsistent metadata) keeps its zero output.
-    if (keys[i].begin < keys[i].end) ops.scale(accumulator, 1.0f / states[q].running_sum, head_dim);
+    // A query that sees nothing (inconsistent metadata, or a KV-parallel member's range after
+    // its position) keeps its zero output; its log-sum-exp is -inf, a neutral partial.
+    const bool sees_keys = keys[i].begin < keys[i].end;
+    if (sees_keys) ops.scale(accumulator, 1.0f / states[q].running_sum, head_dim);
     const int64_t head = tile.first_head + q % tile.num_heads;
+    if (arguments.lse != nullptr) {
+      arguments.lse[(tile.first_token + i) * num_heads + head] =
+          sees_keys ? states[q].running_max + std::log(states[q].running_sum)
+                    : -std::numeric_limits<float>::infinity();
+    }
     std::memcpy(arguments.output + ((tile.first_token + i) * num_heads + head) * head_dim,
                 accumulator, static_cast<size_t>(head_dim) * sizeof(float));
   }
@@ -260,6 +275,10 @@ void attend_tile_heads(const PagedAttentionArguments& arguments, const VectorOps
       for (; token < work.tile_end; ++token) {
         float* row = arguments.output + (token * arguments.num_heads + work.first_head) * head_dim;
         std::fill(row, row + work.num_heads * head_dim, 0.0f);
+        if (arguments.lse != nullptr) {
+          float* lse = arguments.lse + token * arguments.num_heads + work.first_head;
+          std::fill(lse, lse + work.num_heads, -std::numeric_limits<float>::infinity());
+        }
       }
       break;
     }
@@ -369,6 +388,11 @@ void paged_attention(device::HostStream& stream, const PagedAttentionArguments& 
   FOLIO_CHECK(arguments.query_row_stride >= int64_t{arguments.num_heads} * cache.head_dim,
               "paged_attention: query row stride {} shorter than {} heads of {}",
               arguments.query_row_stride, arguments.num_heads, cache.head_dim);
+  FOLIO_CHECK(
+      arguments.kv_range_begin >= 0 && arguments.kv_range_begin % cache.block_size == 0 &&
+          (arguments.kv_range_end == 0 || arguments.kv_range_end > arguments.kv_range_begin),
+      "paged_attention: KV range [{}, {}) with blocks of {}", arguments.kv_range_begin,
+      arguments.kv_range_end, cache.block_size);
   FOLIO_CHECK(
       arguments.workspace != nullptr && arguments.workspace_threads >= stream.pool().num_threads(),
       "paged_attention: workspace for {} threads, the stream's pool has {}",

@@ -30,6 +30,15 @@
 // bit-identical for any thread count and equal between a whole prefill, a chunked one and a
 // decode of the same token.
 //
+// KV-parallel partial attention (issue 15, slice 6; dist.md "KV-parallel groups"): a member of a
+// KV-parallel group holds positions [kv_range_begin, kv_range_end) of every sequence, entry 0 of
+// its block table row being the block of position kv_range_begin. A query then attends only to
+// the visible keys inside that range (none: zero output), and with `lse` set the kernel also
+// writes, per query token and head, the log-sum-exp of the scores it saw (max + log(sum of
+// exp(s - max)), -inf for a query that saw no key, padding tokens included), so that the
+// members' partial outputs merge exactly (attention_merge.h). With the defaults (0, 0, null)
+// the kernel is the whole-sequence attention above.
+//
 // Everything that changes from step to step (num_sequences, query_start, seq_lens,
 // block_tables, positions, and the query and cache contents) is read through pointers when the
 // kernel runs, so a captured launch replays correctly after the engine rewrites those buffers.
@@ -70,6 +79,12 @@ struct PagedAttentionArguments {
 
   std::byte* workspace;           // paged_attention_workspace_bytes(cache, workspace_threads) bytes
   int32_t workspace_threads = 0;  // threads the workspace is sized for (>= the pool's)
+
+  // KV-parallel member: the positions this cache holds, [kv_range_begin, kv_range_end);
+  // kv_range_begin a multiple of the block size; kv_range_end 0: no upper bound.
+  int64_t kv_range_begin = 0;
+  int64_t kv_range_end = 0;
+  float* lse = nullptr;  // f32 [num_tokens, num_heads], or null: no log-sum-exp output
 };
 
 // Bytes of workspace for a pool of `num_threads` threads (64-byte aligned slices per thread).
@@ -80,7 +95,8 @@ void paged_attention_body(const PagedAttentionArguments& arguments, int64_t begi
 
 // Requires: cache.validate() is OK, num_heads a positive multiple of cache.num_kv_heads,
 // 0 <= layer < num_layers, query_row_stride >= num_heads * head_dim, a workspace for at least
-// the stream's thread count. Run-time values are checked when the kernel runs; a step that
+// the stream's thread count, 0 <= kv_range_begin (a multiple of the block size) and kv_range_end
+// 0 or > kv_range_begin. Run-time values are checked when the kernel runs; a step that
 // breaks the contract above (a count, length or block outside its buffer) aborts.
 void paged_attention(device::HostStream& stream, const PagedAttentionArguments& arguments);
 
