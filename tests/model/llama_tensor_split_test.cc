@@ -130,7 +130,7 @@ TEST(LlamaTensorSplitGraphTest, RankGraphHasItsShapesAndOneAllReducePerRowSplit)
   for (const ir::Op& op : whole->ops()) EXPECT_NE(op.kind, ir::OpKind::kAllReduceSum);
 }
 
-TEST(LlamaTensorSplitGraphTest, RefusesIllegalSplitsAdaptersAndTheWholeCache) {
+TEST(LlamaTensorSplitGraphTest, RefusesIllegalSplitsAdaptersKvRangesAndTheWholeCache) {
   LlamaShape shape;
   const ir::StepShape step{1, 1, 1, ir::StepPhase::kDecode};
   LlamaGraphOptions options;
@@ -143,6 +143,13 @@ TEST(LlamaTensorSplitGraphTest, RefusesIllegalSplitsAdaptersAndTheWholeCache) {
       build_llama_step_graph(shape, step, rank_cache(shape, {0, 2}), options).status();
   EXPECT_TRUE(mentions(adapters, "adapters are not supported with tensor parallelism")) << adapters;
   options.adapters = false;
+  // One executor, one group: a rank cannot also be a KV-parallel member.
+  options.kv_range_begin = 0;
+  options.kv_range_end = 32;
+  const Status both =
+      build_llama_step_graph(shape, step, rank_cache(shape, {0, 2}), options).status();
+  EXPECT_TRUE(mentions(both, "do not combine")) << both;
+  options.kv_range_end = 0;
   // A cache of every KV head is not the rank's.
   const Status cache = build_llama_step_graph(shape, step, rank_cache(shape, {}), options).status();
   EXPECT_TRUE(mentions(cache, "(tensor rank 0 of 2)")) << cache;

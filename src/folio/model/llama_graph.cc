@@ -406,6 +406,15 @@ Result<ir::Graph> build_llama_step_graph(const LlamaShape& model, const ir::Step
         "need splitting like the projections they follow",
         options.tensor_split.rank, options.tensor_split.num_ranks);
   }
+  if (options.tensor_split.is_split() && options.kv_range_end > 0) {
+    // An executor is the member of one group: the all-reduces would need the tensor group and
+    // the attention merges the KV-parallel one.
+    return invalid_argument(
+        "tensor parallelism (rank {} of {}) and a KV-parallel range [{}, {}) do not combine: an "
+        "executor belongs to one group",
+        options.tensor_split.rank, options.tensor_split.num_ranks, options.kv_range_begin,
+        options.kv_range_end);
+  }
   FOLIO_RETURN_IF_ERROR(validate_step_shape(model, step, kv_cache, stage_range(model, options),
                                             options.tensor_split));
   return LlamaEmitter(model, step, kv_cache, options).emit();
