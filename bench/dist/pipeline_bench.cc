@@ -18,6 +18,7 @@
 #include <memory>
 #include <vector>
 
+#include "bench_model.h"
 #include "folio/base/check.h"
 #include "folio/base/log.h"
 #include "folio/base/random.h"
@@ -36,9 +37,11 @@ constexpr int32_t kBlocksPerSequence = kContext / kBlockSize;
 constexpr int32_t kThreads = 2;
 
 struct PipelineBench {
-  folio::testing::TemporaryDirectory directory;
-  std::string path;
-  ModelIdentity identity;
+  // An 8-layer f16 model (bench_model.h), its directory and identity.
+  folio::testing::RandomModelFile model_file;
+  const std::string& path = model_file.path;
+  const ModelIdentity& identity = model_file.identity;
+  const folio::testing::TemporaryDirectory& directory = model_file.directory;
   std::unique_ptr<model::LlamaModel> model;
   std::unique_ptr<PipelineStage> whole;
   std::unique_ptr<PipelineStage> first_half;
@@ -46,25 +49,8 @@ struct PipelineBench {
   std::vector<std::unique_ptr<WorkerService>> services;
   std::unique_ptr<PipelineStepRunner> runner;
 
-  PipelineBench() {
+  PipelineBench() : model_file(bench_model_shape(kContext), 7, "bench-model.gguf") {
     log::set_log_level("warn").ignore();
-    model::LlamaShape shape;
-    shape.vocab_size = 4096;
-    shape.hidden_size = 512;
-    shape.num_layers = 8;
-    shape.num_heads = 8;
-    shape.num_kv_heads = 4;
-    shape.ffn_size = 1536;
-    shape.context_length = kContext;
-    shape.weight_dtype = DType::kF16;
-    std::vector<uint8_t> bytes =
-        model::make_random_llama_writer(shape, 7).value().write_to_buffer().value();
-    path = directory.path() + "/bench-model.gguf";
-    std::ofstream(path, std::ios::binary)
-        .write(reinterpret_cast<const char*>(bytes.data()),
-               static_cast<std::streamsize>(bytes.size()));
-    identity = ModelIdentity{.hash = fmt::format("fnv1a64:{:016x}", fnv1a64(bytes)),
-                             .name = "bench-model.gguf"};
     model = model::LlamaModel::open(path).value();
     whole = PipelineStage::create(*model, spec(0, 8), kThreads).value();
     first_half = PipelineStage::create(*model, spec(0, 4), kThreads).value();

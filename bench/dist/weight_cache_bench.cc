@@ -17,6 +17,7 @@
 #include <memory>
 #include <vector>
 
+#include "bench_model.h"
 #include "folio/base/log.h"
 #include "folio/base/random.h"
 #include "folio/dist/pipeline_step_runner.h"
@@ -30,31 +31,16 @@ namespace folio::dist {
 namespace {
 
 struct CacheBench {
-  folio::testing::TemporaryDirectory directory;
-  std::string path;
-  ModelIdentity identity;
+  // An 8-layer f16 model (bench_model.h), its directory and identity.
+  folio::testing::RandomModelFile model_file;
+  const std::string& path = model_file.path;
+  const ModelIdentity& identity = model_file.identity;
+  const folio::testing::TemporaryDirectory& directory = model_file.directory;
   std::unique_ptr<gguf::GgufFile> file;
   std::unique_ptr<ShardSource> source;
 
-  CacheBench() {
+  CacheBench() : model_file(bench_model_shape(128), 7, "bench-model.gguf") {
     log::set_log_level("warn").ignore();
-    model::LlamaShape shape;
-    shape.vocab_size = 4096;
-    shape.hidden_size = 512;
-    shape.num_layers = 8;
-    shape.num_heads = 8;
-    shape.num_kv_heads = 4;
-    shape.ffn_size = 1536;
-    shape.context_length = 128;
-    shape.weight_dtype = DType::kF16;
-    std::vector<uint8_t> bytes =
-        model::make_random_llama_writer(shape, 7).value().write_to_buffer().value();
-    path = directory.path() + "/bench-model.gguf";
-    std::ofstream(path, std::ios::binary)
-        .write(reinterpret_cast<const char*>(bytes.data()),
-               static_cast<std::streamsize>(bytes.size()));
-    identity = ModelIdentity{.hash = fmt::format("fnv1a64:{:016x}", fnv1a64(bytes)),
-                             .name = "bench-model.gguf"};
     file = std::make_unique<gguf::GgufFile>(gguf::GgufFile::open(path).value());
     source = std::make_unique<ShardSource>(*file, identity.hash);
     FOLIO_CHECK(source->manifest(model::LlamaShard{0, 4}).ok(), "manifest");

@@ -21,32 +21,24 @@
 #include "folio/model/llama_model.h"
 #include "testing/collective_groups.h"
 #include "testing/pipeline_steps.h"
+#include "testing/random_model_file.h"
 
 namespace folio::dist::testing {
 
 inline constexpr int64_t kNumLayers = 4;
 inline constexpr int32_t kVocab = 512;  // make_random_llama_writer's default shape
 
-struct ModelOnDisk {
-  folio::testing::TemporaryDirectory directory;
-  std::string path;
-  ModelIdentity identity;
+// kNumLayers layers of `dtype`, in "model.gguf".
+inline model::LlamaShape pipeline_test_shape(DType dtype) {
+  model::LlamaShape shape;
+  shape.num_layers = kNumLayers;
+  shape.weight_dtype = dtype;
+  return shape;
+}
 
-  explicit ModelOnDisk(DType dtype, uint64_t seed = 41) {
-    model::LlamaShape shape;
-    shape.num_layers = kNumLayers;
-    shape.weight_dtype = dtype;
-    Result<gguf::GgufWriter> writer = model::make_random_llama_writer(shape, seed);
-    FOLIO_CHECK(writer.ok(), "{}", writer.status().to_string());
-    Result<std::vector<uint8_t>> bytes = writer->write_to_buffer();
-    FOLIO_CHECK(bytes.ok(), "{}", bytes.status().to_string());
-    path = directory.path() + "/model.gguf";
-    std::ofstream(path, std::ios::binary)
-        .write(reinterpret_cast<const char*>(bytes->data()),
-               static_cast<std::streamsize>(bytes->size()));
-    identity = ModelIdentity{.hash = fmt::format("fnv1a64:{:016x}", fnv1a64(*bytes)),
-                             .name = "model.gguf"};
-  }
+struct ModelOnDisk : folio::testing::RandomModelFile {
+  explicit ModelOnDisk(DType dtype, uint64_t seed = 41)
+      : RandomModelFile(pipeline_test_shape(dtype), seed) {}
 };
 
 inline PipelineStageSpec stage_spec(int64_t first, int64_t end, bool use_graphs,

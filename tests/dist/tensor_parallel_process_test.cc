@@ -27,6 +27,7 @@
 #include "folio/model/llama_model.h"
 #include "testing/collective_groups.h"
 #include "testing/pipeline_steps.h"
+#include "testing/random_model_file.h"
 #include "testing/worker_process.h"
 
 namespace folio::dist {
@@ -69,19 +70,13 @@ double worst_relative_difference(std::span<const float> actual, std::span<const 
 }
 
 TEST(TensorParallelProcessTest, TwoRealWorkersGiveTheLogitsOfOneProcess) {
-  folio::testing::TemporaryDirectory directory;
-  const std::string path = directory.path() + "/tp-model.gguf";
   model::LlamaShape shape;
   shape.num_layers = 3;
   shape.weight_dtype = DType::kF16;
-  Result<gguf::GgufWriter> writer = model::make_random_llama_writer(shape, 53);
-  ASSERT_TRUE(writer.ok()) << writer.status();
-  Result<std::vector<uint8_t>> bytes = writer->write_to_buffer();
-  ASSERT_TRUE(bytes.ok()) << bytes.status();
-  std::ofstream(path, std::ios::binary)
-      .write(reinterpret_cast<const char*>(bytes->data()),
-             static_cast<std::streamsize>(bytes->size()));
-  const std::string hash = fmt::format("fnv1a64:{:016x}", fnv1a64(*bytes));
+  const folio::testing::RandomModelFile model_file(shape, 53, "tp-model.gguf");
+  const folio::testing::TemporaryDirectory& directory = model_file.directory;
+  const std::string& path = model_file.path;
+  const std::string& hash = model_file.identity.hash;
 
   WorkerProcess first({"--listen", "127.0.0.1:0", "--threads", "1", "-m", path});
   WorkerProcess second({"--listen", "127.0.0.1:0", "--threads", "1", "-m", path});
@@ -92,7 +87,7 @@ TEST(TensorParallelProcessTest, TwoRealWorkersGiveTheLogitsOfOneProcess) {
   std::vector<std::unique_ptr<WorkerClient>> clients;
   for (const std::string& address : {first_address, second_address}) {
     Result<std::unique_ptr<WorkerClient>> client =
-        WorkerClient::connect(address, ModelIdentity{.hash = hash, .name = "tp-model.gguf"});
+        WorkerClient::connect(address, model_file.identity);
     ASSERT_TRUE(client.ok()) << client.status();
     clients.push_back(std::move(client).value());
   }

@@ -22,6 +22,7 @@
 #include "testing/child_process.h"
 #include "testing/collective_groups.h"
 #include "testing/pipeline_steps.h"
+#include "testing/random_model_file.h"
 #include "testing/worker_process.h"
 
 namespace folio::dist {
@@ -142,19 +143,12 @@ TEST(WorkerProcessTest, MissingModelFileIsReportedAndExitsNonZero) {
 // whole model run in this process with the same thread count.
 TEST(WorkerProcessTest, PipelineOfTwoRealWorkersGivesTheLogitsOfOneProcess) {
   using Script = folio::testing::PipelineStepScript;
-  folio::testing::TemporaryDirectory directory;
-  const std::string path = directory.path() + "/pipeline-model.gguf";
   model::LlamaShape shape;
   shape.num_layers = 4;
   shape.weight_dtype = DType::kQ8_0;
-  Result<gguf::GgufWriter> writer = model::make_random_llama_writer(shape, 43);
-  ASSERT_TRUE(writer.ok()) << writer.status();
-  Result<std::vector<uint8_t>> bytes = writer->write_to_buffer();
-  ASSERT_TRUE(bytes.ok()) << bytes.status();
-  std::ofstream(path, std::ios::binary)
-      .write(reinterpret_cast<const char*>(bytes->data()),
-             static_cast<std::streamsize>(bytes->size()));
-  const std::string hash = fmt::format("fnv1a64:{:016x}", fnv1a64(*bytes));
+  const folio::testing::RandomModelFile model_file(shape, 43, "pipeline-model.gguf");
+  const std::string& path = model_file.path;
+  const std::string& hash = model_file.identity.hash;
 
   WorkerProcess first({"--listen", "127.0.0.1:0", "--threads", "2", "-m", path});
   WorkerProcess second({"--listen", "127.0.0.1:0", "--threads", "2", "-m", path});
@@ -165,7 +159,7 @@ TEST(WorkerProcessTest, PipelineOfTwoRealWorkersGivesTheLogitsOfOneProcess) {
   std::vector<std::unique_ptr<WorkerClient>> clients;
   for (const std::string& address : {first_address, second_address}) {
     Result<std::unique_ptr<WorkerClient>> client =
-        WorkerClient::connect(address, ModelIdentity{.hash = hash, .name = "pipeline-model.gguf"});
+        WorkerClient::connect(address, model_file.identity);
     ASSERT_TRUE(client.ok()) << client.status();
     clients.push_back(std::move(client).value());
   }
