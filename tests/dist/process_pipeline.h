@@ -37,6 +37,38 @@ bool wait_for(Done done) {
   return true;
 }
 
+// `count` `folio worker -m MODEL --threads N` processes on free loopback ports and a client
+// connected to each, in order.
+struct ConnectedWorkers {
+  std::vector<std::unique_ptr<folio::testing::WorkerProcess>> processes;
+  std::vector<std::unique_ptr<WorkerClient>> clients;
+};
+
+// Empty, with the test failed naming the worker, when one does not start or answer.
+inline ConnectedWorkers start_connected_workers(int count, const std::string& model_path,
+                                                int threads, const ModelIdentity& identity) {
+  ConnectedWorkers workers;
+  for (int index = 0; index < count; ++index) {
+    workers.processes.push_back(
+        std::make_unique<folio::testing::WorkerProcess>(std::vector<std::string>{
+            "--listen", "127.0.0.1:0", "--threads", std::to_string(threads), "-m", model_path}));
+  }
+  for (const std::unique_ptr<folio::testing::WorkerProcess>& process : workers.processes) {
+    const std::string address = process->wait_for_listening(std::chrono::seconds(60));
+    if (address.empty()) {
+      ADD_FAILURE() << "a worker did not start: " << process->output();
+      return {};
+    }
+    Result<std::unique_ptr<WorkerClient>> client = WorkerClient::connect(address, identity);
+    if (!client.ok()) {
+      ADD_FAILURE() << "worker " << address << ": " << client.status().to_string();
+      return {};
+    }
+    workers.clients.push_back(std::move(client).value());
+  }
+  return workers;
+}
+
 // Where a stage's worker runs and how the coordinator connects to it.
 struct WorkerPlacement {
   std::string host = "127.0.0.1";

@@ -28,6 +28,8 @@
 #include "testing/collective_groups.h"
 #include "testing/pipeline_steps.h"
 #include "testing/random_model_file.h"
+
+#include "process_pipeline.h"
 #include "testing/worker_process.h"
 
 namespace folio::dist {
@@ -78,19 +80,10 @@ TEST(TensorParallelProcessTest, TwoRealWorkersGiveTheLogitsOfOneProcess) {
   const std::string& path = model_file.path;
   const std::string& hash = model_file.identity.hash;
 
-  WorkerProcess first({"--listen", "127.0.0.1:0", "--threads", "1", "-m", path});
-  WorkerProcess second({"--listen", "127.0.0.1:0", "--threads", "1", "-m", path});
-  const std::string first_address = first.wait_for_listening(60s);
-  const std::string second_address = second.wait_for_listening(60s);
-  ASSERT_FALSE(first_address.empty()) << first.output();
-  ASSERT_FALSE(second_address.empty()) << second.output();
-  std::vector<std::unique_ptr<WorkerClient>> clients;
-  for (const std::string& address : {first_address, second_address}) {
-    Result<std::unique_ptr<WorkerClient>> client =
-        WorkerClient::connect(address, model_file.identity);
-    ASSERT_TRUE(client.ok()) << client.status();
-    clients.push_back(std::move(client).value());
-  }
+  testing::ConnectedWorkers workers =
+      testing::start_connected_workers(2, path, 1, model_file.identity);
+  ASSERT_EQ(workers.clients.size(), 2u);
+  std::vector<std::unique_ptr<WorkerClient>> clients = std::move(workers.clients);
   PipelineStageSpec spec = whole_model_spec(shape.num_layers);
   const std::string store = directory.path() + "/rendezvous";
   std::filesystem::create_directory(store);
@@ -141,8 +134,8 @@ TEST(TensorParallelProcessTest, TwoRealWorkersGiveTheLogitsOfOneProcess) {
   EXPECT_GT(traffic.communication_ns, 0);
 
   // A rank that is gone fails the next step, naming it.
-  second.signal(SIGKILL);
-  second.wait();
+  workers.processes[1]->signal(SIGKILL);
+  workers.processes[1]->wait();
   folio::testing::PipelineStepMaker again(static_cast<int32_t>(shape.vocab_size));
   Result<ir::StepOutput> lost = (*runner)->run(again.make(0).batch());
   ASSERT_FALSE(lost.ok());

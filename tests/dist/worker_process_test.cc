@@ -23,6 +23,8 @@
 #include "testing/collective_groups.h"
 #include "testing/pipeline_steps.h"
 #include "testing/random_model_file.h"
+
+#include "process_pipeline.h"
 #include "testing/worker_process.h"
 
 namespace folio::dist {
@@ -150,19 +152,11 @@ TEST(WorkerProcessTest, PipelineOfTwoRealWorkersGivesTheLogitsOfOneProcess) {
   const std::string& path = model_file.path;
   const std::string& hash = model_file.identity.hash;
 
-  WorkerProcess first({"--listen", "127.0.0.1:0", "--threads", "2", "-m", path});
-  WorkerProcess second({"--listen", "127.0.0.1:0", "--threads", "2", "-m", path});
-  const std::string first_address = first.wait_for_listening(60s);
-  const std::string second_address = second.wait_for_listening(60s);
-  ASSERT_FALSE(first_address.empty()) << first.output();
-  ASSERT_FALSE(second_address.empty()) << second.output();
-  std::vector<std::unique_ptr<WorkerClient>> clients;
-  for (const std::string& address : {first_address, second_address}) {
-    Result<std::unique_ptr<WorkerClient>> client =
-        WorkerClient::connect(address, model_file.identity);
-    ASSERT_TRUE(client.ok()) << client.status();
-    clients.push_back(std::move(client).value());
-  }
+  testing::ConnectedWorkers workers =
+      testing::start_connected_workers(2, path, 2, model_file.identity);
+  ASSERT_EQ(workers.clients.size(), 2u);
+  std::vector<std::unique_ptr<WorkerClient>> clients = std::move(workers.clients);
+  const std::string second_address = clients[1]->info().address;
   auto spec_of = [](int64_t first_layer, int64_t end_layer) {
     PipelineStageSpec spec;
     spec.first_layer = first_layer;
@@ -201,8 +195,8 @@ TEST(WorkerProcessTest, PipelineOfTwoRealWorkersGivesTheLogitsOfOneProcess) {
         << "step " << index;
   }
   // A worker that is gone fails the next step with an error naming it, within the deadline.
-  second.signal(SIGKILL);
-  second.wait();
+  workers.processes[1]->signal(SIGKILL);
+  workers.processes[1]->wait();
   folio::testing::PipelineStepMaker again(static_cast<int32_t>(shape.vocab_size));
   const folio::testing::PipelineStepArrays arrays = again.make(0);
   Result<ir::StepOutput> lost = (*runner)->run(arrays.batch());
