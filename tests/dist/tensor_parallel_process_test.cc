@@ -40,21 +40,9 @@ using folio::testing::WorkerProcess;
 using ::testing::HasSubstr;
 using Script = folio::testing::PipelineStepScript;
 
+// Every layer, replayed, an f32 KV cache: the stage spec of the pipeline tests' step script.
 PipelineStageSpec whole_model_spec(int64_t num_layers) {
-  PipelineStageSpec spec;
-  spec.first_layer = 0;
-  spec.end_layer = num_layers;
-  spec.num_kv_blocks = Script::kNumBlocks;
-  spec.block_size = Script::kBlockSize;
-  spec.max_blocks_per_sequence = Script::kMaxBlocksPerSequence;
-  spec.kv_dtype = DType::kF32;
-  spec.first_dummy_block = Script::kFirstDummyBlock;
-  spec.num_dummy_blocks = Script::kNumDummyBlocks;
-  spec.bucket_ladder = {1, 2, 4, 8, 16, 32};
-  spec.max_sequences = Script::kMaxSequences;
-  spec.max_logit_rows = 8;
-  spec.pool_bytes = int64_t{16} << 20;
-  return spec;
+  return testing::stage_spec(0, num_layers, /*use_graphs=*/true, DType::kF32);
 }
 
 double worst_relative_difference(std::span<const float> actual, std::span<const float> expected,

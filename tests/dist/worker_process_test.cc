@@ -158,20 +158,7 @@ TEST(WorkerProcessTest, PipelineOfTwoRealWorkersGivesTheLogitsOfOneProcess) {
   std::vector<std::unique_ptr<WorkerClient>> clients = std::move(workers.clients);
   const std::string second_address = clients[1]->info().address;
   auto spec_of = [](int64_t first_layer, int64_t end_layer) {
-    PipelineStageSpec spec;
-    spec.first_layer = first_layer;
-    spec.end_layer = end_layer;
-    spec.num_kv_blocks = Script::kNumBlocks;
-    spec.block_size = Script::kBlockSize;
-    spec.max_blocks_per_sequence = Script::kMaxBlocksPerSequence;
-    spec.kv_dtype = DType::kF16;
-    spec.first_dummy_block = Script::kFirstDummyBlock;
-    spec.num_dummy_blocks = Script::kNumDummyBlocks;
-    spec.bucket_ladder = {1, 2, 4, 8, 16, 32};
-    spec.max_sequences = Script::kMaxSequences;
-    spec.max_logit_rows = 8;
-    spec.pool_bytes = int64_t{16} << 20;
-    return spec;
+    return testing::stage_spec(first_layer, end_layer, /*use_graphs=*/true, DType::kF16);
   };
   Result<std::unique_ptr<PipelineStepRunner>> runner =
       PipelineStepRunner::create(std::move(clients), {spec_of(0, 2), spec_of(2, 4)}, hash);
