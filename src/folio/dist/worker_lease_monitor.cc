@@ -155,10 +155,12 @@ void WorkerLeaseMonitor::declare_lost(Lease& lease, Clock::time_point now,
   lease.declared_lost = true;
   const double seconds = std::chrono::duration<double>(now - lease.last_beat).count();
   stats_.add_detection(seconds);
-  lost_[static_cast<size_t>(lease.stage)].store(true, std::memory_order_release);
   const std::string message = fmt::format("worker {} of pipeline stage {} was declared lost: {}",
                                           lease.worker->info().address, lease.stage, reason);
+  // Abandoned before the flag is published: whoever reads lost() == true (acquire) finds the
+  // client already failing its calls fast.
   lease.worker->abandon(message);
+  lost_[static_cast<size_t>(lease.stage)].store(true, std::memory_order_release);
   log::warn("folio coordinator: {} ({:.3f} s after its last beat)", message, seconds);
 }
 

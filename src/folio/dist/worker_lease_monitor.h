@@ -58,7 +58,8 @@ class WorkerLeaseMonitor {
   // flag; the stage's previous lease, if any, is superseded. The stream opens in the background:
   // a worker that is gone is declared lost at the monitor's next look.
   Status watch(int32_t stage, std::shared_ptr<WorkerClient> worker, uint64_t epoch);
-  // Whether stage `stage`'s current worker was declared lost (acquire).
+  // Whether stage `stage`'s current worker was declared lost (acquire: pairs with the release in
+  // declare_lost, which abandons the client first, so a true answer implies it is abandoned).
   bool lost(int32_t stage) const;
   // Beats of stage `stage`'s current lease taken so far (0 without one).
   int64_t beats_received(int32_t stage) const;
