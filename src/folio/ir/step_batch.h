@@ -28,6 +28,16 @@ enum class StepPhase : uint8_t { kDecode, kPrefill };
 
 std::string_view step_phase_name(StepPhase phase);
 
+// One KV-parallel member's part of a step (dist.md "KV-parallel groups"): every member of a
+// group runs the same tokens, positions and segments over its own cache, which holds its range of
+// each sequence's positions; only the slots and the block tables differ. slot_mapping: a token
+// the member holds gets its slot there, every other -1; block_tables: row s starts at the block
+// of the member's first position (the dummy block for a sequence that does not reach it).
+struct KvMemberArrays {
+  std::span<const int32_t> slot_mapping;  // i32 [num_tokens]
+  std::span<const int32_t> block_tables;  // i32 [num_sequences, max_blocks_per_sequence]
+};
+
 struct StepBatch {
   std::span<const int32_t> token_ids;     // i32 [num_tokens]
   std::span<const int32_t> positions;     // i32 [num_tokens]
@@ -51,6 +61,10 @@ struct StepBatch {
   // binds the step's adapters to the table fills it (engine/model_step_runner.h); the executor
   // gives every token its sequence's slot (the graph input token_adapter_slots).
   std::span<const int32_t> adapter_slots = {};
+  // One entry per member of a KV-parallel group, or empty when the step's KV is in one cache
+  // (slot_mapping and block_tables above). When set, slot_mapping and block_tables above are
+  // member 0's, so a runner that ignores the group still sees a well-formed step.
+  std::span<const KvMemberArrays> kv_members = {};
 
   int32_t num_tokens() const { return static_cast<int32_t>(token_ids.size()); }
   int32_t num_sequences() const { return static_cast<int32_t>(seq_lens.size()); }
@@ -59,6 +73,10 @@ struct StepBatch {
   int64_t adapter_id(int32_t sequence) const {
     return adapter_ids.empty() ? 0 : adapter_ids[static_cast<size_t>(sequence)];
   }
+  int32_t num_kv_members() const { return static_cast<int32_t>(kv_members.size()); }
+  // The step as member `member` runs it: its slots and block tables in place of member 0's, and
+  // no kv_members (a member runs one cache). Requires: member < num_kv_members().
+  StepBatch for_kv_member(int32_t member) const;
   // The longest segment (1 for decode-only steps). Requires: query_start well formed.
   int32_t max_query_length() const;
   // Decode when every segment holds exactly one token, prefill otherwise.
