@@ -45,6 +45,13 @@ struct RemoteStepSetup {
   int32_t max_sequences = 0;
   int32_t max_logit_rows = 0;
   bool use_graphs = true;
+  // A KV-parallel group (dist.md "KV-parallel groups"; ModelEngineOptions::kv_parallel): 1, or
+  // the number of members, member g holding positions [g * kv_tokens_per_member, (g + 1) *
+  // kv_tokens_per_member) of every sequence in a cache of its own. Every member's cache has the
+  // block ids, padding blocks and block size above; every step's batch carries each member's
+  // slots and block tables (ir::StepBatch::kv_members), and the runner returns member 0's logits.
+  int32_t kv_parallel_members = 1;
+  int32_t kv_tokens_per_member = 0;
   // The engine's registry, for the runner's own series (a pipeline's folio_dist_*); outlives
   // the runner.
   metrics::Registry* registry = nullptr;
@@ -101,6 +108,15 @@ struct ModelEngineOptions {
   // remote caches stale, and swap space and adapters are refused with a remote runner. Null:
   // the local executor runs the steps.
   RemoteRunnerFactory remote_runner;
+  // KV-parallel group (seed 003; dist.md "KV-parallel groups"): with members > 1 a sequence's KV
+  // is spread by token range over that many caches of kv_cache_bytes each (kv::KvParallelCache),
+  // member g holding positions [g * tokens_per_member, (g + 1) * tokens_per_member); admission
+  // and appends are per member and all or nothing; preemption is by recompute. Needs a
+  // remote_runner (the members run elsewhere: worker processes, or executors on threads),
+  // which gets kv_parallel_members and kv_tokens_per_member in its RemoteStepSetup. 0 tokens
+  // per member: max_context_tokens / members rounded up to whole blocks.
+  int32_t kv_parallel_members = 1;
+  int32_t kv_tokens_per_member = 0;
   // Recovery of the step runner (engine.h "Recovery"; a remote runner that lost a worker): how
   // many recoveries a request may live through, and how often an unavailable runner is asked
   // to recover again (EngineOptions).
