@@ -35,10 +35,40 @@ Status check_spec(const model::LlamaShape& shape, const PipelineStageSpec& spec)
   if (spec.pool_bytes <= 0) {
     return invalid_argument("the stage's pool needs bytes, got {}", spec.pool_bytes);
   }
+  if (spec.kv_members > 1) {
+    if (spec.kv_member < 0 || spec.kv_member >= spec.kv_members) {
+      return invalid_argument("KV-parallel member {} is not one of the group's {}", spec.kv_member,
+                              spec.kv_members);
+    }
+    if (spec.kv_tokens_per_member <= 0 || spec.kv_tokens_per_member % spec.block_size != 0) {
+      return invalid_argument(
+          "a KV-parallel member holds a range of whole blocks: {} tokens per member is not a "
+          "positive multiple of the block size {}",
+          spec.kv_tokens_per_member, spec.block_size);
+    }
+    if (spec.tensor_ranks > 1) {
+      return invalid_argument(
+          "KV-parallel member {} of {} cannot also be tensor rank {} of {}: KV-parallel groups "
+          "and tensor splits do not combine yet",
+          spec.kv_member, spec.kv_members, spec.tensor_rank, spec.tensor_ranks);
+    }
+    if (spec.first_layer != 0 || spec.end_layer != shape.num_layers) {
+      return invalid_argument(
+          "a KV-parallel member runs every layer (KV-parallel groups and pipeline stages do not "
+          "combine yet), not layers [{}, {})",
+          spec.first_layer, spec.end_layer);
+    }
+  }
   return Status();
 }
 
 }  // namespace
+
+std::string PipelineStageSpec::describe() const {
+  if (kv_members > 1) return fmt::format("KV-parallel member {} of {}", kv_member, kv_members);
+  if (tensor_ranks > 1) return fmt::format("tensor rank {} of {}", tensor_rank, tensor_ranks);
+  return fmt::format("stage of layers [{}, {})", first_layer, end_layer);
+}
 
 Result<int64_t> llama_stage_weight_bytes(const model::LlamaShape& model, int64_t first_layer,
                                          int64_t end_layer, const model::LlamaTensorSplit& split) {
@@ -80,7 +110,10 @@ PipelineStageSpec pipeline_stage_spec(const engine::RemoteStepSetup& setup, int6
                            .tensor_ranks = 1,
                            .collective_store = {},
                            .collective_group_id = "folio-tp",
-                           .collective_timeout = std::chrono::milliseconds(30000)};
+                           .collective_timeout = std::chrono::milliseconds(30000),
+                           .kv_member = 0,
+                           .kv_members = 1,
+                           .kv_tokens_per_member = 0};
 }
 
 Result<std::unique_ptr<PipelineStage>> PipelineStage::create(const model::LlamaModel& model,
@@ -107,13 +140,6 @@ Result<std::unique_ptr<PipelineStage>> PipelineStage::create(const model::LlamaM
           "yet), not layers [{}, {})",
           spec.first_layer, spec.end_layer);
     }
-    if (group == nullptr || group->rank() != split.rank || group->size() != split.num_ranks) {
-      return invalid_argument("tensor rank {} of {} needs its member of a group of {}, got {}",
-                              split.rank, split.num_ranks, split.num_ranks,
-                              group == nullptr
-                                  ? std::string("none")
-                                  : fmt::format("rank {} of {}", group->rank(), group->size()));
-    }
     FOLIO_ASSIGN_OR_RETURN(
         stage->shard_, model::LlamaTensorShard::create(model.shape(), model.weights(), split, {}));
     weights = stage->shard_.get();
@@ -123,6 +149,15 @@ Result<std::unique_ptr<PipelineStage>> PipelineStage::create(const model::LlamaM
       if (model::llama_split_axis(info.name) != model::LlamaSplitAxis::kReplicated) {
         model.file().drop_resident_pages(info);
       }
+    }
+  }
+  if (spec.in_group()) {
+    if (group == nullptr || group->rank() != spec.group_rank() ||
+        group->size() != spec.group_size()) {
+      return invalid_argument(
+          "{} needs its member of a group of {}, got {}", spec.describe(), spec.group_size(),
+          group == nullptr ? std::string("none")
+                           : fmt::format("rank {} of {}", group->rank(), group->size()));
     }
     stage->group_ = std::move(group);
     stage->group_steps_ = std::make_unique<GroupStepCollectives>(*stage->group_);
@@ -135,9 +170,10 @@ Result<std::unique_ptr<PipelineStage>> PipelineStage::create(const model::LlamaM
   FOLIO_ASSIGN_OR_RETURN(stage->virtual_memory_, device::make_host_virtual_memory());
   const int64_t page_bytes = spec.pool_bytes >= 16 * kPageBytes ? kPageBytes : kSmallPageBytes;
   memory::PagePoolOptions pool_options;
-  pool_options.name = split.is_split()
-                          ? fmt::format("tensor_rank_{}_of_{}", split.rank, split.num_ranks)
-                          : fmt::format("stage_{}_{}", spec.first_layer, spec.end_layer);
+  pool_options.name =
+      split.is_split()      ? fmt::format("tensor_rank_{}_of_{}", split.rank, split.num_ranks)
+      : spec.kv_members > 1 ? fmt::format("kv_member_{}_of_{}", spec.kv_member, spec.kv_members)
+                            : fmt::format("stage_{}_{}", spec.first_layer, spec.end_layer);
   pool_options.page_size = static_cast<size_t>(page_bytes);
   pool_options.num_pages = std::max<int64_t>(1, spec.pool_bytes / page_bytes);
   FOLIO_ASSIGN_OR_RETURN(stage->pool_,
@@ -175,6 +211,10 @@ Result<std::unique_ptr<PipelineStage>> PipelineStage::create(const model::LlamaM
   graph_options.first_layer = spec.first_layer;
   graph_options.end_layer = spec.end_layer;
   graph_options.tensor_split = split;
+  if (spec.kv_members > 1) {
+    graph_options.kv_range_begin = spec.kv_member * spec.kv_tokens_per_member;
+    graph_options.kv_range_end = graph_options.kv_range_begin + spec.kv_tokens_per_member;
+  }
   const ir::KvCacheShape kv_cache{geometry, spec.num_kv_blocks, spec.max_blocks_per_sequence};
   exec::ExecutorOptions options;
   options.name = pool_options.name;

@@ -62,6 +62,23 @@ struct PipelineStageSpec {
   std::string collective_store;
   std::string collective_group_id = "folio-tp";
   std::chrono::milliseconds collective_timeout{30000};
+  // KV-parallel groups (issue 15, slice 6; dist.md "KV-parallel groups"): the stage is member
+  // `kv_member` of `kv_members` and runs every layer with its KV cache holding positions
+  // [kv_member * kv_tokens_per_member, (kv_member + 1) * kv_tokens_per_member) of every sequence
+  // (a multiple of block_size); each layer's attention is merged with the other members' over
+  // the group (model LlamaGraphOptions::kv_range_*). The block ids, limits and block table width
+  // are the coordinator's, as for any stage. 1: no KV split. Not combined with tensor_ranks > 1.
+  int64_t kv_member = 0;
+  int64_t kv_members = 1;
+  int64_t kv_tokens_per_member = 0;
+
+  // Whether the stage is one member of a worker group (tensor ranks or KV-parallel members)
+  // and so runs over a Collectives group: its rank and size in it.
+  bool in_group() const { return tensor_ranks > 1 || kv_members > 1; }
+  int64_t group_rank() const { return kv_members > 1 ? kv_member : tensor_rank; }
+  int64_t group_size() const { return kv_members > 1 ? kv_members : tensor_ranks; }
+  // "tensor rank 1 of 2", "KV-parallel member 0 of 2" or "stage of layers [0, 4)".
+  std::string describe() const;
 };
 
 // The spec of layers [first_layer, end_layer) of the coordinator's engine whose step arrays
@@ -78,12 +95,15 @@ class PipelineStage {
   static Result<std::unique_ptr<PipelineStage>> create(const model::LlamaModel& model,
                                                        const PipelineStageSpec& spec,
                                                        int num_threads);
-  // A tensor-parallel rank (spec.tensor_ranks > 1) over `group`, its member of the group of
-  // ranks (its rank and size must be the spec's), which the stage owns: its all_reduce_sum ops
-  // run through it. `model` must have been opened without q8_0 panels
+  // A tensor-parallel rank (spec.tensor_ranks > 1) or KV-parallel member (spec.kv_members > 1)
+  // over `group`, its member of the group (its rank and size must be the spec's group_rank()
+  // and group_size()), which the stage owns: its all_reduce_sum (ranks) or all_gather (members)
+  // ops run through it. For a rank, `model` `model` must have been opened without q8_0 panels
   // (LlamaLoadOptions::pack_q8_0_panels = false): the stage copies its shard of the split
   // matrices out of it (model/llama_tensor_shard.h) and packs those itself. Errors: as above,
-  // an illegal split (kInvalidArgument), a group of another rank or size (kInvalidArgument).
+  // an illegal split (kInvalidArgument), a group of another rank or size (kInvalidArgument);
+  // for a member, a range not of whole blocks, a partial layer range or a tensor split too
+  // (kInvalidArgument).
   static Result<std::unique_ptr<PipelineStage>> create(const model::LlamaModel& model,
                                                        const PipelineStageSpec& spec,
                                                        int num_threads,
@@ -117,7 +137,7 @@ class PipelineStage {
 
   // Declared in construction order; destroyed in reverse.
   PipelineStageSpec spec_;
-  // Tensor parallelism only: the group, the executor's view of it, the rank's weights.
+  // Worker groups only: the group and the executor's view of it; a tensor rank's weights.
   std::unique_ptr<Collectives> group_;
   std::unique_ptr<exec::StepCollectives> group_steps_;
   std::unique_ptr<TimedStepCollectives> timed_collectives_;

@@ -21,10 +21,12 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "folio/base/result.h"
 #include "folio/dist/pipeline_stage.h"
+#include "folio/dist/stage_group.h"
 #include "folio/dist/worker_client.h"
 #include "folio/engine/step_runner.h"
 
@@ -68,18 +70,16 @@ class TensorParallelStepRunner final : public engine::StepRunner {
   int32_t vocab_size() const override { return vocab_size_; }
   int32_t max_logit_rows() const override { return max_logit_rows_; }
 
-  const std::vector<PreparedStage>& ranks() const { return prepared_; }
+  const std::vector<PreparedStage>& ranks() const { return group_.prepared(); }
   const TensorParallelTraffic& traffic() const { return traffic_; }
 
  private:
-  TensorParallelStepRunner() = default;
+  explicit TensorParallelStepRunner(StageGroup group) : group_(std::move(group)) {}
   Status send_copies();
 
-  std::vector<std::unique_ptr<WorkerClient>> workers_;
-  std::vector<PreparedStage> prepared_;
+  StageGroup group_;
   int32_t vocab_size_ = 0;
   int32_t max_logit_rows_ = 0;
-  std::vector<StageStepResult> results_;  // reused between steps, one per rank
   std::vector<std::vector<kv::BlockCopy>> queued_copies_;
   TensorParallelTraffic traffic_;
 };

@@ -1,5 +1,6 @@
 // TimedStepCollectives: an exec::StepCollectives that forwards every call to another and counts
-// what it cost: calls, bytes handed to the group (each member's own input), and the wall time
+// what it cost: calls, bytes handed to the all-reduces (each member's own input), bytes the
+// all_gathers received from the other members (KV-parallel groups' exchange), and the wall time
 // spent inside the calls, which includes waiting for the slowest member. What tensor
 // parallelism's figures report as "time in communication" and "bytes on the wire" per token
 // (a ring all-reduce of B bytes sends 2 (n - 1) / n B from each member; the count here is B, the
@@ -21,8 +22,9 @@ namespace folio::dist {
 
 struct CommunicationStats {
   int64_t calls = 0;
-  int64_t reduced_bytes = 0;  // f32 bytes of each call's input, summed
-  int64_t nanoseconds = 0;    // wall time inside the calls
+  int64_t reduced_bytes = 0;   // f32 bytes of each all_reduce_sum's input, summed
+  int64_t gathered_bytes = 0;  // f32 bytes each all_gather received from the other members
+  int64_t nanoseconds = 0;     // wall time inside the calls
   int64_t group_size = 1;
 
   // Bytes one member sends for reduced_bytes by a ring all-reduce: 2 (n - 1) / n of them.
@@ -49,13 +51,16 @@ class TimedStepCollectives final : public exec::StepCollectives {
   Status all_gather(std::span<const float> input, std::span<float> output) override {
     const auto start = std::chrono::steady_clock::now();
     Status status = inner_.all_gather(input, output);
-    count(start, static_cast<int64_t>(input.size_bytes()));
+    count(start, 0);
+    gathered_.fetch_add(static_cast<int64_t>(output.size_bytes() - input.size_bytes()),
+                        std::memory_order_relaxed);
     return status;
   }
 
   CommunicationStats stats() const {
     return CommunicationStats{calls_.load(std::memory_order_relaxed),
                               bytes_.load(std::memory_order_relaxed),
+                              gathered_.load(std::memory_order_relaxed),
                               nanoseconds_.load(std::memory_order_relaxed), inner_.size()};
   }
 
@@ -71,6 +76,7 @@ class TimedStepCollectives final : public exec::StepCollectives {
   exec::StepCollectives& inner_;
   std::atomic<int64_t> calls_{0};
   std::atomic<int64_t> bytes_{0};
+  std::atomic<int64_t> gathered_{0};
   std::atomic<int64_t> nanoseconds_{0};
 };
 

@@ -376,6 +376,10 @@ Result<PreparedStage> WorkerClient::prepare_stage(const PipelineStageSpec& spec,
   request.set_collective_store(spec.collective_store);
   request.set_collective_group_id(spec.collective_group_id);
   request.set_collective_timeout_ms(static_cast<uint32_t>(spec.collective_timeout.count()));
+  // KV-parallel members (revision 8).
+  request.set_kv_member(static_cast<uint32_t>(spec.kv_member));
+  request.set_kv_members(static_cast<uint32_t>(spec.kv_members));
+  request.set_kv_tokens_per_member(static_cast<uint32_t>(spec.kv_tokens_per_member));
   v1::PrepareStageReply reply;
   grpc::ClientContext context;
   context.set_deadline(deadline_after(state_->options.prepare_timeout));
@@ -439,6 +443,7 @@ Status WorkerClient::run_stage(uint64_t stage_id, const ir::StepBatch& step,
   result.incarnation = reply.worker_incarnation();
   result.communication_ns = static_cast<int64_t>(reply.communication_ns());
   result.reduced_bytes = static_cast<int64_t>(reply.reduced_bytes());
+  result.gathered_bytes = static_cast<int64_t>(reply.gathered_bytes());
   return Status();
 }
 

@@ -173,6 +173,8 @@ struct StageStepResult {
   // A tensor-parallel rank's step: time inside its collectives and the f32 bytes it reduced.
   int64_t communication_ns = 0;
   int64_t reduced_bytes = 0;
+  // A KV-parallel member's step: the bytes its all_gathers received from the other members.
+  int64_t gathered_bytes = 0;
 };
 
 // A worker's answer to a shard manifest (worker.proto OfferShardReply).

@@ -16,8 +16,10 @@ namespace folio::dist {
 // block copies in the stages' KV caches); revision 5 Ping payloads (the link's bandwidth);
 // revision 6 the weight cache (OfferShard, PushTensors: a worker without the model file is sent
 // its stage's tensors); revision 7 tensor-parallel ranks (PrepareStage's tensor_rank /
-// tensor_ranks and gloo rendezvous, RunStage's communication figures).
-inline constexpr uint32_t kProtocolVersion = 7;
+// tensor_ranks and gloo rendezvous, RunStage's communication figures); revision 8 KV-parallel
+// members (PrepareStage's kv_member / kv_members / kv_tokens_per_member, RunStage's
+// gathered_bytes).
+inline constexpr uint32_t kProtocolVersion = 8;
 
 // The most bytes a Ping's reply may carry (PingRequest.reply_payload_bytes).
 inline constexpr uint64_t kMaxPingPayloadBytes = uint64_t{64} << 20;

@@ -263,6 +263,17 @@ class WorkerImpl final : public v1::Worker::Service {
     spec.pool_bytes = static_cast<int64_t>(request->pool_bytes());
     spec.tensor_rank = request->tensor_rank();
     spec.tensor_ranks = std::max<int64_t>(1, request->tensor_ranks());
+    spec.kv_member = request->kv_member();
+    spec.kv_members = std::max<int64_t>(1, request->kv_members());
+    spec.kv_tokens_per_member = request->kv_tokens_per_member();
+    spec.collective_store = request->collective_store();
+    spec.collective_group_id = request->collective_group_id();
+    spec.collective_timeout =
+        std::chrono::milliseconds(std::max<uint32_t>(1000, request->collective_timeout_ms()));
+    if (spec.in_group() && spec.group_rank() >= spec.group_size()) {
+      return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                          fmt::format("{} names no member of its group", spec.describe()));
+    }
     const model::LlamaModel& model = options_.model_path.empty() ? *shard_model_ : *model_;
     Result<int64_t> weight_bytes = llama_stage_weight_bytes(
         model.shape(), spec.first_layer, spec.end_layer, {spec.tensor_rank, spec.tensor_ranks});
@@ -278,20 +289,9 @@ class WorkerImpl final : public v1::Worker::Service {
                       options_.memory_budget_bytes));
     }
     std::unique_ptr<Collectives> group;
-    if (tensor_split) {
-      Result<std::unique_ptr<Collectives>> formed = connect_gloo_group(
-          GlooGroupOptions{.rank = static_cast<int>(spec.tensor_rank),
-                           .size = static_cast<int>(spec.tensor_ranks),
-                           .store_directory = request->collective_store(),
-                           .group_id = request->collective_group_id(),
-                           .epoch = request->epoch(),
-                           .host = collective_host(),
-                           .timeout = std::chrono::milliseconds(
-                               std::max<uint32_t>(1000, request->collective_timeout_ms()))});
-      if (!formed.ok()) {
-        return to_grpc(formed.status().with_context(fmt::format(
-            "tensor rank {} of {} forming its gloo group", spec.tensor_rank, spec.tensor_ranks)));
-      }
+    if (spec.in_group()) {
+      Result<std::unique_ptr<Collectives>> formed = form_stage_group(*request, spec);
+      if (!formed.ok()) return to_grpc(formed.status());
       group = std::move(formed).value();
     }
     Result<std::unique_ptr<PipelineStage>> stage = PipelineStage::create(
@@ -405,11 +405,12 @@ class WorkerImpl final : public v1::Worker::Service {
     const CommunicationStats after = stage_->communication();
     reply->set_communication_ns(static_cast<uint64_t>(after.nanoseconds - before.nanoseconds));
     reply->set_reduced_bytes(static_cast<uint64_t>(after.reduced_bytes - before.reduced_bytes));
+    reply->set_gathered_bytes(static_cast<uint64_t>(after.gathered_bytes - before.gathered_bytes));
     if (!output->hidden.empty()) {
       reply->set_hidden_out(output->hidden.data(), output->hidden.size_bytes());
     }
-    // Every tensor rank computes the same logits; rank 0's travel.
-    if (!output->logits.empty() && stage_->spec().tensor_rank == 0) {
+    // Every tensor rank (every KV-parallel member) computes the same logits; rank 0's travel.
+    if (!output->logits.empty() && stage_->spec().group_rank() == 0) {
       reply->set_logits(output->logits.data(), output->logits.size_bytes());
     }
     reply->set_num_rows(static_cast<uint32_t>(output->num_rows));
@@ -610,6 +611,26 @@ class WorkerImpl final : public v1::Worker::Service {
   }
 
  private:
+  // The group of a stage that is one member of a worker group (tensor ranks, KV-parallel
+  // members): gloo over the request's rendezvous directory and group id, in the request's
+  // epoch. Every member's worker calls this at once (the coordinator prepares them together).
+  Result<std::unique_ptr<Collectives>> form_stage_group(const v1::PrepareStageRequest& request,
+                                                        const PipelineStageSpec& spec) const {
+    Result<std::unique_ptr<Collectives>> formed =
+        connect_gloo_group(GlooGroupOptions{.rank = static_cast<int>(spec.group_rank()),
+                                            .size = static_cast<int>(spec.group_size()),
+                                            .store_directory = spec.collective_store,
+                                            .group_id = spec.collective_group_id,
+                                            .epoch = request.epoch(),
+                                            .host = collective_host(),
+                                            .timeout = spec.collective_timeout});
+    if (!formed.ok()) {
+      return formed.status().with_context(
+          fmt::format("{} forming its gloo group", spec.describe()));
+    }
+    return formed;
+  }
+
   grpc::Status check_cache_worker() const {
     if (!options_.model_path.empty()) {
       return refuse(fmt::format("this worker reads its model file {} and takes no shard",
