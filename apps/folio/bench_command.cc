@@ -623,6 +623,19 @@ void print_bench(const BenchOptions& options, const BenchSummary& summary) {
         static_cast<double>(traffic->communication_ns) * 1e-3 / steps,
         static_cast<double>(traffic->request_bytes + traffic->reply_bytes) / tokens);
   }
+  if (const std::optional<dist::KvParallelTraffic> traffic = kv_parallel_traffic()) {
+    const double tokens = static_cast<double>(std::max<int64_t>(1, traffic->tokens));
+    const double steps = static_cast<double>(std::max<int64_t>(1, traffic->steps));
+    std::printf(
+        "  KV parallel     %lld members, %lld steps; per step token: %.0f bytes gathered by "
+        "member 0 from the others, %.1f us in its all_gathers (%.1f us per step); coordinator "
+        "%.0f bytes per step token\n",
+        static_cast<long long>(traffic->num_members), static_cast<long long>(traffic->steps),
+        static_cast<double>(traffic->gathered_bytes) / tokens,
+        static_cast<double>(traffic->communication_ns) * 1e-3 / tokens,
+        static_cast<double>(traffic->communication_ns) * 1e-3 / steps,
+        static_cast<double>(traffic->request_bytes + traffic->reply_bytes) / tokens);
+  }
   std::printf("  preemptions     %lld (%lld by swap); prefix hit rate %.1f%%\n",
               static_cast<long long>(summary.preemptions),
               static_cast<long long>(summary.preemptions_by_swap), 100 * summary.prefix_hit_rate);

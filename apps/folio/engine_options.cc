@@ -10,6 +10,7 @@
 #include <cstring>
 #include <deque>
 #include <filesystem>
+#include <type_traits>
 
 #include "apps/folio/local_workers.h"
 #include "apps/folio/model_hash.h"
@@ -17,10 +18,12 @@
 #include "folio/base/mutex.h"
 #include "folio/base/random.h"
 #include "folio/base/read_bandwidth.h"
+#include "folio/dist/kv_parallel_step_runner.h"
 #include "folio/dist/pipeline_plan.h"
 #include "folio/dist/pipeline_step_runner.h"
 #include "folio/dist/tensor_parallel_plan.h"
 #include "folio/dist/tensor_parallel_step_runner.h"
+#include "folio/model/llama_graph.h"
 
 namespace folio::app {
 namespace {
@@ -44,21 +47,25 @@ RecordedTraffic& recorded_traffic() {
   return recorded;
 }
 
-// The same for a tensor-parallel runner.
-struct RecordedTensorTraffic {
+// The same for a worker group's runner (tensor-parallel ranks, KV-parallel members), one slot
+// per kind of traffic.
+template <typename Traffic>
+struct RecordedGroupTraffic {
   Mutex mutex;
-  std::optional<dist::TensorParallelTraffic> traffic FOLIO_GUARDED_BY(mutex);
+  std::optional<Traffic> traffic FOLIO_GUARDED_BY(mutex);
 };
-RecordedTensorTraffic& recorded_tensor_traffic() {
-  static RecordedTensorTraffic recorded;
+template <typename Traffic>
+RecordedGroupTraffic<Traffic>& recorded_group_traffic() {
+  static RecordedGroupTraffic<Traffic> recorded;
   return recorded;
 }
 
-// The engine's runner over tensor-parallel ranks, recording their traffic after every step.
-class InstrumentedTensorRunner final : public engine::StepRunner {
+// The engine's runner over a worker group (Runner: TensorParallelStepRunner or
+// KvParallelStepRunner), recording its traffic after every step.
+template <typename Runner>
+class InstrumentedGroupRunner final : public engine::StepRunner {
  public:
-  explicit InstrumentedTensorRunner(std::unique_ptr<dist::TensorParallelStepRunner> runner)
-      : runner_(std::move(runner)) {
+  explicit InstrumentedGroupRunner(std::unique_ptr<Runner> runner) : runner_(std::move(runner)) {
     record();
   }
   Result<ir::StepOutput> run(const ir::StepBatch& step) override {
@@ -74,11 +81,12 @@ class InstrumentedTensorRunner final : public engine::StepRunner {
 
  private:
   void record() {
-    RecordedTensorTraffic& recorded = recorded_tensor_traffic();
+    using Traffic = std::decay_t<decltype(runner_->traffic())>;
+    RecordedGroupTraffic<Traffic>& recorded = recorded_group_traffic<Traffic>();
     const MutexLock lock(recorded.mutex);
     recorded.traffic = runner_->traffic();
   }
-  std::unique_ptr<dist::TensorParallelStepRunner> runner_;
+  std::unique_ptr<Runner> runner_;
 };
 
 // Kills a local worker every `every` steps (SIGKILL, a random one of the group), `rounds` times:
@@ -173,6 +181,7 @@ struct PipelineRunnerSettings {
   dist::Placement placement = dist::Placement::kPipeline;
   std::string collective_store;  // empty: a new temporary directory
   int32_t threads = 1;           // for measuring the memory bandwidth (--placement auto)
+  int32_t kv_parallel = 1;       // --kv-parallel: members of a KV-parallel group, 1: none
 };
 
 // The cost model of --placement auto: this machine's memory read bandwidth, measured now, and
@@ -228,7 +237,44 @@ Result<std::unique_ptr<engine::StepRunner>> tensor_parallel_runner(
       std::unique_ptr<dist::TensorParallelStepRunner> runner,
       dist::TensorParallelStepRunner::create(std::move(clients), spec, model_hash));
   return std::unique_ptr<engine::StepRunner>(
-      std::make_unique<InstrumentedTensorRunner>(std::move(runner)));
+      std::make_unique<InstrumentedGroupRunner<dist::TensorParallelStepRunner>>(std::move(runner)));
+}
+
+// The engine's runner over a KV-parallel group on `clients` (member g on clients[g]): each
+// member's pool holds the engine's KV block ids for its range (the whole model's KV per block)
+// and the activation reserve.
+Result<std::unique_ptr<engine::StepRunner>> kv_parallel_runner(
+    std::vector<std::unique_ptr<dist::WorkerClient>> clients, const engine::RemoteStepSetup& setup,
+    const PipelineRunnerSettings& settings, const std::string& model_hash) {
+  if (setup.kv_parallel_members != static_cast<int32_t>(clients.size())) {
+    return invalid_argument(
+        "a KV-parallel group of {} members needs one worker per member, got {} workers: give "
+        "--kv-parallel {} or as many workers",
+        setup.kv_parallel_members, clients.size(), clients.size());
+  }
+  const int64_t kv_bytes =
+      model::llama_stage_kv_cache_geometry(settings.shape, settings.shape.num_layers,
+                                           setup.block_size, setup.kv_dtype, {})
+          .block_bytes() *
+      setup.num_kv_blocks;
+  dist::PipelineStageSpec spec = dist::pipeline_stage_spec(setup, 0, settings.shape.num_layers,
+                                                           kv_bytes + settings.activation_bytes);
+  spec.kv_tokens_per_member = setup.kv_tokens_per_member;
+  FOLIO_ASSIGN_OR_RETURN(spec.collective_store,
+                         collective_store_directory(settings.collective_store));
+  spec.collective_group_id = "folio-kvp";
+  if (!settings.quiet) {
+    std::fprintf(stderr,
+                 "KV-parallel group: %d members, %d positions of each sequence per member, %lld "
+                 "KV blocks of %lld bytes each\n",
+                 setup.kv_parallel_members, setup.kv_tokens_per_member,
+                 static_cast<long long>(setup.num_kv_blocks),
+                 static_cast<long long>(kv_bytes / std::max<int64_t>(1, setup.num_kv_blocks)));
+  }
+  FOLIO_ASSIGN_OR_RETURN(std::unique_ptr<dist::KvParallelStepRunner> runner,
+                         dist::KvParallelStepRunner::create(std::move(clients), spec, model_hash));
+  return std::unique_ptr<engine::StepRunner>(
+      std::make_unique<InstrumentedGroupRunner<dist::KvParallelStepRunner>>(std::move(runner)));
 }
 
 // Finds the worker that takes a lost one's place: a new local worker (--local-workers), else
@@ -310,6 +356,15 @@ engine::RemoteRunnerFactory pipeline_runner_factory(PipelineRunnerSettings setti
       infos.push_back(client->info());
       clients.push_back(std::move(client));
       links.push_back(link);
+    }
+    if (settings.kv_parallel > 1 || setup.kv_parallel_members > 1) {
+      if (setup.kv_parallel_members != settings.kv_parallel) {
+        return failed_precondition(
+            "--kv-parallel {}: the engine asks for a KV-parallel group of {} (this build's "
+            "engine does not spread a sequence's KV over members yet)",
+            settings.kv_parallel, setup.kv_parallel_members);
+      }
+      return kv_parallel_runner(std::move(clients), setup, settings, identity.hash);
     }
     if (settings.placement != dist::Placement::kPipeline) {
       std::vector<dist::PipelineWorker> workers;
@@ -422,8 +477,18 @@ void add_engine_options(CLI::App& command, EngineCommandOptions& options) {
                   "(heads and FFN features: every worker runs every layer) or auto (the cheaper "
                   "decode token by the cost model, with links measured as workers join)")
       ->capture_default_str();
+  command
+      .add_option("--kv-parallel", options.kv_parallel,
+                  "Spread each sequence's KV over this many workers by token range (a "
+                  "KV-parallel group: every worker runs the whole model over its range, "
+                  "attention merged exactly); needs as many --workers / --local-workers")
+      ->capture_default_str();
+  command.add_option("--kv-tokens-per-member", options.kv_tokens_per_member,
+                     "Positions of each sequence a KV-parallel member holds, a multiple of "
+                     "--block-size (0: the context split evenly)");
   command.add_option("--collective-store", options.collective_store,
-                     "Tensor parallelism: a directory every worker reaches, where the ranks "
+                     "Tensor parallelism and KV-parallel groups: a directory every worker reaches, "
+                     "where the ranks "
                      "meet to form their gloo group (default: a new temporary directory, for "
                      "workers on this machine)");
   command.add_option("--threads", options.threads, "Compute threads (0: all cores)");
@@ -692,6 +757,50 @@ Result<std::unique_ptr<engine::ModelEngine>> start_model_engine(
   if (!options.workers.empty() && options.local_workers > 0) {
     return invalid_argument("give --workers or --local-workers, not both");
   }
+  // Checked before any local worker starts.
+  const int32_t worker_count = options.local_workers > 0
+                                   ? options.local_workers
+                                   : static_cast<int32_t>(options.workers.size());
+  if (options.kv_parallel < 1 || options.kv_tokens_per_member < 0) {
+    return invalid_argument(
+        "--kv-parallel must be at least 1 and --kv-tokens-per-member not "
+        "negative, got {} and {}",
+        options.kv_parallel, options.kv_tokens_per_member);
+  }
+  if (options.kv_parallel > 1) {
+    if (worker_count == 0) {
+      return invalid_argument(
+          "--kv-parallel {} spreads the KV over workers: give --workers or --local-workers {}",
+          options.kv_parallel, options.kv_parallel);
+    }
+    if (worker_count != options.kv_parallel) {
+      return invalid_argument(
+          "--kv-parallel {} needs one worker per member, got {} (KV-parallel groups and "
+          "pipeline stages do not combine yet)",
+          options.kv_parallel, worker_count);
+    }
+    if (options.placement != "pp") {
+      return invalid_argument(
+          "--kv-parallel with --placement {}: every member runs the whole model; KV-parallel "
+          "groups and tensor splits do not combine yet",
+          options.placement);
+    }
+    if (!options.spare_workers.empty() || options.kill_local_worker_every > 0) {
+      return invalid_argument(
+          "--kv-parallel: recovery from lost workers (--spare-workers, "
+          "--kill-local-worker-every) is for pipelines only");
+    }
+    if (options.kv_tokens_per_member % options.block_size != 0) {
+      return invalid_argument(
+          "--kv-tokens-per-member {} is not a multiple of --block-size {}: a member holds "
+          "whole blocks",
+          options.kv_tokens_per_member, options.block_size);
+    }
+    engine_options.kv_parallel_members = options.kv_parallel;
+    engine_options.kv_tokens_per_member = options.kv_tokens_per_member;
+  } else if (options.kv_tokens_per_member > 0) {
+    return invalid_argument("--kv-tokens-per-member needs --kv-parallel N (N > 1)");
+  }
   std::vector<std::string> worker_addresses = options.workers;
   if (options.local_workers > 0) {
     const int32_t threads =
@@ -706,6 +815,7 @@ Result<std::unique_ptr<engine::ModelEngine>> start_model_engine(
   }
   if (!worker_addresses.empty()) {
     PipelineRunnerSettings settings;
+    settings.kv_parallel = options.kv_parallel;
     settings.addresses = worker_addresses;
     settings.spare_addresses = options.spare_workers;
     settings.model_path = options.model_path;
@@ -777,7 +887,13 @@ std::optional<dist::PipelineTraffic> pipeline_traffic() {
 }
 
 std::optional<dist::TensorParallelTraffic> tensor_parallel_traffic() {
-  RecordedTensorTraffic& recorded = recorded_tensor_traffic();
+  auto& recorded = recorded_group_traffic<dist::TensorParallelTraffic>();
+  const MutexLock lock(recorded.mutex);
+  return recorded.traffic;
+}
+
+std::optional<dist::KvParallelTraffic> kv_parallel_traffic() {
+  auto& recorded = recorded_group_traffic<dist::KvParallelTraffic>();
   const MutexLock lock(recorded.mutex);
   return recorded.traffic;
 }

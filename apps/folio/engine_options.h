@@ -10,6 +10,7 @@
 
 #include <CLI/CLI.hpp>
 
+#include "folio/dist/kv_parallel_step_runner.h"
 #include "folio/dist/pipeline_step_runner.h"
 #include "folio/dist/tensor_parallel_step_runner.h"
 #include "folio/engine/model_engine.h"
@@ -80,6 +81,10 @@ struct EngineCommandOptions {
   // workers on this machine).
   std::string placement = "pp";
   std::string collective_store;
+  // A KV-parallel group (issue 15, slice 6): each sequence's KV spread over kv_parallel workers
+  // by token range (1: none), kv_tokens_per_member positions each (0: the context split evenly).
+  int32_t kv_parallel = 1;
+  int32_t kv_tokens_per_member = 0;
 };
 
 struct AdapterSpec {
@@ -111,6 +116,8 @@ std::optional<dist::PipelineTraffic> pipeline_traffic();
 // collectives as rank 0 saw them), when the engine started with --placement tp (or auto chose
 // it); nullopt otherwise.
 std::optional<dist::TensorParallelTraffic> tensor_parallel_traffic();
+// The same for a KV-parallel group's runner (--kv-parallel).
+std::optional<dist::KvParallelTraffic> kv_parallel_traffic();
 
 // The adapter a command runs with: `name` ("base" for none); empty: the only registered
 // adapter when exactly one is, else the base model. kNotFound naming the registered ones.
