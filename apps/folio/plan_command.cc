@@ -3,14 +3,18 @@
 // weight bytes each decode token reads per stage, prefill FLOPs, and the activation bytes
 // crossing each cut per token. --placement tp (dist/tensor_parallel_plan.h): heads, KV heads
 // and FFN features per worker, bytes per worker (split and replicated), and the all-reduce
-// bytes per token. --placement auto: both, and the one the cost model chose, with why. Fails,
+// bytes per token. --placement auto: both, and the one the cost model chose, with why.
+// --kv-parallel N: a KV-parallel group instead (dist.md "KV-parallel groups"): positions, KV and
+// weight bytes per member, and the bytes each member receives per token. Fails,
 // saying what is missing, when the model cannot fit the workers' memory or cannot be split.
+#include <algorithm>
 #include <cstdio>
 #include <string>
 #include <vector>
 
 #include "apps/folio/commands.h"
 #include "folio/dist/pipeline_plan.h"
+#include "folio/dist/pipeline_stage.h"
 #include "folio/dist/tensor_parallel_plan.h"
 #include "folio/gguf/gguf_file.h"
 #include "folio/model/llama_model_file.h"
@@ -31,7 +35,76 @@ struct PlanOptions {
   double memory_gbps = 10.0;
   double link_latency_us = 100.0;
   double link_gbps = 1.0;
+  // A KV-parallel group of this many members (1: none), each holding kv_tokens_per_member
+  // positions of every sequence (0: the KV tokens split evenly, in whole blocks).
+  int32_t kv_parallel = 1;
+  int32_t kv_tokens_per_member = 0;
+  int32_t block_size = 16;
 };
+
+// The KV-parallel group of `options.kv_parallel` members over `workers`: every member holds the
+// whole model and its range of each sequence's KV; per token and layer each member receives the
+// other members' partial attention (heads x (head_dim + 1) f32).
+void print_kv_parallel_plan(const PlanOptions& options, const model::LlamaShape& shape,
+                            DType kv_dtype, int64_t kv_tokens,
+                            const std::vector<dist::PipelineWorker>& workers) {
+  const int32_t members = options.kv_parallel;
+  if (static_cast<int32_t>(workers.size()) != members) {
+    check_command(invalid_argument(
+        "--kv-parallel {} needs one worker per member, got {} (KV-parallel groups and pipeline "
+        "stages do not combine yet)",
+        members, workers.size()));
+  }
+  if (options.placement != "pp") {
+    check_command(invalid_argument(
+        "--kv-parallel with --placement {}: KV-parallel groups and tensor splits do not combine "
+        "yet",
+        options.placement));
+  }
+  if (options.block_size <= 0 || options.kv_tokens_per_member % options.block_size != 0) {
+    check_command(invalid_argument("--kv-tokens-per-member {} is not a multiple of --block-size {}",
+                                   options.kv_tokens_per_member, options.block_size));
+  }
+  int64_t per_member = options.kv_tokens_per_member;
+  if (per_member == 0) {
+    const int64_t blocks = (kv_tokens + options.block_size - 1) / options.block_size;
+    per_member = (blocks + members - 1) / members * options.block_size;
+  }
+  const int64_t element_bytes = kv_dtype == DType::kF32 ? 4 : 2;
+  const int64_t kv_bytes_per_token = 2 * shape.num_layers * shape.kv_dim() * element_bytes;
+  Result<int64_t> weight_bytes = dist::llama_stage_weight_bytes(shape, 0, shape.num_layers);
+  check_command(weight_bytes.status());
+  const int64_t kv_bytes = kv_bytes_per_token * per_member;
+  const int64_t received =
+      int64_t{members - 1} * shape.num_layers * shape.num_heads * (shape.head_dim() + 1) * 4;
+  std::printf(
+      "KV-parallel group of %d members: %lld positions of each sequence per member (a context "
+      "of %lld), blocks of %d\n",
+      members, static_cast<long long>(per_member), static_cast<long long>(per_member * members),
+      options.block_size);
+  for (int32_t g = 0; g < members; ++g) {
+    const dist::PipelineWorker& worker = workers[static_cast<size_t>(g)];
+    std::printf(
+        "  member %d on %s: positions [%lld, %lld), %.1f MiB of weights (the whole "
+        "model), %.1f MiB of KV for one sequence's range\n",
+        g, worker.name.c_str(), static_cast<long long>(g * per_member),
+        static_cast<long long>((g + 1) * per_member),
+        static_cast<double>(*weight_bytes) / (1 << 20), static_cast<double>(kv_bytes) / (1 << 20));
+    if (worker.memory_bytes && *worker.memory_bytes < *weight_bytes + kv_bytes) {
+      check_command(resource_exhausted(
+          "member {} needs {} bytes ({} of weights, {} of KV), more than its worker's {}: "
+          "give more members or fewer --kv-tokens-per-member",
+          g, *weight_bytes + kv_bytes, *weight_bytes, kv_bytes, *worker.memory_bytes));
+    }
+  }
+  std::printf(
+      "  per token: %lld all_gathers (one per layer); each member receives %lld bytes "
+      "(%d other members x %lld heads x %lld floats x 4 per layer) and sends %lld to "
+      "each other member\n",
+      static_cast<long long>(shape.num_layers), static_cast<long long>(received), members - 1,
+      static_cast<long long>(shape.num_heads), static_cast<long long>(shape.head_dim() + 1),
+      static_cast<long long>(received / std::max(1, members - 1)));
+}
 
 void run_plan(const PlanOptions& options) {
   Result<gguf::GgufFile> file = gguf::GgufFile::open(options.model_path);
@@ -74,6 +147,13 @@ void run_plan(const PlanOptions& options) {
               static_cast<long long>(shape->hidden_size), static_cast<long long>(shape->num_heads),
               static_cast<long long>(shape->num_kv_heads), static_cast<long long>(shape->ffn_size),
               options.kv_dtype.c_str());
+  if (options.kv_parallel > 1) {
+    print_kv_parallel_plan(options, *shape, *kv_dtype, plan_options.kv_tokens, workers);
+    return;
+  }
+  if (options.kv_tokens_per_member > 0) {
+    check_command(invalid_argument("--kv-tokens-per-member needs --kv-parallel N (N > 1)"));
+  }
   Result<dist::PipelinePlan> pipeline = invalid_argument("not planned");
   if (*placement != dist::Placement::kTensor) {
     Result<dist::PipelineModelCost> cost =
@@ -148,6 +228,16 @@ void add_plan_command(CLI::App& app) {
   command
       ->add_option("--link-gbps", options->link_gbps,
                    "Cost model of --placement auto: bandwidth between workers, GB/s")
+      ->capture_default_str();
+  command
+      ->add_option("--kv-parallel", options->kv_parallel,
+                   "Plan a KV-parallel group of this many workers instead: each holds the whole "
+                   "model and a range of every sequence's KV")
+      ->capture_default_str();
+  command->add_option("--kv-tokens-per-member", options->kv_tokens_per_member,
+                      "Positions of each sequence a KV-parallel member holds (0: --kv-tokens "
+                      "split evenly in whole blocks)");
+  command->add_option("--block-size", options->block_size, "Tokens per KV block")
       ->capture_default_str();
   command->callback([options] {
     if (options->workers <= 0 && options->worker_memory.empty()) {

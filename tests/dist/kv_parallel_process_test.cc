@@ -409,6 +409,34 @@ TEST(KvParallelCommandTest, RefusesGroupsItCannotBuild) {
   refused({"--kv-tokens-per-member", "16"}, "--kv-tokens-per-member needs --kv-parallel");
 }
 
+// `folio plan --kv-parallel 2`: each member's range, weights and KV, and the bytes exchanged per
+// token; a member over its worker's memory is refused naming the bytes.
+TEST(KvParallelCommandTest, PlanPrintsTheMembers) {
+  auto plan = [](std::vector<std::string> arguments, bool succeeds) {
+    WorkerProcess process(arguments, "plan");
+    EXPECT_TRUE(process.read_to_end(60s)) << process.output();
+    const int status = process.wait();
+    EXPECT_EQ(WIFEXITED(status) && WEXITSTATUS(status) == 0, succeeds) << process.output();
+    return process.output();
+  };
+  const std::string two = plan({"-m", demo_model("kjv-q8_0.gguf"), "--workers", "2",
+                                "--kv-parallel", "2", "--kv-tokens-per-member", "512"},
+                               true);
+  EXPECT_THAT(two, HasSubstr("KV-parallel group of 2 members: 512 positions of each sequence "
+                             "per member (a context of 1024)"));
+  EXPECT_THAT(two, HasSubstr("member 1 on worker1: positions [512, 1024)"));
+  // 4 layers x 8 heads x (32 + 1) floats x 4 bytes from the other member.
+  EXPECT_THAT(two, HasSubstr("each member receives 4224 bytes"));
+  const std::string small = plan({"-m", demo_model("kjv-q8_0.gguf"), "--worker-memory",
+                                  "1000000,1000000", "--kv-parallel", "2"},
+                                 false);
+  EXPECT_THAT(small, HasSubstr("member 0 needs"));
+  const std::string ragged = plan({"-m", demo_model("kjv-q8_0.gguf"), "--workers", "2",
+                                   "--kv-parallel", "2", "--kv-tokens-per-member", "20"},
+                                  false);
+  EXPECT_THAT(ragged, HasSubstr("not a multiple of --block-size 16"));
+}
+
 // `folio generate --local-workers 2 --kv-parallel 2`, 16 positions per member: the sequence
 // (a 4-token prompt and 24 generated) crosses into member 1, and the text is one process's.
 // Skipped while the engine does not build KV-parallel steps (the engine side of slice 6).
