@@ -91,7 +91,8 @@ struct EngineOptions {
   Duration recovery_retry_interval = std::chrono::seconds(1);
   // A loss of some stages' KV (RunnerRecovery::kStageKv) is rebuilt by replaying the running
   // sequences through those stages only; false: by recomputing every running sequence, as for
-  // kAllKv (the baseline the replay is measured against; the output is the same).
+  // kAllKv (the baseline the replay is measured against; the output is the same). Over a
+  // KV-parallel group lost KV is always recomputed.
   bool replay_lost_stages = true;
 };
 
@@ -239,6 +240,11 @@ class Engine {
   Status rebuild_lost_kv(const RunnerRecovery& lost);
   // Replays every running sequence's computed tokens through stages 0..through_stage.
   Status replay_running_kv(int32_t through_stage);
+  // Lost stage KV is replayed (options_.replay_lost_stages), except over a KV-parallel group,
+  // whose running sequences recompute it.
+  bool replays_lost_stages() const {
+    return options_.replay_lost_stages && kv_parallel_cache_ == nullptr;
+  }
   // The step's arrays over the engine's cache (every member's for a KV-parallel group).
   Result<ir::StepBatch> build_step(const StepPlan& plan);
   // The cached (ref-0) prefix blocks' KV is lost: drop them from the prefix cache.

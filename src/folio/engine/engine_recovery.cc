@@ -77,7 +77,7 @@ Engine::StepRecovery Engine::recover_step(StepPlan& plan, Status failure) {
       case RunnerRecovery::LostKv::kNone:
         return StepRecovery::kRunAgain;
       case RunnerRecovery::LostKv::kStageKv:
-        return options_.replay_lost_stages ? StepRecovery::kRunAgain : StepRecovery::kRecomputing;
+        return replays_lost_stages() ? StepRecovery::kRunAgain : StepRecovery::kRecomputing;
       case RunnerRecovery::LostKv::kAllKv:
         return StepRecovery::kRecomputing;
     }
@@ -129,7 +129,7 @@ Status Engine::rebuild_lost_kv(const RunnerRecovery& lost) {
     case RunnerRecovery::LostKv::kNone:
       return Status();
     case RunnerRecovery::LostKv::kStageKv:
-      if (options_.replay_lost_stages) return replay_running_kv(lost.replay_through_stage);
+      if (replays_lost_stages()) return replay_running_kv(lost.replay_through_stage);
       [[fallthrough]];
     case RunnerRecovery::LostKv::kAllKv: {
       const int32_t num_sent = scheduler_->recompute_running();

@@ -351,8 +351,7 @@ Result<std::unique_ptr<ModelEngine>> ModelEngine::create(std::unique_ptr<model::
   engine_options.phase_tuner = options.phase_tuner;
   engine_options.seed = options.seed;
   engine_options.max_recoveries_per_request = options.max_recoveries_per_request;
-  // A group's lost KV is recomputed, not replayed (Engine::replay_running_kv).
-  engine_options.replay_lost_stages = options.replay_lost_stages && !kv_parallel;
+  engine_options.replay_lost_stages = options.replay_lost_stages;
   engine_options.recovery_retry_interval = options.recovery_retry_interval;
   if (std::optional<tokenizer::TokenId> eos = bundle->model_->tokenizer().eos()) {
     engine_options.eos_token = static_cast<int32_t>(*eos);
