@@ -327,7 +327,8 @@ Result<std::unique_ptr<ModelEngine>> ModelEngine::create(std::unique_ptr<model::
     }
     if (options.kv_cache_bytes <= 0) {
       return invalid_argument(
-          "a KV-parallel group needs kv_cache_bytes: each member's KV cache size");
+          "a KV-parallel group needs kv_cache_bytes set to each member's KV cache size (its "
+          "members' caches are not in the local pool)");
     }
     if (options.scheduler.preemption_mode != PreemptionMode::kRecompute) {
       return invalid_argument(

@@ -50,8 +50,10 @@ struct RemoteStepSetup {
   // A KV-parallel group (dist.md "KV-parallel groups"; ModelEngineOptions::kv_parallel): 1, or
   // the number of members, member g holding positions [g * kv_tokens_per_member, (g + 1) *
   // kv_tokens_per_member) of every sequence in a cache of its own. Every member's cache has the
-  // block ids, padding blocks and block size above; every step's batch carries each member's
-  // slots and block tables (ir::StepBatch::kv_members), and the runner returns member 0's logits.
+  // block ids, padding blocks and block size above (num_kv_blocks: one member's blocks;
+  // max_blocks_per_sequence: a member's width, kv_tokens_per_member / block_size); every step's
+  // batch carries each member's slots and block tables (ir::StepBatch::kv_members), and the
+  // runner returns member 0's logits.
   int32_t kv_parallel_members = 1;
   int32_t kv_tokens_per_member = 0;
   // The engine's registry, for the runner's own series (a pipeline's folio_dist_*); outlives
