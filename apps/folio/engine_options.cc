@@ -360,8 +360,8 @@ engine::RemoteRunnerFactory pipeline_runner_factory(PipelineRunnerSettings setti
     if (settings.kv_parallel > 1 || setup.kv_parallel_members > 1) {
       if (setup.kv_parallel_members != settings.kv_parallel) {
         return failed_precondition(
-            "--kv-parallel {}: the engine asks for a KV-parallel group of {} (this build's "
-            "engine does not spread a sequence's KV over members yet)",
+            "--kv-parallel {}: the engine asks for a KV-parallel group of {}; the two must "
+            "agree",
             settings.kv_parallel, setup.kv_parallel_members);
       }
       return kv_parallel_runner(std::move(clients), setup, settings, identity.hash);

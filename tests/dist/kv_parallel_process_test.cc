@@ -439,14 +439,9 @@ TEST(KvParallelCommandTest, PlanPrintsTheMembers) {
 
 // `folio generate --local-workers 2 --kv-parallel 2`, 16 positions per member: the sequence
 // (a 4-token prompt and 24 generated) crosses into member 1, and the text is one process's.
-// Skipped while the engine does not build KV-parallel steps (the engine side of slice 6).
 TEST(KvParallelCommandTest, GenerateOverTwoMembersWritesTheTextOfOneProcess) {
   const auto [split, split_ok] = generate({"--local-workers", "2", "--local-worker-threads", "1",
                                            "--kv-parallel", "2", "--kv-tokens-per-member", "16"});
-  if (!split_ok &&
-      split.find("does not spread a sequence's KV over members yet") != std::string::npos) {
-    GTEST_SKIP() << "this build's engine does not build KV-parallel steps yet";
-  }
   ASSERT_TRUE(split_ok) << split;
   const auto [alone, alone_ok] = generate({});
   ASSERT_TRUE(alone_ok) << alone;

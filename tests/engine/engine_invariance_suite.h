@@ -126,7 +126,14 @@ template <bool kAdapters, typename Steps = LocalSteps>
 struct ModelRunnerOf {
   static constexpr int32_t kNumAdapters = 20;
   static constexpr bool kSupportsSwap = Steps::kSupportsSwap;
-  static constexpr bool kHasPagePool = true;
+  // Steps on a KV-parallel group refuse pressure handling (their KV is not in the pool).
+  static constexpr bool kHasPagePool = [] {
+    if constexpr (requires { Steps::kHasPagePool; }) {
+      return Steps::kHasPagePool;
+    } else {
+      return true;
+    }
+  }();
   static constexpr int64_t kPageBytes = 16 << 10;  // 8 blocks of 8 tokens (2 KiB each, f16)
 
   static std::vector<bool> graph_modes() { return {false, true}; }

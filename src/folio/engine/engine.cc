@@ -29,10 +29,32 @@ std::string_view finish_reason_name(FinishReason reason) {
   FOLIO_UNREACHABLE("bad FinishReason");
 }
 
+namespace {
+
+kv::KvCache& kv_cache_of(const EngineParts& parts) {
+  if (parts.kv_parallel_cache != nullptr) return *parts.kv_parallel_cache;
+  return *parts.block_manager;
+}
+
+// Width of a step's block-table rows: a KV-parallel member holds at most its range.
+int32_t block_table_width(const EngineParts& parts) {
+  if (parts.kv_parallel_cache != nullptr) {
+    return parts.kv_parallel_cache->tokens_per_group() /
+           parts.kv_parallel_cache->cache_block_size();
+  }
+  const kv::BlockManagerOptions& options = parts.block_manager->options();
+  return (options.max_context_tokens + options.geometry.block_size - 1) /
+         options.geometry.block_size;
+}
+
+}  // namespace
+
 Result<std::unique_ptr<Engine>> Engine::create(const EngineOptions& options,
                                                const EngineParts& parts) {
-  if (parts.block_manager == nullptr || parts.runner == nullptr) {
-    return invalid_argument("an engine needs a block manager and a step runner");
+  if ((parts.block_manager == nullptr) == (parts.kv_parallel_cache == nullptr) ||
+      parts.runner == nullptr) {
+    return invalid_argument(
+        "an engine needs a step runner and one KV cache: a block manager or a KV-parallel cache");
   }
   if (parts.runner->vocab_size() < 1) {
     return invalid_argument("the step runner reports a vocabulary of {} tokens",
@@ -64,7 +86,7 @@ Result<std::unique_ptr<Engine>> Engine::create(const EngineOptions& options,
         "preemption by the cheaper of recompute and swap needs a preemption cost model");
   }
   FOLIO_ASSIGN_OR_RETURN(std::unique_ptr<Scheduler> scheduler,
-                         Scheduler::create(scheduler_options, *parts.block_manager,
+                         Scheduler::create(scheduler_options, kv_cache_of(parts),
                                            parts.has_swap_space, parts.adapters));
   scheduler->set_preemption_cost(parts.preemption_cost);
   std::unique_ptr<Clock> owned_clock;
@@ -87,7 +109,9 @@ Engine::Engine(const EngineOptions& options, const EngineParts& parts, EngineMet
                std::unique_ptr<metrics::Registry> owned_registry,
                std::unique_ptr<Scheduler> scheduler, PhaseBudgetTuner phase_tuner)
     : options_(options),
-      block_manager_(*parts.block_manager),
+      kv_cache_(kv_cache_of(parts)),
+      block_manager_(parts.block_manager),
+      kv_parallel_cache_(parts.kv_parallel_cache),
       runner_(*parts.runner),
       adapters_(parts.adapters),
       pressure_(parts.pressure),
@@ -98,10 +122,8 @@ Engine::Engine(const EngineOptions& options, const EngineParts& parts, EngineMet
       registry_(parts.registry != nullptr ? parts.registry : owned_registry_.get()),
       text_decoder_factory_(parts.text_decoder_factory),
       vocab_size_(parts.runner->vocab_size()),
-      max_context_tokens_(parts.block_manager->options().max_context_tokens),
-      max_blocks_per_sequence_(
-          (max_context_tokens_ + parts.block_manager->options().geometry.block_size - 1) /
-          parts.block_manager->options().geometry.block_size),
+      max_context_tokens_(static_cast<int32_t>(kv_cache_of(parts).context_limit())),
+      max_blocks_per_sequence_(block_table_width(parts)),
       metrics_(std::move(metrics)),
       scheduler_(std::move(scheduler)),
       phase_tuner_(std::move(phase_tuner)),
@@ -409,7 +431,7 @@ bool Engine::has_unfinished_requests() {
 
 void Engine::check_invariants() const {
   scheduler_->check_invariants();
-  block_manager_.check_invariants();
+  kv_cache_.check_cache_invariants();
   int64_t num_scheduled = 0;
   for (const auto& [id, state] : requests_) {
     int32_t num_unfinished = 0;

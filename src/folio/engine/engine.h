@@ -68,6 +68,8 @@
 #include "folio/engine/text_decoder.h"
 #include "folio/exec/op_profile.h"
 #include "folio/kv/block_manager.h"
+#include "folio/kv/kv_cache.h"
+#include "folio/kv/kv_parallel_cache.h"
 
 namespace folio::engine {
 
@@ -89,7 +91,8 @@ struct EngineOptions {
   Duration recovery_retry_interval = std::chrono::seconds(1);
   // A loss of some stages' KV (RunnerRecovery::kStageKv) is rebuilt by replaying the running
   // sequences through those stages only; false: by recomputing every running sequence, as for
-  // kAllKv (the baseline the replay is measured against; the output is the same).
+  // kAllKv (the baseline the replay is measured against; the output is the same). Over a
+  // KV-parallel group lost KV is always recomputed.
   bool replay_lost_stages = true;
 };
 
@@ -107,12 +110,16 @@ struct EngineHealth {
 
 // What the engine drives; borrowed, must outlive it.
 struct EngineParts {
-  kv::BlockManager* block_manager = nullptr;  // required
-  StepRunner* runner = nullptr;               // required
-  bool has_swap_space = false;                // the block manager was given a HostSwapSpace
-  const Clock* clock = nullptr;               // null: a SteadyClock owned by the engine
-  metrics::Registry* registry = nullptr;      // null: a registry owned by the engine
-  TextDecoderFactory text_decoder_factory;    // empty: no text, no stop strings
+  // The KV cache: one block manager, or (kv_parallel_cache set, block_manager null) a
+  // KV-parallel group whose steps carry every member's slots and block tables
+  // (ir::StepBatch::kv_members; dist.md "KV-parallel groups"). Exactly one is required.
+  kv::BlockManager* block_manager = nullptr;
+  kv::KvParallelCache* kv_parallel_cache = nullptr;
+  StepRunner* runner = nullptr;             // required
+  bool has_swap_space = false;              // the block manager was given a HostSwapSpace
+  const Clock* clock = nullptr;             // null: a SteadyClock owned by the engine
+  metrics::Registry* registry = nullptr;    // null: a registry owned by the engine
+  TextDecoderFactory text_decoder_factory;  // empty: no text, no stop strings
   // Adapters requests may name (their ids); null: the runner's supports_adapter() decides.
   lora::AdapterManager* adapters = nullptr;
   // Reacts to memory pressure before each schedule; null: no pressure handling.
@@ -233,6 +240,13 @@ class Engine {
   Status rebuild_lost_kv(const RunnerRecovery& lost);
   // Replays every running sequence's computed tokens through stages 0..through_stage.
   Status replay_running_kv(int32_t through_stage);
+  // Lost stage KV is replayed (options_.replay_lost_stages), except over a KV-parallel group,
+  // whose running sequences recompute it.
+  bool replays_lost_stages() const {
+    return options_.replay_lost_stages && kv_parallel_cache_ == nullptr;
+  }
+  // The step's arrays over the engine's cache (every member's for a KV-parallel group).
+  Result<ir::StepBatch> build_step(const StepPlan& plan);
   // The cached (ref-0) prefix blocks' KV is lost: drop them from the prefix cache.
   void drop_cached_prefixes();
   // The runner did not recover and is unavailable: every request ends with kUnavailable and
@@ -250,7 +264,9 @@ class Engine {
   void tune_phases(const StepPlan& plan, Duration step_time);
 
   const EngineOptions options_;
-  kv::BlockManager& block_manager_;
+  kv::KvCache& kv_cache_;                         // *block_manager_ or *kv_parallel_cache_
+  kv::BlockManager* const block_manager_;         // null for a KV-parallel group
+  kv::KvParallelCache* const kv_parallel_cache_;  // null for one block manager
   StepRunner& runner_;
   lora::AdapterManager* const adapters_;
   MemoryPressureHandler* const pressure_;

@@ -77,7 +77,7 @@ Engine::StepRecovery Engine::recover_step(StepPlan& plan, Status failure) {
       case RunnerRecovery::LostKv::kNone:
         return StepRecovery::kRunAgain;
       case RunnerRecovery::LostKv::kStageKv:
-        return options_.replay_lost_stages ? StepRecovery::kRunAgain : StepRecovery::kRecomputing;
+        return replays_lost_stages() ? StepRecovery::kRunAgain : StepRecovery::kRecomputing;
       case RunnerRecovery::LostKv::kAllKv:
         return StepRecovery::kRecomputing;
     }
@@ -129,7 +129,7 @@ Status Engine::rebuild_lost_kv(const RunnerRecovery& lost) {
     case RunnerRecovery::LostKv::kNone:
       return Status();
     case RunnerRecovery::LostKv::kStageKv:
-      if (options_.replay_lost_stages) return replay_running_kv(lost.replay_through_stage);
+      if (replays_lost_stages()) return replay_running_kv(lost.replay_through_stage);
       [[fallthrough]];
     case RunnerRecovery::LostKv::kAllKv: {
       const int32_t num_sent = scheduler_->recompute_running();
@@ -159,11 +159,16 @@ Status Engine::replay_running_kv(int32_t through_stage) {
     int32_t next = 0;                 // the first position not replayed yet
     bool ready = false;               // positions [0, first) are rewritten
   };
-  const int64_t block_size = block_manager_.options().geometry.block_size;
+  if (block_manager_ == nullptr) {
+    return failed_precondition(
+        "replaying lost KV is not supported for a KV-parallel group; set replay_lost_stages "
+        "false so that the running sequences recompute");
+  }
+  const int64_t block_size = block_manager_->options().geometry.block_size;
   std::vector<Cursor> cursors;
   for (Sequence* sequence : scheduler_->running()) {
     if (sequence->num_computed == 0) continue;
-    Result<std::span<const int32_t>> table = block_manager_.block_table(sequence->seq);
+    Result<std::span<const int32_t>> table = block_manager_->block_table(sequence->seq);
     FOLIO_CHECK(table.ok(), "{}", table.status().to_string());
     cursors.push_back(Cursor{sequence, *table});
   }
@@ -218,7 +223,7 @@ Status Engine::replay_running_kv(int32_t through_stage) {
       budget -= chunk;
     }
     if (replay.empty()) break;
-    Result<ir::StepBatch> built = step_batch_builder_.build(replay, block_manager_);
+    Result<ir::StepBatch> built = build_step(replay);
     FOLIO_CHECK(built.ok(), "laying out a replay step: {}", built.status().to_string());
     FOLIO_RETURN_IF_ERROR(runner_.replay(*built, through_stage)
                               .with_context(fmt::format("replaying the KV of {} running "
@@ -246,7 +251,15 @@ Status Engine::replay_running_kv(int32_t through_stage) {
 }
 
 void Engine::drop_cached_prefixes() {
-  Result<int64_t> dropped = block_manager_.drop_cached_blocks();
+  if (kv_parallel_cache_ != nullptr) {
+    for (int32_t member = 0; member < kv_parallel_cache_->num_groups(); ++member) {
+      Result<int64_t> dropped = kv_parallel_cache_->group(member).drop_cached_blocks();
+      FOLIO_CHECK(dropped.ok(), "dropping the lost prefix cache of KV-parallel member {}: {}",
+                  member, dropped.status().to_string());
+    }
+    return;
+  }
+  Result<int64_t> dropped = block_manager_->drop_cached_blocks();
   FOLIO_CHECK(dropped.ok(), "dropping the lost prefix cache: {}", dropped.status().to_string());
 }
 

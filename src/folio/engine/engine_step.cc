@@ -89,7 +89,7 @@ bool Engine::run_plan(StepPlan& plan, TimePoint started) {
       requests_.at(sequence.request)->first_scheduled = started;
     }
   }
-  if (Status copied = block_manager_.apply_pending_copies(); !copied.ok()) {
+  if (Status copied = kv_cache_.apply_pending_copies(); !copied.ok()) {
     fail_segments(plan, copied.with_context("copying KV blocks before the step"));
     return false;
   }
@@ -99,7 +99,7 @@ bool Engine::run_plan(StepPlan& plan, TimePoint started) {
   ir::StepBatch step;
   ir::StepOutput output;
   while (true) {
-    Result<ir::StepBatch> built = step_batch_builder_.build(plan, block_manager_);
+    Result<ir::StepBatch> built = build_step(plan);
     FOLIO_CHECK(built.ok(), "laying out a step: {}", built.status().to_string());
     step = *built;
     profile_lap(exec::ProfileRow::kStepBuilding);
@@ -368,9 +368,10 @@ void Engine::tune_phases(const StepPlan& plan, Duration step_time) {
   }
   observation.preemptions = plan.num_preempted_by_recompute + plan.num_preempted_by_swap;
   observation.held_by_kv_share = plan.num_held_by_kv_share;
-  const int64_t max_blocks = block_manager_.max_sequence_blocks();
+  // Over every member of a KV-parallel group.
+  const int64_t max_blocks = kv_cache_.total_sequence_blocks();
   observation.kv_utilization =
-      max_blocks > 0 ? static_cast<double>(block_manager_.counts().owned) / max_blocks : 0.0;
+      max_blocks > 0 ? static_cast<double>(kv_cache_.total_counts().owned) / max_blocks : 0.0;
   observation.step_time = step_time;
   if (!phase_tuner_.observe(observation)) return;
   const Status applied = scheduler_->set_phase_split(phase_tuner_.split());
@@ -379,10 +380,16 @@ void Engine::tune_phases(const StepPlan& plan, Duration step_time) {
                           phase_tuner_.num_kv_share_moves());
 }
 
+Result<ir::StepBatch> Engine::build_step(const StepPlan& plan) {
+  if (kv_parallel_cache_ != nullptr) return step_batch_builder_.build(plan, *kv_parallel_cache_);
+  return step_batch_builder_.build(plan, *block_manager_);
+}
+
 void Engine::report_state() {
   metrics_.on_state(scheduler_->num_waiting(), scheduler_->num_running(), scheduler_->num_swapped(),
-                    block_manager_.counts(), block_manager_.num_dummy_blocks(),
-                    block_manager_.prefix_stats());
+                    kv_cache_.total_counts(),
+                    static_cast<int32_t>(kv_cache_.total_reserved_blocks()),
+                    kv_cache_.total_prefix_stats());
 }
 
 }  // namespace folio::engine

@@ -49,7 +49,9 @@ PressureActions pressure_actions(PressureLevel level) {
 Result<std::unique_ptr<MemoryPressureHandler>> MemoryPressureHandler::create(
     const MemoryPressureOptions& options, const PressureSources& sources) {
   FOLIO_RETURN_IF_ERROR(options.validate());
-  if (sources.pool == nullptr || sources.block_manager == nullptr || sources.registry == nullptr) {
+  if (sources.pool == nullptr ||
+      (sources.block_manager == nullptr && sources.kv_cache == nullptr) ||
+      sources.registry == nullptr) {
     return invalid_argument("memory pressure handling needs the pool, the KV cache and a registry");
   }
   std::unique_ptr<MemoryPressureHandler> handler(new MemoryPressureHandler(options, sources));
@@ -112,6 +114,12 @@ double MemoryPressureHandler::pool_utilization() const {
 }
 
 double MemoryPressureHandler::kv_utilization() const {
+  if (sources_.kv_cache != nullptr) {
+    const kv::KvCache& cache = *sources_.kv_cache;
+    const int64_t capacity = cache.total_sequence_blocks() + cache.total_reserved_blocks();
+    if (capacity <= 0) return 0.0;
+    return static_cast<double>(cache.total_counts().owned) / static_cast<double>(capacity);
+  }
   const kv::BlockManager& block_manager = *sources_.block_manager;
   const int64_t capacity = block_manager.allocator().max_held_blocks();
   if (capacity <= 0) return 0.0;

@@ -40,6 +40,7 @@
 #include "folio/base/result.h"
 #include "folio/engine/scheduler.h"
 #include "folio/kv/block_manager.h"
+#include "folio/kv/kv_cache.h"
 #include "folio/memory/memory_pressure.h"
 #include "folio/memory/page_pool.h"
 
@@ -78,7 +79,10 @@ PressureActions pressure_actions(memory::PressureLevel level);
 // What the handler reads and acts on; borrowed, must outlive it.
 struct PressureSources {
   memory::PagePool* pool = nullptr;           // required
-  kv::BlockManager* block_manager = nullptr;  // required
+  kv::BlockManager* block_manager = nullptr;  // required unless kv_cache is set
+  // The cache whose OWNED blocks count instead of block_manager's: a KV-parallel group
+  // (kv/kv_cache.h), its utilization summed over the members. Null: block_manager.
+  kv::KvCache* kv_cache = nullptr;
   // Gives back the pages of graph captures idle for at least the given steps; returns the bytes
   // given back. Empty: no graph executor to ask.
   std::function<int64_t(int64_t idle_steps)> release_idle_captures;

@@ -63,6 +63,9 @@ ModelEngine::~ModelEngine() {
   calibrating_runner_.reset();
   runner_.reset();
   executor_.reset();
+  kv_parallel_cache_.reset();
+  member_managers_.clear();
+  member_sources_.clear();
   block_manager_.reset();
   // Hot adapters hold pool pages.
   adapters_.reset();
@@ -178,6 +181,56 @@ Status ModelEngine::build_executor(const ModelEngineOptions& options) {
   return Status();
 }
 
+Status ModelEngine::build_kv_parallel(const ModelEngineOptions& options) {
+  const int32_t members = options.kv_parallel_members;
+  const kv::BlockManagerOptions& local = block_manager_->options();
+  const int32_t block_size = local.geometry.block_size;
+  const int32_t tokens_per_member =
+      options.kv_tokens_per_member > 0
+          ? options.kv_tokens_per_member
+          : ceil_div(ceil_div(local.max_context_tokens, members), block_size) * block_size;
+  if (tokens_per_member % block_size != 0) {
+    return invalid_argument(
+        "kv_tokens_per_member {} is not a multiple of the block size {}; round it to whole "
+        "blocks",
+        tokens_per_member, block_size);
+  }
+  kv::BlockManagerOptions member_options = local;
+  member_options.max_context_tokens = tokens_per_member;
+  const int64_t block_bytes = local.geometry.block_bytes();
+  const int64_t blocks_per_page = options.page_bytes / block_bytes;
+  const auto num_pages =
+      static_cast<int32_t>(std::max<int64_t>(1, options.kv_cache_bytes / options.page_bytes));
+  std::vector<kv::BlockManager*> managers;
+  for (int32_t member = 0; member < members; ++member) {
+    // Pages the coordinator never writes: the KV lives in the members; untouched, the
+    // allocation stays virtual.
+    member_sources_.push_back(
+        std::make_unique<kv::FixedPageSource>(blocks_per_page * block_bytes, num_pages));
+    FOLIO_ASSIGN_OR_RETURN(std::unique_ptr<kv::BlockManager> manager,
+                           kv::BlockManager::create(member_options, *member_sources_.back(),
+                                                    *copier_, /*swap_space=*/nullptr));
+    // Every member's padding blocks must be the ids the runner is told (RemoteStepSetup).
+    if (member > 0 && manager->dummy_block() != member_managers_.front()->dummy_block()) {
+      return internal_error("KV-parallel members reserve different padding blocks");
+    }
+    managers.push_back(manager.get());
+    member_managers_.push_back(std::move(manager));
+  }
+  FOLIO_ASSIGN_OR_RETURN(kv_parallel_cache_,
+                         kv::KvParallelCache::create(managers, tokens_per_member));
+  remote_setup_.num_kv_blocks = int64_t{num_pages} * blocks_per_page;
+  remote_setup_.max_blocks_per_sequence = tokens_per_member / block_size;
+  remote_setup_.first_dummy_block = member_managers_.front()->dummy_block().value();
+  remote_setup_.num_dummy_blocks = member_managers_.front()->num_dummy_blocks();
+  remote_setup_.kv_parallel_members = members;
+  remote_setup_.kv_tokens_per_member = tokens_per_member;
+  log::info("KV-parallel group: {} members of {} tokens ({} blocks each), context {} tokens",
+            members, tokens_per_member, remote_setup_.num_kv_blocks,
+            kv_parallel_cache_->max_context_tokens());
+  return Status();
+}
+
 Result<SchedulerOptions> ModelEngine::fit_steps_to_memory(const ModelEngineOptions& options) {
   SchedulerOptions scheduler = options.scheduler;
   if (!(options.max_step_memory_fraction > 0.0 && options.max_step_memory_fraction <= 1.0)) {
@@ -260,11 +313,35 @@ Result<std::unique_ptr<ModelEngine>> ModelEngine::create(std::unique_ptr<model::
         "a remote step runner serves the base model without swap space: adapters and swap are "
         "not relayed to pipeline workers yet");
   }
+  if (options.kv_parallel_members < 1) {
+    return invalid_argument("kv_parallel_members must be at least 1, got {}",
+                            options.kv_parallel_members);
+  }
+  const bool kv_parallel = options.kv_parallel_members > 1;
+  if (kv_parallel) {
+    if (!options.remote_runner) {
+      return invalid_argument(
+          "a KV-parallel group of {} members needs a remote_runner that runs the members (worker "
+          "processes, or executors on threads); set kv_parallel_members to 1 to run locally",
+          options.kv_parallel_members);
+    }
+    if (options.kv_cache_bytes <= 0) {
+      return invalid_argument(
+          "a KV-parallel group needs kv_cache_bytes set to each member's KV cache size (its "
+          "members' caches are not in the local pool)");
+    }
+    if (options.scheduler.preemption_mode != PreemptionMode::kRecompute) {
+      return invalid_argument(
+          "a KV-parallel group preempts by recompute only (its members' swaps are not "
+          "coordinated); set scheduler.preemption_mode to recompute");
+    }
+  }
   std::unique_ptr<ModelEngine> bundle(new ModelEngine());
   bundle->model_ = std::move(model);
   bundle->thread_pool_ = std::make_unique<ThreadPool>(options.num_threads);
   FOLIO_RETURN_IF_ERROR(bundle->build_memory(options));
   FOLIO_RETURN_IF_ERROR(bundle->build_executor(options));
+  if (kv_parallel) FOLIO_RETURN_IF_ERROR(bundle->build_kv_parallel(options));
   FOLIO_RETURN_IF_ERROR(bundle->build_preemption_cost(options));
   if (options.remote_runner) {
     FOLIO_ASSIGN_OR_RETURN(bundle->remote_runner_, options.remote_runner(bundle->remote_setup_));
@@ -284,6 +361,8 @@ Result<std::unique_ptr<ModelEngine>> ModelEngine::create(std::unique_ptr<model::
     PressureSources sources;
     sources.pool = bundle->pool_.get();
     sources.block_manager = bundle->block_manager_.get();
+    // A group's KV utilization is its members' (summed); the pool holds the graph arena.
+    sources.kv_cache = bundle->kv_parallel_cache_.get();
     sources.registry = &bundle->registry_;
     exec::Executor* executor = bundle->executor_.get();
     sources.release_idle_captures = [executor](int64_t idle_steps) -> int64_t {
@@ -299,7 +378,11 @@ Result<std::unique_ptr<ModelEngine>> ModelEngine::create(std::unique_ptr<model::
   }
   EngineParts parts;
   parts.pressure = bundle->pressure_.get();
-  parts.block_manager = bundle->block_manager_.get();
+  if (kv_parallel) {
+    parts.kv_parallel_cache = bundle->kv_parallel_cache_.get();
+  } else {
+    parts.block_manager = bundle->block_manager_.get();
+  }
   if (bundle->remote_runner_ != nullptr) {
     parts.runner = bundle->remote_runner_.get();
   } else if (bundle->calibrating_runner_ != nullptr) {

@@ -21,7 +21,9 @@
 #include "folio/exec/multi_shape_arena.h"
 #include "folio/kv/block_copier.h"
 #include "folio/kv/block_manager.h"
+#include "folio/kv/fixed_page_source.h"
 #include "folio/kv/host_swap_space.h"
+#include "folio/kv/kv_parallel_cache.h"
 #include "folio/kv/pool_page_source.h"
 #include "folio/lora/adapter_manager.h"
 #include "folio/memory/page_pool.h"
@@ -48,8 +50,10 @@ struct RemoteStepSetup {
   // A KV-parallel group (dist.md "KV-parallel groups"; ModelEngineOptions::kv_parallel): 1, or
   // the number of members, member g holding positions [g * kv_tokens_per_member, (g + 1) *
   // kv_tokens_per_member) of every sequence in a cache of its own. Every member's cache has the
-  // block ids, padding blocks and block size above; every step's batch carries each member's
-  // slots and block tables (ir::StepBatch::kv_members), and the runner returns member 0's logits.
+  // block ids, padding blocks and block size above (num_kv_blocks: one member's blocks;
+  // max_blocks_per_sequence: a member's width, kv_tokens_per_member / block_size); every step's
+  // batch carries each member's slots and block tables (ir::StepBatch::kv_members), and the
+  // runner returns member 0's logits.
   int32_t kv_parallel_members = 1;
   int32_t kv_tokens_per_member = 0;
   // The engine's registry, for the runner's own series (a pipeline's folio_dist_*); outlives
@@ -114,7 +118,12 @@ struct ModelEngineOptions {
   // and appends are per member and all or nothing; preemption is by recompute. Needs a
   // remote_runner (the members run elsewhere: worker processes, or executors on threads),
   // which gets kv_parallel_members and kv_tokens_per_member in its RemoteStepSetup. 0 tokens
-  // per member: max_context_tokens / members rounded up to whole blocks.
+  // per member: max_context_tokens / members rounded up to whole blocks. Needs kv_cache_bytes
+  // (each member's cache); refuses swap space, adapters and preemption modes other than
+  // recompute; memory pressure reads the members' KV utilization (summed) beside the pool. The
+  // engine's context limit is members x tokens per member. The coordinator's member block managers
+  // sit on page sources whose pages it never touches (kv::FixedPageSource: untouched virtual
+  // memory); the KV lives in the members.
   int32_t kv_parallel_members = 1;
   int32_t kv_tokens_per_member = 0;
   // Recovery of the step runner (engine.h "Recovery"; a remote runner that lost a worker): how
@@ -135,7 +144,11 @@ class ModelEngine {
   const model::LlamaModel& model() const { return *model_; }
   memory::PagePool& pool() { return *pool_; }
   exec::Executor& executor() { return *executor_; }
+  // The local executor's cache; with a KV-parallel group the engine's cache is
+  // kv_parallel_cache() instead (this one then only sizes the local executor).
   kv::BlockManager& block_manager() { return *block_manager_; }
+  // Null unless options.kv_parallel_members > 1.
+  kv::KvParallelCache* kv_parallel_cache() { return kv_parallel_cache_.get(); }
   // Null unless started with adapters.
   lora::AdapterManager* adapters() { return adapters_.get(); }
   // Null when pressure handling is off.
@@ -151,6 +164,8 @@ class ModelEngine {
   ModelEngine() = default;
   Status build_memory(const ModelEngineOptions& options);
   Status build_executor(const ModelEngineOptions& options);
+  // The KV-parallel group's member block managers and cache; its numbers in remote_setup_.
+  Status build_kv_parallel(const ModelEngineOptions& options);
   // The scheduler's options with the token budget and prefill chunk cut to what
   // max_step_memory_fraction of the budget holds.
   Result<SchedulerOptions> fit_steps_to_memory(const ModelEngineOptions& options);
@@ -168,6 +183,10 @@ class ModelEngine {
   std::unique_ptr<kv::KvBlockCopier> copier_;
   std::unique_ptr<kv::HostSwapSpace> swap_space_;
   std::unique_ptr<kv::BlockManager> block_manager_;
+  // A KV-parallel group's members (empty otherwise).
+  std::vector<std::unique_ptr<kv::FixedPageSource>> member_sources_;
+  std::vector<std::unique_ptr<kv::BlockManager>> member_managers_;
+  std::unique_ptr<kv::KvParallelCache> kv_parallel_cache_;
   std::unique_ptr<exec::OpProfile> profile_;
   std::unique_ptr<exec::Executor> executor_;
   std::unique_ptr<ModelStepRunner> runner_;

@@ -104,8 +104,7 @@ Status SchedulerOptions::validate() const {
 }
 
 Result<std::unique_ptr<Scheduler>> Scheduler::create(const SchedulerOptions& options,
-                                                     kv::BlockManager& block_manager,
-                                                     bool has_swap_space,
+                                                     kv::KvCache& kv_cache, bool has_swap_space,
                                                      lora::AdapterManager* adapters) {
   FOLIO_RETURN_IF_ERROR(options.validate());
   if (options.preemption_mode != PreemptionMode::kRecompute && !has_swap_space) {
@@ -114,14 +113,20 @@ Result<std::unique_ptr<Scheduler>> Scheduler::create(const SchedulerOptions& opt
         "recompute",
         preemption_mode_name(options.preemption_mode));
   }
-  return std::unique_ptr<Scheduler>(
-      new Scheduler(options, block_manager, has_swap_space, adapters));
+  if (kv_cache.num_members() > 1 && !kv_cache.supports_swap() &&
+      (has_swap_space || options.preemption_mode != PreemptionMode::kRecompute)) {
+    return invalid_argument(
+        "preemption by {} with a swap space, but the KV cache ({} members) does not swap: a "
+        "KV-parallel group preempts by recompute only",
+        preemption_mode_name(options.preemption_mode), kv_cache.num_members());
+  }
+  return std::unique_ptr<Scheduler>(new Scheduler(options, kv_cache, has_swap_space, adapters));
 }
 
-Scheduler::Scheduler(const SchedulerOptions& options, kv::BlockManager& block_manager,
-                     bool has_swap_space, lora::AdapterManager* adapters)
+Scheduler::Scheduler(const SchedulerOptions& options, kv::KvCache& kv_cache, bool has_swap_space,
+                     lora::AdapterManager* adapters)
     : options_(options),
-      block_manager_(block_manager),
+      kv_cache_(kv_cache),
       adapters_(adapters),
       has_swap_space_(has_swap_space) {}
 
@@ -197,7 +202,7 @@ void Scheduler::fork(Sequence* parent, Sequence* child) {
               "request {}: fork of a sequence that is not a completed prefill with forks pending",
               parent->request);
   FOLIO_CHECK(child->status == SequenceStatus::kWaiting && child->num_allocated == 0);
-  const Status forked = block_manager_.fork(parent->seq, child->seq);
+  const Status forked = kv_cache_.fork(parent->seq, child->seq);
   FOLIO_CHECK(forked.ok(), "forking the KV of request {}: {}", parent->request, forked.to_string());
   child->tokens = parent->tokens;
   child->num_prompt_tokens = parent->num_prompt_tokens;
@@ -224,7 +229,7 @@ void Scheduler::release_kv(Sequence* sequence) {
   drop_adapter(sequence);
   if (sequence->status == SequenceStatus::kRunning ||
       sequence->status == SequenceStatus::kSwapped) {
-    const Status status = block_manager_.free(sequence->seq);
+    const Status status = kv_cache_.free(sequence->seq);
     FOLIO_CHECK(status.ok(), "freeing the KV of request {}: {}", sequence->request,
                 status.to_string());
   }
@@ -310,8 +315,8 @@ void Scheduler::schedule_decodes(StepPlan& plan, int32_t& budget) {
     // Preempted earlier in this loop (as a victim) or the budget ran out.
     if (sequence->status != SequenceStatus::kRunning || budget < 1) continue;
     while (true) {
-      Result<kv::AppendOutcome> outcome =
-          block_manager_.append_slot(sequence->seq, sequence->tokens.back());
+      Result<kv::AppendedToken> outcome =
+          kv_cache_.append_token(sequence->seq, sequence->tokens.back());
       FOLIO_CHECK(outcome.ok(), "append_slot for request {}: {}", sequence->request,
                   outcome.status().to_string());
       if (outcome->status == kv::AppendStatus::kAppended) {
@@ -325,7 +330,7 @@ void Scheduler::schedule_decodes(StepPlan& plan, int32_t& budget) {
         budget -= 1;
         break;
       }
-      Sequence* victim = pick_victim(sequence);
+      Sequence* victim = pick_victim(sequence, outcome->member);
       if (victim == nullptr) break;  // past the watermark: waits for this step's decodes
       // Scheduled decodes outrank the one asking (run order), so the victim never has a segment
       // in this step already.
@@ -422,49 +427,47 @@ void Scheduler::admit(StepPlan& plan, int32_t& budget, TimePoint now) {
 
 bool Scheduler::held_by_kv_share(const Sequence& sequence) const {
   if (options_.phase_split.decode_kv_share <= 0.0 || running_.empty()) return false;
-  const int64_t block_size = block_manager_.options().geometry.block_size;
-  const int64_t needed =
-      (static_cast<int64_t>(sequence.tokens.size()) + block_size - 1) / block_size;
-  const auto reserved =
-      static_cast<int64_t>(std::ceil(options_.phase_split.decode_kv_share *
-                                     static_cast<double>(block_manager_.max_sequence_blocks())));
-  return block_manager_.allocator().num_obtainable_blocks() - needed < reserved;
+  // Each member it would span keeps the share of its capacity free after taking its part.
+  return !kv_cache_.has_room_for(
+      kv::RoomQuery{.num_tokens = static_cast<int32_t>(sequence.tokens.size()),
+                    .apply_watermark = false,
+                    .reserve_blocks = 0,
+                    .reserve_fraction = options_.phase_split.decode_kv_share});
 }
 
 bool Scheduler::try_resume_swapped(Sequence* sequence, StepPlan& plan) {
   if (admission_held_against(sequence)) return false;
   // Appends ignore the watermark, so a sequence may have grown past what swap-in under the
   // watermark admits: it comes back past it when nothing is more important (scheduler.h).
-  const int64_t num_blocks = blocks_for(sequence->num_allocated);
   // Its pending token needs a block the cache cannot give: it outgrew the cache (a request
   // whose prompt plus max_tokens does not fit).
   const auto num_tokens = static_cast<int32_t>(sequence->tokens.size());
-  if (blocks_for(num_tokens) > block_manager_.max_sequence_blocks()) {
+  if (!kv_cache_.fits_ever(num_tokens, /*apply_watermark=*/false)) {
     fail(sequence,
          resource_exhausted(
              "request's context of {} tokens has outgrown the KV cache ({} blocks of {} tokens); "
              "lower max_tokens or give the KV cache more memory",
-             num_tokens, block_manager_.max_sequence_blocks(),
-             block_manager_.options().geometry.block_size),
+             num_tokens, kv_cache_.total_sequence_blocks(), kv_cache_.cache_block_size()),
          plan);
     return false;
   }
-  const bool past_watermark = beyond_watermark(num_blocks);
+  const bool past_watermark = beyond_watermark(sequence->num_allocated);
   if (past_watermark && !may_pass_watermark(sequence)) return false;
   // Room for the next step's decodes too, its own pending token included: otherwise the first
   // of them to cross a block boundary would preempt it (usually the latest arrival) before it
   // ran, a swap out and in without progress that only spends its max_preemptions. Appends may
   // use the watermark's blocks, so the room is the larger of the two; alone it always fits (its
   // pending token fits the cache, checked above).
-  const int64_t reserve = past_watermark ? 0 : block_manager_.watermark_blocks();
-  if (block_manager_.allocator().num_obtainable_blocks() - num_blocks <
-      std::max(reserve, next_step_growth(sequence))) {
+  if (!kv_cache_.has_room_for(kv::RoomQuery{.num_tokens = sequence->num_allocated,
+                                            .apply_watermark = !past_watermark,
+                                            .reserve_blocks = next_step_growth(sequence),
+                                            .reserve_fraction = 0.0})) {
     if (past_watermark) hold_admission(sequence);
     return false;
   }
   if (!hold_adapter(sequence, plan)) return false;
   const kv::SeqId seqs[] = {sequence->seq};
-  Result<kv::SwapOutcome> outcome = block_manager_.swap_in(seqs, !past_watermark);
+  Result<kv::SwapOutcome> outcome = kv_cache_.swap_in(seqs, !past_watermark);
   if (!outcome.ok()) {
     fail(sequence, outcome.status().with_context("swapping the request's KV back in"), plan);
     return false;
@@ -490,9 +493,8 @@ bool Scheduler::try_admit_waiting(Sequence* sequence, StepPlan& plan, int32_t& b
   // A sequence preempted by recompute may have grown past what allocation under the watermark
   // admits: like a swapped one it comes back past it when nothing is more important. A new
   // sequence that large never fits.
-  const int64_t num_blocks = blocks_for(num_tokens);
-  const bool past_watermark = sequence->num_preemptions > 0 && beyond_watermark(num_blocks) &&
-                              num_blocks <= block_manager_.max_sequence_blocks();
+  const bool past_watermark = sequence->num_preemptions > 0 && beyond_watermark(num_tokens) &&
+                              kv_cache_.fits_ever(num_tokens, /*apply_watermark=*/false);
   if (past_watermark && !may_pass_watermark(sequence)) return false;
   // Held before the KV allocation, which could otherwise evict the adapter's pages.
   if (!hold_adapter(sequence, plan)) return false;
@@ -512,8 +514,12 @@ bool Scheduler::try_admit_waiting(Sequence* sequence, StepPlan& plan, int32_t& b
       fail(sequence,
            resource_exhausted(
                "request needs KV for {} tokens, more than the KV cache can ever hold above its "
-               "watermark; shorten the prompt or max_tokens, or give the KV cache more memory",
-               num_tokens),
+               "watermark{}; shorten the prompt or max_tokens, or give the KV cache more memory",
+               num_tokens,
+               kv_cache_.num_members() > 1
+                   ? fmt::format(" (a KV-parallel group of {} members holds at most {} tokens)",
+                                 kv_cache_.num_members(), kv_cache_.context_limit())
+                   : std::string()),
            plan);
       return false;
   }
@@ -539,22 +545,18 @@ Result<kv::AllocateOutcome> Scheduler::allocate(Sequence* sequence, bool apply_w
   // Nothing from the prefix cache when it wants its prompt logits: every prompt position must
   // run to give them.
   if (sequence->wants_prompt_logits) request.max_hit_tokens = 0;
-  FOLIO_ASSIGN_OR_RETURN(kv::BlockManager::Reservation reservation,
-                         block_manager_.prepare_allocate(sequence->seq, request));
-  const kv::AllocateOutcome outcome = reservation.outcome();
-  if (reservation.is_open()) block_manager_.commit(std::move(reservation));
-  return outcome;
+  return kv_cache_.allocate_sequence(sequence->seq, request);
 }
 
 int64_t Scheduler::blocks_for(int32_t num_tokens) const {
-  const int32_t block_size = block_manager_.options().geometry.block_size;
+  const int32_t block_size = kv_cache_.cache_block_size();
   return (int64_t{num_tokens} + block_size - 1) / block_size;
 }
 
 int64_t Scheduler::next_step_growth(const Sequence* resumed) const {
   // A sequence whose allocated tokens end on a block boundary takes a new block with its next
   // token (running prefills are counted too, though only completing ones will: a bound).
-  const int32_t block_size = block_manager_.options().geometry.block_size;
+  const int32_t block_size = kv_cache_.cache_block_size();
   int64_t growth = resumed->num_allocated % block_size == 0 ? 1 : 0;
   for (const Sequence* running : running_) {
     if (running->num_allocated % block_size == 0) ++growth;
@@ -562,8 +564,8 @@ int64_t Scheduler::next_step_growth(const Sequence* resumed) const {
   return growth;
 }
 
-bool Scheduler::beyond_watermark(int64_t num_blocks) const {
-  return num_blocks > block_manager_.max_sequence_blocks() - block_manager_.watermark_blocks();
+bool Scheduler::beyond_watermark(int32_t num_tokens) const {
+  return !kv_cache_.fits_ever(num_tokens, /*apply_watermark=*/true);
 }
 
 bool Scheduler::may_pass_watermark(const Sequence* sequence) const {
@@ -588,7 +590,7 @@ void Scheduler::hold_admission(const Sequence* sequence) {
   admission_held_step_ = step_index_;
 }
 
-Sequence* Scheduler::pick_victim(const Sequence* asking) const {
+Sequence* Scheduler::pick_victim(const Sequence* asking, int32_t member) const {
   FOLIO_CHECK(!running_.empty(), "preemption with nothing running");
   // A decode scheduled in this step has appended its token, so it looks like a prefill of one;
   // it is not a partial prefill.
@@ -599,6 +601,10 @@ Sequence* Scheduler::pick_victim(const Sequence* asking) const {
   // when it asks itself, those scheduled in this step cannot give up their blocks.
   auto eligible = [&](const Sequence* sequence) {
     if (running_.size() == 1) return true;
+    // Preempting a sequence that holds nothing in the short member frees nothing there.
+    if (sequence != asking && kv_cache_.members_spanned(sequence->num_allocated) <= member) {
+      return false;
+    }
     if (sequence == past_watermark_) return false;
     return asking != past_watermark_ || sequence->last_scheduled_step != step_index_;
   };
@@ -662,7 +668,7 @@ void Scheduler::preempt(Sequence* victim, StepPlan& plan) {
   }
   if (swap_victim(*victim, plan)) {
     const kv::SeqId seqs[] = {victim->seq};
-    Result<kv::SwapOutcome> outcome = block_manager_.swap_out(seqs);
+    Result<kv::SwapOutcome> outcome = kv_cache_.swap_out(seqs);
     if (outcome.ok() && outcome->status == kv::SwapStatus::kSwapped) {
       drop_adapter(victim);
       remove_running(victim);
@@ -707,7 +713,7 @@ void Scheduler::complete(const StepPlan& plan) {
                     sequence->num_computed == segment.first_position,
                 "request {} changed between scheduling and completing its step", sequence->request);
     sequence->num_computed += segment.num_tokens;
-    const Status status = block_manager_.mark_computed(sequence->seq, sequence->num_computed);
+    const Status status = kv_cache_.mark_computed(sequence->seq, sequence->num_computed);
     FOLIO_CHECK(status.ok(), "mark_computed for request {}: {}", sequence->request,
                 status.to_string());
   }
@@ -727,7 +733,7 @@ void Scheduler::check_invariants() const {
       const auto num_tokens = static_cast<int32_t>(sequence->tokens.size());
       FOLIO_CHECK(sequence->num_computed <= sequence->num_allocated &&
                   sequence->num_allocated <= num_tokens);
-      const bool held = block_manager_.contains(sequence->seq);
+      const bool held = kv_cache_.contains(sequence->seq);
       if (status == SequenceStatus::kWaiting) {
         FOLIO_CHECK(!held && sequence->num_allocated == 0, "waiting request {} holds KV",
                     sequence->request);
@@ -735,9 +741,8 @@ void Scheduler::check_invariants() const {
       }
       FOLIO_CHECK(held, "{} request {} holds no KV", sequence_status_name(status),
                   sequence->request);
-      FOLIO_CHECK(*block_manager_.num_tokens(sequence->seq) == sequence->num_allocated);
-      FOLIO_CHECK(*block_manager_.is_swapped(sequence->seq) ==
-                  (status == SequenceStatus::kSwapped));
+      FOLIO_CHECK(*kv_cache_.num_tokens(sequence->seq) == sequence->num_allocated);
+      FOLIO_CHECK(*kv_cache_.is_swapped(sequence->seq) == (status == SequenceStatus::kSwapped));
       FOLIO_CHECK(sequence->num_allocated == num_tokens ||
                       (sequence->num_allocated == num_tokens - 1 &&
                        sequence->num_computed == sequence->num_allocated),
@@ -748,8 +753,7 @@ void Scheduler::check_invariants() const {
   check_queue(waiting_, SequenceStatus::kWaiting);
   check_queue(running_, SequenceStatus::kRunning);
   check_queue(swapped_, SequenceStatus::kSwapped);
-  FOLIO_CHECK(block_manager_.num_sequences() ==
-              static_cast<int64_t>(running_.size() + swapped_.size()));
+  FOLIO_CHECK(kv_cache_.num_sequences() == static_cast<int64_t>(running_.size() + swapped_.size()));
   int32_t num_reserved = 0;
   for (const Sequence* sequence : running_) num_reserved += sequence->num_pending_forks;
   FOLIO_CHECK(num_reserved == num_reserved_forks_, "{} fork slots reserved, {} counted",

@@ -101,6 +101,7 @@
 #include "folio/engine/preemption_cost.h"
 #include "folio/engine/sequence.h"
 #include "folio/kv/block_manager.h"
+#include "folio/kv/kv_cache.h"
 #include "folio/lora/adapter_manager.h"
 
 namespace folio::engine {
@@ -196,12 +197,13 @@ struct StepPlan {
 
 class Scheduler {
  public:
-  // Errors: invalid options, or a swap mode without a host swap space.
+  // Errors: invalid options, or a swap mode without a host swap space (or with a cache that
+  // does not swap: a KV-parallel group). `kv_cache`: one block manager or a KV-parallel group
+  // (kv/kv_cache.h); admission asks it in tokens, so one code path serves both.
   // `adapters` (null: nothing is held; the runner serves any adapter itself) must outlive the
   // scheduler.
   static Result<std::unique_ptr<Scheduler>> create(const SchedulerOptions& options,
-                                                   kv::BlockManager& block_manager,
-                                                   bool has_swap_space,
+                                                   kv::KvCache& kv_cache, bool has_swap_space,
                                                    lora::AdapterManager* adapters = nullptr);
   Scheduler(const Scheduler&) = delete;
   Scheduler& operator=(const Scheduler&) = delete;
@@ -266,7 +268,7 @@ class Scheduler {
   void check_invariants() const;
 
  private:
-  Scheduler(const SchedulerOptions& options, kv::BlockManager& block_manager, bool has_swap_space,
+  Scheduler(const SchedulerOptions& options, kv::KvCache& kv_cache, bool has_swap_space,
             lora::AdapterManager* adapters);
   // Holds the sequence's adapter resident before it runs: true when held (or none is needed);
   // false while it loads (the sequence waits, those behind it are tried); a load error fails
@@ -286,8 +288,8 @@ class Scheduler {
   int64_t blocks_for(int32_t num_tokens) const;
   // Blocks the next step's decodes may take, with `resumed` running beside them.
   int64_t next_step_growth(const Sequence* resumed) const;
-  // Whether a preempted sequence of this many blocks can come back only past the watermark.
-  bool beyond_watermark(int64_t num_blocks) const;
+  // Whether a preempted sequence of this many tokens can come back only past the watermark.
+  bool beyond_watermark(int32_t num_tokens) const;
   // Whether `sequence` may come back past the watermark now (nothing more important).
   bool may_pass_watermark(const Sequence* sequence) const;
   // Whether another candidate holds admission for this step (it comes back past the watermark).
@@ -298,9 +300,11 @@ class Scheduler {
   // Whether the split's KV share holds this WAITING sequence back (file comment).
   bool held_by_kv_share(const Sequence& sequence) const;
   int32_t logit_rows_left(const StepPlan& plan) const;
-  // The victim for `asking`, which found no block; null when `asking` runs past the watermark
-  // and only sequences already scheduled in this step could give it one.
-  Sequence* pick_victim(const Sequence* asking) const;
+  // The victim for `asking`, which found no block in cache member `member` (0 for one block
+  // manager); only a sequence spanning that member (or `asking` itself) frees a block there.
+  // Null when `asking` runs past the watermark and only sequences already scheduled in this step
+  // could give it one, or when no other sequence holds blocks in the member.
+  Sequence* pick_victim(const Sequence* asking, int32_t member = 0) const;
   void preempt(Sequence* victim, StepPlan& plan);
   // Whether a decoding victim is swapped (else recomputed), counting cost decisions in `plan`.
   bool swap_victim(const Sequence& victim, StepPlan& plan) const;
@@ -315,7 +319,7 @@ class Scheduler {
 
   SchedulerOptions options_;
   SchedulerPressure pressure_;
-  kv::BlockManager& block_manager_;
+  kv::KvCache& kv_cache_;
   lora::AdapterManager* const adapters_;
   const bool has_swap_space_;
   const PreemptionCostModel* preemption_cost_ = nullptr;

@@ -2,8 +2,7 @@
 
 namespace folio::engine {
 
-Result<ir::StepBatch> StepBatchBuilder::build(const StepPlan& plan,
-                                              const kv::BlockManager& block_manager) {
+ir::StepBatch StepBatchBuilder::lay_out(const StepPlan& plan) {
   token_ids_.clear();
   positions_.clear();
   query_start_.assign(1, 0);
@@ -35,21 +34,50 @@ Result<ir::StepBatch> StepBatchBuilder::build(const StepPlan& plan,
     kv_segments_.push_back(
         kv::StepSegment{sequence.seq, segment.first_position, segment.num_tokens});
   }
+  ir::StepBatch batch;
+  batch.token_ids = token_ids_;
+  batch.positions = positions_;
+  batch.query_start = query_start_;
+  batch.seq_lens = seq_lens_;
+  batch.logit_indices = logit_indices_;
+  batch.adapter_ids = adapter_ids_;
+  batch.max_blocks_per_sequence = max_blocks_per_sequence_;
+  return batch;
+}
+
+Result<ir::StepBatch> StepBatchBuilder::build(const StepPlan& plan,
+                                              const kv::BlockManager& block_manager) {
+  ir::StepBatch batch = lay_out(plan);
   slot_mapping_.resize(token_ids_.size());
   FOLIO_RETURN_IF_ERROR(block_manager.fill_slot_mapping(kv_segments_, slot_mapping_));
   block_tables_.resize(seqs_.size() * static_cast<size_t>(max_blocks_per_sequence_));
   FOLIO_RETURN_IF_ERROR(
       block_manager.fill_block_tables(seqs_, max_blocks_per_sequence_, block_tables_));
-  ir::StepBatch batch;
-  batch.token_ids = token_ids_;
-  batch.positions = positions_;
   batch.slot_mapping = slot_mapping_;
-  batch.query_start = query_start_;
-  batch.seq_lens = seq_lens_;
   batch.block_tables = block_tables_;
-  batch.logit_indices = logit_indices_;
-  batch.adapter_ids = adapter_ids_;
-  batch.max_blocks_per_sequence = max_blocks_per_sequence_;
+  return batch;
+}
+
+Result<ir::StepBatch> StepBatchBuilder::build(const StepPlan& plan,
+                                              const kv::KvParallelCache& cache) {
+  ir::StepBatch batch = lay_out(plan);
+  const auto num_members = static_cast<size_t>(cache.num_groups());
+  member_slot_mappings_.resize(num_members);
+  member_block_tables_.resize(num_members);
+  kv_members_.resize(num_members);
+  for (size_t member = 0; member < num_members; ++member) {
+    std::vector<int32_t>& slots = member_slot_mappings_[member];
+    std::vector<int32_t>& tables = member_block_tables_[member];
+    slots.resize(token_ids_.size());
+    tables.resize(seqs_.size() * static_cast<size_t>(max_blocks_per_sequence_));
+    const auto group = static_cast<int32_t>(member);
+    FOLIO_RETURN_IF_ERROR(cache.fill_slot_mapping(group, kv_segments_, slots));
+    FOLIO_RETURN_IF_ERROR(cache.fill_block_tables(group, seqs_, max_blocks_per_sequence_, tables));
+    kv_members_[member] = ir::KvMemberArrays{slots, tables};
+  }
+  batch.slot_mapping = member_slot_mappings_.front();
+  batch.block_tables = member_block_tables_.front();
+  batch.kv_members = kv_members_;
   return batch;
 }
 

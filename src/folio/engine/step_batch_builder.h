@@ -7,6 +7,11 @@
 // query_start is the running sum of segment lengths; block_tables has num_sequences rows of
 // max_blocks_per_sequence entries; logit_indices lists, in segment order, the last token of
 // every segment that wants logits, or every token of a segment that wants all its logits.
+//
+// Over a KV-parallel group (kv::KvParallelCache) the batch also carries each member's slots and
+// block tables (ir::StepBatch::kv_members, member g's from KvParallelCache::fill_*(g, ...)),
+// member 0's doubling as the batch's own slot_mapping and block_tables; block-table rows are
+// then a member's width (its range in blocks).
 // Thread-safety: one owner (the engine thread).
 #pragma once
 
@@ -17,6 +22,7 @@
 #include "folio/engine/scheduler.h"
 #include "folio/ir/step_batch.h"
 #include "folio/kv/block_manager.h"
+#include "folio/kv/kv_parallel_cache.h"
 
 namespace folio::engine {
 
@@ -30,8 +36,16 @@ class StepBatchBuilder {
   // its query tokens allocated.
   // The batch views the builder's buffers: valid until the next build().
   Result<ir::StepBatch> build(const StepPlan& plan, const kv::BlockManager& block_manager);
+  // As above over a KV-parallel group: every member's arrays in kv_members.
+  Result<ir::StepBatch> build(const StepPlan& plan, const kv::KvParallelCache& cache);
 
  private:
+  // Everything but the KV arrays; the batch's KV spans are left empty.
+  ir::StepBatch lay_out(const StepPlan& plan);
+
+  std::vector<std::vector<int32_t>> member_slot_mappings_;
+  std::vector<std::vector<int32_t>> member_block_tables_;
+  std::vector<ir::KvMemberArrays> kv_members_;
   int32_t max_blocks_per_sequence_;
   std::vector<int32_t> token_ids_;
   std::vector<int32_t> positions_;

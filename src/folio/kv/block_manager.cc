@@ -255,6 +255,39 @@ Result<AllocateOutcome> BlockManager::allocate(SeqId seq, std::span<const int32_
   return outcome;
 }
 
+bool BlockManager::fits_ever(int32_t num_tokens, bool apply_watermark) const {
+  if (num_tokens <= 0 || num_tokens > options_.max_context_tokens) return false;
+  const int64_t reserve = apply_watermark ? watermark_blocks_ : 0;
+  return blocks_for(num_tokens, options_.geometry.block_size) <= max_sequence_blocks() - reserve;
+}
+
+bool BlockManager::has_room_for(const RoomQuery& query) const {
+  if (query.num_tokens > options_.max_context_tokens) return false;
+  const int64_t needed = blocks_for(query.num_tokens, options_.geometry.block_size);
+  const auto share = static_cast<int64_t>(
+      std::ceil(query.reserve_fraction * static_cast<double>(max_sequence_blocks())));
+  const int64_t reserve = std::max(
+      {query.apply_watermark ? watermark_blocks_ : int64_t{0}, query.reserve_blocks, share});
+  return allocator_->num_obtainable_blocks() - needed >= reserve;
+}
+
+Result<AllocateOutcome> BlockManager::allocate_sequence(SeqId seq,
+                                                        const BlockAllocationRequest& request) {
+  // Beyond the context limit is "never fits" here (KvCache), an error for prepare_allocate.
+  if (static_cast<int64_t>(request.tokens.size()) > options_.max_context_tokens) {
+    return AllocateOutcome{Admission::kNeverFits, 0};
+  }
+  FOLIO_ASSIGN_OR_RETURN(Reservation reservation, prepare_allocate(seq, request));
+  const AllocateOutcome outcome = reservation.outcome();
+  if (reservation.is_open()) commit(std::move(reservation));
+  return outcome;
+}
+
+Result<AppendedToken> BlockManager::append_token(SeqId seq, int32_t token) {
+  FOLIO_ASSIGN_OR_RETURN(const AppendOutcome outcome, append_slot(seq, token));
+  return AppendedToken{outcome.status, 0};
+}
+
 Result<BlockManager::Reservation> BlockManager::prepare_allocate(
     SeqId seq, const BlockAllocationRequest& request) {
   FOLIO_RETURN_IF_ERROR(begin_operation());

@@ -44,6 +44,7 @@
 #include "folio/kv/block_allocator.h"
 #include "folio/kv/block_copier.h"
 #include "folio/kv/host_swap_space.h"
+#include "folio/kv/kv_cache.h"
 #include "folio/kv/kv_page_source.h"
 #include "folio/kv/kv_types.h"
 #include "folio/kv/prefix_hash.h"
@@ -99,7 +100,7 @@ struct StepSegment {
   int32_t num_tokens = 0;
 };
 
-class BlockManager {
+class BlockManager final : public KvCache {
  private:
   struct Sequence {
     bool swapped = false;
@@ -158,13 +159,13 @@ class BlockManager {
   // --- Growth and release.
   Result<AppendOutcome> append_slot(SeqId seq, int32_t token);
   // The first num_computed_tokens tokens of seq now have their KV written.
-  Status mark_computed(SeqId seq, int32_t num_computed_tokens);
-  Status free(SeqId seq);
-  Status fork(SeqId parent, SeqId child);
-  Result<SwapOutcome> swap_out(std::span<const SeqId> seqs);
+  Status mark_computed(SeqId seq, int32_t num_computed_tokens) override;
+  Status free(SeqId seq) override;
+  Status fork(SeqId parent, SeqId child) override;
+  Result<SwapOutcome> swap_out(std::span<const SeqId> seqs) override;
   // `apply_watermark` false lets a preempted sequence that grew past what the watermark admits
   // come back (the scheduler decides when that is safe, engine/scheduler.h).
-  Result<SwapOutcome> swap_in(std::span<const SeqId> seqs, bool apply_watermark = true);
+  Result<SwapOutcome> swap_in(std::span<const SeqId> seqs, bool apply_watermark = true) override;
   // Processes the page source's eviction notices now (every mutating call also does first).
   Status process_evictions() { return begin_operation(); }
   // Forgets the KV of every CACHED block (ref 0): they become FREE and leave the prefix index,
@@ -172,7 +173,7 @@ class BlockManager {
   // was lost (engine/step_runner.h, recovery); returns the number of blocks dropped.
   Result<int64_t> drop_cached_blocks();
   // Runs the queued copy-on-write pairs as one batch.
-  Status apply_pending_copies();
+  Status apply_pending_copies() override;
   std::span<const BlockCopy> pending_copies() const { return pending_copies_; }
 
   // --- Export for kernels (int32 block ids, see KvLayoutNumbers).
@@ -186,9 +187,9 @@ class BlockManager {
   Status fill_slot_mapping(std::span<const StepSegment> segments, std::span<int32_t> out) const;
 
   // --- Queries.
-  bool contains(SeqId seq) const { return sequences_.contains(seq); }
-  Result<bool> is_swapped(SeqId seq) const;
-  Result<int32_t> num_tokens(SeqId seq) const;
+  bool contains(SeqId seq) const override { return sequences_.contains(seq); }
+  Result<bool> is_swapped(SeqId seq) const override;
+  Result<int32_t> num_tokens(SeqId seq) const override;
   // Chain key of the sequence's last full block (its parent hash when it has none).
   Result<uint64_t> last_block_hash(SeqId seq);
   // The first of num_dummy_blocks() contiguous reserved blocks.
@@ -203,10 +204,28 @@ class BlockManager {
   int64_t max_sequence_blocks() const {
     return allocator_->max_held_blocks() - options_.num_dummy_blocks;
   }
-  int64_t num_sequences() const { return static_cast<int64_t>(sequences_.size()); }
+  int64_t num_sequences() const override { return static_cast<int64_t>(sequences_.size()); }
   const BlockAllocator& allocator() const { return *allocator_; }
   // Aborts unless every invariant above holds. O(capacity + total table length).
   void check_invariants() const;
+
+  // --- KvCache (kv_cache.h): this manager as a one-member cache.
+  int32_t cache_block_size() const override { return options_.geometry.block_size; }
+  int64_t context_limit() const override { return options_.max_context_tokens; }
+  int32_t num_members() const override { return 1; }
+  int32_t members_spanned(int64_t num_tokens) const override { return num_tokens > 0 ? 1 : 0; }
+  bool fits_ever(int32_t num_tokens, bool apply_watermark) const override;
+  bool has_room_for(const RoomQuery& query) const override;
+  // prepare_allocate + commit.
+  Result<AllocateOutcome> allocate_sequence(SeqId seq,
+                                            const BlockAllocationRequest& request) override;
+  Result<AppendedToken> append_token(SeqId seq, int32_t token) override;
+  bool supports_swap() const override { return swap_space_ != nullptr; }
+  BlockCounts total_counts() const override { return counts(); }
+  PrefixCacheStats total_prefix_stats() const override { return prefix_stats(); }
+  int64_t total_sequence_blocks() const override { return max_sequence_blocks(); }
+  int64_t total_reserved_blocks() const override { return num_dummy_blocks(); }
+  void check_cache_invariants() const override { check_invariants(); }
 
  private:
   BlockManager(const BlockManagerOptions& options, KvPageSource& source, KvBlockCopier& copier,

@@ -33,19 +33,47 @@ Result<std::unique_ptr<KvParallelCache>> KvParallelCache::create(std::vector<Blo
 
 Result<KvpAllocateOutcome> KvParallelCache::allocate(SeqId seq, std::span<const int32_t> tokens,
                                                      const CacheNamespace& cache_namespace) {
+  if (static_cast<int64_t>(tokens.size()) > max_context_tokens() && !sequences_.contains(seq)) {
+    return out_of_range("allocate: sequence {} has {} tokens, more than the {} groups x {} tokens",
+                        seq, tokens.size(), num_groups(), tokens_per_group_);
+  }
+  BlockAllocationRequest request;
+  request.tokens = tokens;
+  request.cache_namespace = cache_namespace;
+  return allocate_spread(seq, request);
+}
+
+Result<KvpAllocateOutcome> KvParallelCache::allocate_spread(SeqId seq,
+                                                            const BlockAllocationRequest& request) {
+  const std::span<const int32_t> tokens = request.tokens;
+  const CacheNamespace& cache_namespace = request.cache_namespace;
   const auto num_tokens = static_cast<int64_t>(tokens.size());
   if (sequences_.contains(seq)) {
     return already_exists("allocate: sequence {} is already in the KV-parallel cache", seq);
   }
   if (num_tokens == 0) return invalid_argument("allocate: sequence {} has no tokens", seq);
-  if (num_tokens > max_context_tokens()) {
-    return out_of_range("allocate: sequence {} has {} tokens, more than the {} groups x {} tokens",
-                        seq, num_tokens, num_groups(), tokens_per_group_);
+  if (request.parent_hash != kRootPrefixHash) {
+    return invalid_argument(
+        "allocate: sequence {} names a parent hash; the KV-parallel cache chains its groups "
+        "itself",
+        seq);
+  }
+  KvpAllocateOutcome outcome;
+  // Never fitting outranks "not now": a member that can never hold its share decides, whatever
+  // the members before it have free.
+  if (!fits_ever(static_cast<int32_t>(std::min<int64_t>(num_tokens, INT32_MAX)),
+                 request.apply_watermark)) {
+    outcome.admission = Admission::kNeverFits;
+    return outcome;
   }
   const int32_t block_size = groups_.front()->options().geometry.block_size;
   const int32_t num_spanned = groups_for(num_tokens);
-  KvpAllocateOutcome outcome;
   outcome.num_groups = num_spanned;
+  // Most leading tokens the prefix cache may serve: the sequence's last token is always
+  // computed (its logits are needed).
+  const int64_t hit_limit = request.max_hit_tokens < 0
+                                ? num_tokens - 1
+                                : std::min<int64_t>(request.max_hit_tokens, num_tokens - 1);
   // Destroying an open reservation rolls it back, so every early return below leaves each
   // group as it was.
   std::vector<BlockManager::Reservation> prepared;
@@ -57,14 +85,17 @@ Result<KvpAllocateOutcome> KvParallelCache::allocate(SeqId seq, std::span<const 
     const int64_t begin = int64_t{group} * tokens_per_group_;
     const int64_t end = std::min<int64_t>(num_tokens, begin + tokens_per_group_);
     const bool last = group + 1 == num_spanned;
-    BlockAllocationRequest request;
-    request.tokens = tokens.subspan(static_cast<size_t>(begin), static_cast<size_t>(end - begin));
-    request.cache_namespace = cache_namespace;
-    request.parent_hash = parent_hash;
-    // The sequence's last token is always computed (its logits are needed).
-    request.max_hit_tokens =
-        whole_prefix_cached ? static_cast<int32_t>(last ? num_tokens - 1 - begin : end - begin) : 0;
-    auto reservation = groups_[group]->prepare_allocate(seq, request);
+    BlockAllocationRequest group_request;
+    group_request.tokens =
+        tokens.subspan(static_cast<size_t>(begin), static_cast<size_t>(end - begin));
+    group_request.cache_namespace = cache_namespace;
+    group_request.parent_hash = parent_hash;
+    group_request.max_hit_tokens =
+        whole_prefix_cached
+            ? static_cast<int32_t>(std::clamp<int64_t>(hit_limit - begin, 0, end - begin))
+            : 0;
+    group_request.apply_watermark = request.apply_watermark;
+    auto reservation = groups_[group]->prepare_allocate(seq, group_request);
     if (!reservation.ok()) return reservation.status().with_context(fmt::format("group {}", group));
     const AllocateOutcome& group_outcome = reservation->outcome();
     if (group_outcome.admission != Admission::kAdmitted) {
@@ -76,7 +107,8 @@ Result<KvpAllocateOutcome> KvParallelCache::allocate(SeqId seq, std::span<const 
     prepared.push_back(std::move(reservation).value());
     if (!last) {
       hashes.clear();
-      append_full_block_hashes(parent_hash, request.tokens, block_size, cache_namespace, hashes);
+      append_full_block_hashes(parent_hash, group_request.tokens, block_size, cache_namespace,
+                               hashes);
       parent_hash = hashes.back();
     }
   }
@@ -286,6 +318,129 @@ Result<int32_t> KvParallelCache::num_tokens(SeqId seq) const {
 Result<int32_t> KvParallelCache::num_groups_spanned(SeqId seq) const {
   FOLIO_ASSIGN_OR_RETURN(const int32_t tokens, num_tokens(seq));
   return groups_for(tokens);
+}
+
+// --- KvCache.
+
+bool KvParallelCache::fits_ever(int32_t num_tokens, bool apply_watermark) const {
+  if (num_tokens <= 0 || num_tokens > max_context_tokens()) return false;
+  for (int32_t group = 0; group < groups_for(num_tokens); ++group) {
+    if (!groups_[group]->fits_ever(share_of(num_tokens, group), apply_watermark)) return false;
+  }
+  return true;
+}
+
+bool KvParallelCache::has_room_for(const RoomQuery& query) const {
+  if (query.num_tokens > max_context_tokens()) return false;
+  for (int32_t group = 0; group < members_spanned(query.num_tokens); ++group) {
+    RoomQuery share = query;
+    share.num_tokens = share_of(query.num_tokens, group);
+    if (!groups_[group]->has_room_for(share)) return false;
+  }
+  return true;
+}
+
+Result<AllocateOutcome> KvParallelCache::allocate_sequence(SeqId seq,
+                                                           const BlockAllocationRequest& request) {
+  FOLIO_ASSIGN_OR_RETURN(const KvpAllocateOutcome spread, allocate_spread(seq, request));
+  return AllocateOutcome{spread.admission, spread.num_cached_tokens};
+}
+
+Result<AppendedToken> KvParallelCache::append_token(SeqId seq, int32_t token) {
+  FOLIO_ASSIGN_OR_RETURN(const KvpAppendOutcome outcome, append_slot(seq, token));
+  return AppendedToken{outcome.status, outcome.group};
+}
+
+Result<bool> KvParallelCache::is_swapped(SeqId seq) const {
+  if (!sequences_.contains(seq)) {
+    return not_found("is_swapped: sequence {} is not in the KV-parallel cache", seq);
+  }
+  return false;
+}
+
+Result<SwapOutcome> KvParallelCache::swap_out(std::span<const SeqId>) {
+  return failed_precondition(
+      "a KV-parallel cache does not swap (its members' swaps are not coordinated); preempt by "
+      "recompute");
+}
+
+Result<SwapOutcome> KvParallelCache::swap_in(std::span<const SeqId>, bool) {
+  return failed_precondition(
+      "a KV-parallel cache does not swap (its members' swaps are not coordinated); preempt by "
+      "recompute");
+}
+
+Status KvParallelCache::apply_pending_copies() {
+  for (int32_t group = 0; group < num_groups(); ++group) {
+    FOLIO_RETURN_IF_ERROR(groups_[group]->apply_pending_copies().with_context(
+        fmt::format("KV-parallel group {}", group)));
+  }
+  return Status();
+}
+
+BlockCounts KvParallelCache::total_counts() const {
+  BlockCounts total;
+  for (const BlockManager* group : groups_) {
+    const BlockCounts& counts = group->counts();
+    total.total += counts.total;
+    total.free += counts.free;
+    total.owned += counts.owned;
+    total.cached += counts.cached;
+    total.shared += counts.shared;
+    total.held_pages += counts.held_pages;
+    total.pinned_pages += counts.pinned_pages;
+  }
+  return total;
+}
+
+PrefixCacheStats KvParallelCache::total_prefix_stats() const {
+  PrefixCacheStats total;
+  for (const BlockManager* group : groups_) {
+    const PrefixCacheStats& stats = group->prefix_stats();
+    total.queried_blocks += stats.queried_blocks;
+    total.hit_blocks += stats.hit_blocks;
+    total.missed_blocks += stats.missed_blocks;
+    total.hit_tokens += stats.hit_tokens;
+    total.evicted_blocks += stats.evicted_blocks;
+  }
+  return total;
+}
+
+int64_t KvParallelCache::total_sequence_blocks() const {
+  int64_t total = 0;
+  for (const BlockManager* group : groups_) total += group->max_sequence_blocks();
+  return total;
+}
+
+int64_t KvParallelCache::total_reserved_blocks() const {
+  int64_t total = 0;
+  for (const BlockManager* group : groups_) total += group->num_dummy_blocks();
+  return total;
+}
+
+void KvParallelCache::check_cache_invariants() const {
+  std::vector<int64_t> held(groups_.size(), 0);
+  for (const auto& [seq, sequence] : sequences_) {
+    FOLIO_CHECK(sequence.num_computed <= sequence.num_tokens);
+    for (int32_t group = 0; group < num_groups(); ++group) {
+      const int32_t share = share_of(sequence.num_tokens, group);
+      const BlockManager& manager = *groups_[group];
+      FOLIO_CHECK(manager.contains(seq) == (share > 0),
+                  "sequence {} ({} tokens) {} in KV-parallel group {}", seq, sequence.num_tokens,
+                  manager.contains(seq) ? "is" : "is not", group);
+      if (share == 0) continue;
+      ++held[static_cast<size_t>(group)];
+      FOLIO_CHECK(*manager.num_tokens(seq) == share,
+                  "sequence {} holds {} tokens in KV-parallel group {}, its share is {}", seq,
+                  *manager.num_tokens(seq), group, share);
+    }
+  }
+  for (int32_t group = 0; group < num_groups(); ++group) {
+    groups_[group]->check_invariants();
+    FOLIO_CHECK(groups_[group]->num_sequences() == held[static_cast<size_t>(group)],
+                "KV-parallel group {} holds {} sequences, the cache spans it with {}", group,
+                groups_[group]->num_sequences(), held[static_cast<size_t>(group)]);
+  }
 }
 
 }  // namespace folio::kv

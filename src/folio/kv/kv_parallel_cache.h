@@ -14,11 +14,16 @@
 // its whole range (cached KV must be a prefix of the sequence).
 //
 // Swap is per group (BlockManager) and not coordinated here; the scheduler preempts KVP
-// sequences by recompute.
+// sequences by recompute (supports_swap() is false).
+//
+// As a KvCache (kv_cache.h) the group answers admission per member: n tokens fit when each
+// member they span can take its share (min(tokens_per_group, n - g * tokens_per_group) tokens)
+// above its own watermark; a failed append names the group that had no block.
 //
 // Thread-safety: one thread (the scheduler's), like the block managers it drives.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <memory>
 #include <optional>
@@ -28,6 +33,7 @@
 
 #include "folio/base/result.h"
 #include "folio/kv/block_manager.h"
+#include "folio/kv/kv_cache.h"
 
 namespace folio::kv {
 
@@ -44,7 +50,7 @@ struct KvpAppendOutcome {
   std::optional<BlockCopy> copy_on_write;
 };
 
-class KvParallelCache {
+class KvParallelCache final : public KvCache {
  public:
   // Requires the groups to outlive the cache. Errors: no groups, groups with different block
   // sizes, or a tokens_per_group that is not a positive multiple of the block size or exceeds
@@ -61,9 +67,9 @@ class KvParallelCache {
   Result<KvpAllocateOutcome> allocate(SeqId seq, std::span<const int32_t> tokens,
                                       const CacheNamespace& cache_namespace = {});
   Result<KvpAppendOutcome> append_slot(SeqId seq, int32_t token);
-  Status mark_computed(SeqId seq, int32_t num_computed_tokens);
-  Status free(SeqId seq);
-  Status fork(SeqId parent, SeqId child);
+  Status mark_computed(SeqId seq, int32_t num_computed_tokens) override;
+  Status free(SeqId seq) override;
+  Status fork(SeqId parent, SeqId child) override;
 
   // --- Export for one member's step (dist.md "KV-parallel groups"): every member runs the same
   // step over its own cache, which holds positions [group * tokens_per_group, (group + 1) *
@@ -79,10 +85,40 @@ class KvParallelCache {
   Status fill_slot_mapping(int32_t group, std::span<const StepSegment> segments,
                            std::span<int32_t> out) const;
 
-  bool contains(SeqId seq) const { return sequences_.contains(seq); }
-  Result<int32_t> num_tokens(SeqId seq) const;
+  bool contains(SeqId seq) const override { return sequences_.contains(seq); }
+  Result<int32_t> num_tokens(SeqId seq) const override;
   // Groups holding part of seq: [0, result).
   Result<int32_t> num_groups_spanned(SeqId seq) const;
+
+  // --- KvCache (kv_cache.h).
+  int32_t cache_block_size() const override {
+    return groups_.front()->options().geometry.block_size;
+  }
+  int64_t context_limit() const override { return max_context_tokens(); }
+  int32_t num_members() const override { return num_groups(); }
+  int32_t members_spanned(int64_t num_tokens) const override {
+    return num_tokens <= 0 ? 0 : std::min(groups_for(num_tokens), num_groups());
+  }
+  bool fits_ever(int32_t num_tokens, bool apply_watermark) const override;
+  bool has_room_for(const RoomQuery& query) const override;
+  // As allocate(), with the request's watermark and prefix-hit limit; a sequence beyond the
+  // group's context is kNeverFits rather than an error.
+  Result<AllocateOutcome> allocate_sequence(SeqId seq,
+                                            const BlockAllocationRequest& request) override;
+  Result<AppendedToken> append_token(SeqId seq, int32_t token) override;
+  Result<bool> is_swapped(SeqId seq) const override;
+  int64_t num_sequences() const override { return static_cast<int64_t>(sequences_.size()); }
+  bool supports_swap() const override { return false; }
+  Result<SwapOutcome> swap_out(std::span<const SeqId> seqs) override;
+  Result<SwapOutcome> swap_in(std::span<const SeqId> seqs, bool apply_watermark) override;
+  Status apply_pending_copies() override;
+  BlockCounts total_counts() const override;
+  PrefixCacheStats total_prefix_stats() const override;
+  int64_t total_sequence_blocks() const override;
+  int64_t total_reserved_blocks() const override;
+  // Every group's invariants, and every sequence held by exactly the groups it spans with its
+  // share of the tokens.
+  void check_cache_invariants() const override;
 
  private:
   struct Sequence {
@@ -97,6 +133,12 @@ class KvParallelCache {
     return static_cast<int32_t>((num_tokens + tokens_per_group_ - 1) / tokens_per_group_);
   }
   Result<KvpAppendOutcome> open_next_group(SeqId seq, Sequence& sequence, int32_t token);
+  // The tokens of a sequence of num_tokens that group g holds.
+  int32_t share_of(int64_t num_tokens, int32_t group) const {
+    return static_cast<int32_t>(
+        std::clamp<int64_t>(num_tokens - int64_t{group} * tokens_per_group_, 0, tokens_per_group_));
+  }
+  Result<KvpAllocateOutcome> allocate_spread(SeqId seq, const BlockAllocationRequest& request);
 
   std::vector<BlockManager*> groups_;
   int32_t tokens_per_group_;
