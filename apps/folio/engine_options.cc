@@ -497,7 +497,8 @@ void add_engine_options(CLI::App& command, EngineCommandOptions& options) {
                   "Memory budget for KV cache and graph arena, MiB")
       ->capture_default_str();
   command.add_option("--kv-cache-mib", options.kv_cache_mib,
-                     "Most of the budget the KV cache may hold, MiB (0: all the rest)");
+                     "Most of the budget the KV cache may hold, MiB (0: all the rest); with "
+                     "--kv-parallel, each member's KV cache (0: half of --memory-mib)");
   command.add_option("--kv-dtype", options.kv_dtype, "KV cache element type: f16 or f32")
       ->capture_default_str();
   command.add_option("--block-size", options.block_size, "Tokens per KV block: 8, 16 or 32")
@@ -798,6 +799,11 @@ Result<std::unique_ptr<engine::ModelEngine>> start_model_engine(
     }
     engine_options.kv_parallel_members = options.kv_parallel;
     engine_options.kv_tokens_per_member = options.kv_tokens_per_member;
+    // Each member's KV cache lives on its worker, beside the activation reserve (half the
+    // budget, kv_parallel_runner): without --kv-cache-mib it takes the other half.
+    if (engine_options.kv_cache_bytes == 0) {
+      engine_options.kv_cache_bytes = engine_options.memory_budget_bytes / 2;
+    }
   } else if (options.kv_tokens_per_member > 0) {
     return invalid_argument("--kv-tokens-per-member needs --kv-parallel N (N > 1)");
   }
