@@ -147,6 +147,13 @@ for start in cold warm; do
 done
 echo "same text"
 
+section "KV-parallel group: 2 local workers hold 16 positions each, so neither holds the context"
+"$folio" plan -m "$model" --workers 2 --kv-parallel 2 --kv-tokens-per-member 16 | head -4
+kv_parallel=$("$folio" generate -m "$model" -p "And God said" -n 24 --temperature 0 -q \
+  --local-workers 2 --kv-parallel 2 --kv-tokens-per-member 16 2>/dev/null)
+printf '[one process ] %s\n[2 KV members] %s\n' "$one_process" "$kv_parallel"
+if [ "$one_process" = "$kv_parallel" ]; then echo "same text"; else echo "texts differ" >&2; exit 1; fi
+
 section "folio bench: 64 requests, concurrency 16, graphs on"
 "$folio" bench -m "$model" --requests 64 --concurrency 16 --prompt-len 16:96 --output-len 16:48 \
   --shared-prefix 32 -q --json "$build/bench-graphs.json"

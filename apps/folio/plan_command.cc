@@ -86,10 +86,10 @@ void print_kv_parallel_plan(const PlanOptions& options, const model::LlamaShape&
     const dist::PipelineWorker& worker = workers[static_cast<size_t>(g)];
     std::printf(
         "  member %d on %s: positions [%lld, %lld), %.1f MiB of weights (the whole "
-        "model), %.1f MiB of KV for one sequence's range\n",
+        "model), %.1f KiB of KV for one sequence's range\n",
         g, worker.name.c_str(), static_cast<long long>(g * per_member),
         static_cast<long long>((g + 1) * per_member),
-        static_cast<double>(*weight_bytes) / (1 << 20), static_cast<double>(kv_bytes) / (1 << 20));
+        static_cast<double>(*weight_bytes) / (1 << 20), static_cast<double>(kv_bytes) / (1 << 10));
     if (worker.memory_bytes && *worker.memory_bytes < *weight_bytes + kv_bytes) {
       check_command(resource_exhausted(
           "member {} needs {} bytes ({} of weights, {} of KV), more than its worker's {}: "
