@@ -1,272 +1,44 @@
-// KV-parallel members on workers (issue 15, slice 6; dist.md "KV-parallel groups"): a
-// KvParallelStepRunner drives two members, each a worker holding 32 positions of every sequence
-// in a KV cache of its own (the 64-token sequence fits neither), forming a gloo group over
-// loopback, stepped over gRPC with each member's slots and block tables. The steps come from a
-// kv::KvParallelCache (testing/kv_parallel_group.h: prefill chunks of 20 crossing the members'
-// boundary, then greedy decodes to the context limit, beside a short sequence member 0 holds);
-// the reference is one process whose cache holds every position (the group's "whole"): every
-// logits row within 1e-4 of the row's largest magnitude, the same greedy tokens. Eager and
-// replayed. WorkerServices in this process (cheap, under the sanitizers) and real `folio worker`
-// processes (FOLIO_BINARY_PATH), where a killed member fails the next step naming it. Bad
-// input: a step for another member count, a range not of whole blocks, copy-on-write copies.
+// KV-parallel members as real `folio worker` processes (FOLIO_BINARY_PATH; issue 15, slice 6):
+// the script of kv_parallel_script.h through a KvParallelStepRunner over two worker processes
+// against one process, eager and replayed, then a killed member fails the next step naming it;
+// and the command line: `--kv-parallel` refusals, `folio plan --kv-parallel`, and `folio
+// generate --local-workers 2 --kv-parallel 2` writing one process's text. Not under the
+// ThreadSanitizer run, as the other process tests (kv_parallel_service_test.cc is).
 #include <signal.h>
 #include <sys/wait.h>
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
-#include <algorithm>
-#include <chrono>
-#include <cmath>
 #include <filesystem>
-#include <map>
 #include <memory>
 #include <string>
-#include <utility>
 #include <vector>
 
 #include "folio/dist/kv_parallel_step_runner.h"
 #include "folio/dist/worker_client.h"
 #include "folio/dist/worker_service.h"
-#include "testing/kv_parallel_group.h"
-#include "testing/random_model_file.h"
-
+#include "kv_parallel_script.h"
 #include "process_pipeline.h"
+#include "testing/random_model_file.h"
 #include "testing/worker_process.h"
 
 namespace folio::dist {
 namespace {
 
-using namespace std::chrono_literals;
 using folio::testing::KvParallelGroup;
 using folio::testing::KvParallelGroupOptions;
 using folio::testing::KvpStepArrays;
 using folio::testing::ScriptSequence;
 using folio::testing::WorkerProcess;
+using testing::group_options;
+using testing::GroupStep;
 using ::testing::HasSubstr;
-
-int32_t argmax(std::span<const float> row) {
-  return static_cast<int32_t>(std::max_element(row.begin(), row.end()) - row.begin());
-}
-
-KvParallelGroupOptions group_options(exec::ExecutionMode mode) {
-  KvParallelGroupOptions options;
-  options.shape.num_layers = 2;
-  options.kv_dtype = DType::kF32;
-  options.mode = mode;
-  options.num_members = 2;
-  return options;
-}
-
-// A member's stage: the group's member caches (the same block ids, padding blocks and block
-// table width), every layer, 32 positions per member.
-PipelineStageSpec member_spec(KvParallelGroup& group, const std::string& store,
-                              const std::string& group_id) {
-  const KvParallelGroupOptions& options = group.options();
-  PipelineStageSpec spec;
-  spec.first_layer = 0;
-  spec.end_layer = options.shape.num_layers;
-  spec.num_kv_blocks = int64_t{options.blocks_per_page} * options.member_pages;
-  spec.block_size = options.block_size;
-  spec.max_blocks_per_sequence = group.member(0).max_blocks_per_sequence();
-  spec.kv_dtype = options.kv_dtype;
-  spec.first_dummy_block = group.member(0).manager().dummy_block().value();
-  spec.num_dummy_blocks = options.num_dummy_blocks;
-  spec.bucket_ladder = options.bucket_ladder;
-  spec.max_sequences = options.max_sequences;
-  spec.max_logit_rows = options.max_sequences;
-  spec.use_graphs = options.mode == exec::ExecutionMode::kGraph;
-  spec.pool_bytes = int64_t{32} << 20;
-  spec.collective_store = store;
-  spec.collective_group_id = group_id;
-  spec.collective_timeout = 20s;
-  spec.kv_tokens_per_member = options.tokens_per_member;
-  return spec;
-}
-
-// The step as the engine hands it to the runner: member 0's arrays, and every member's slots and
-// block tables in kv_members.
-struct GroupStep {
-  std::vector<KvpStepArrays> members;
-  std::vector<ir::KvMemberArrays> views;
-  ir::StepBatch batch() {
-    views.clear();
-    for (const KvpStepArrays& member : members) {
-      views.push_back({.slot_mapping = member.slot_mapping, .block_tables = member.block_tables});
-    }
-    ir::StepBatch step = members.front().batch();
-    step.kv_members = views;
-    return step;
-  }
-};
-
-struct ScriptStats {
-  double worst_relative = 0.0;
-  int32_t decode_rows = 0;
-  int64_t steps = 0;
-};
-
-// The script of kv_parallel_test.cc through `runner` and the whole process: the long sequence
-// (a 45-token prompt) to the context limit, the short one (9 tokens) to 20.
-void run_script(KvParallelGroup& group, KvParallelStepRunner& runner, ScriptStats& stats) {
-  const int32_t context = group.context();
-  std::vector<ScriptSequence> sequences(2);
-  sequences[0].id = kv::SeqId(1);
-  sequences[1].id = kv::SeqId(2);
-  for (int32_t i = 0; i < context - 19; ++i) sequences[0].tokens.push_back((i * 37 + 11) % 500);
-  for (int32_t i = 0; i < 9; ++i) sequences[1].tokens.push_back((i * 53 + 7) % 500);
-  // No member can take the long sequence alone.
-  const Result<kv::AllocateOutcome> alone =
-      group.member(0).manager().allocate(kv::SeqId(99), sequences[0].tokens);
-  EXPECT_TRUE(!alone.ok() || alone->admission != kv::Admission::kAdmitted);
-  for (const ScriptSequence& sequence : sequences) {
-    const Result<int32_t> cached = group.allocate(sequence);
-    ASSERT_TRUE(cached.ok()) << cached.status();
-  }
-  const std::map<kv::SeqId, int32_t> stop_length = {{kv::SeqId(1), context}, {kv::SeqId(2), 20}};
-  for (int step = 0; step < 100; ++step) {
-    const std::vector<kv::StepSegment> segments = KvParallelGroup::plan_step(sequences, 20);
-    if (segments.empty()) break;
-    Result<KvpStepArrays> reference = group.arrays(sequences, segments, -1);
-    ASSERT_TRUE(reference.ok()) << reference.status();
-    Result<ir::StepOutput> expected = group.whole().executor().execute(reference->batch());
-    ASSERT_TRUE(expected.ok()) << expected.status();
-    const std::vector<float> want_logits(expected->logits.begin(), expected->logits.end());
-    GroupStep group_step;
-    for (int32_t g = 0; g < group.options().num_members; ++g) {
-      Result<KvpStepArrays> arrays = group.arrays(sequences, segments, g);
-      ASSERT_TRUE(arrays.ok()) << arrays.status();
-      group_step.members.push_back(std::move(arrays).value());
-    }
-    Result<ir::StepOutput> actual = runner.run(group_step.batch());
-    ASSERT_TRUE(actual.ok()) << "step " << step << ": " << actual.status();
-    ASSERT_EQ(actual->logits.size(), want_logits.size()) << "step " << step;
-    ++stats.steps;
-    const int64_t vocab = expected->vocab_size;
-    std::vector<int32_t> next_tokens;
-    for (int32_t row = 0; row < expected->num_rows; ++row) {
-      const std::span<const float> want =
-          std::span<const float>(want_logits)
-              .subspan(static_cast<size_t>(row * vocab), static_cast<size_t>(vocab));
-      const std::span<const float> got =
-          actual->logits.subspan(static_cast<size_t>(row * vocab), static_cast<size_t>(vocab));
-      float largest = 0.0f;
-      for (const float value : want) largest = std::max(largest, std::abs(value));
-      double worst = 0.0;
-      for (int64_t i = 0; i < vocab; ++i) {
-        worst = std::max(worst, double{std::abs(want[i] - got[i])} / largest);
-      }
-      stats.worst_relative = std::max(stats.worst_relative, worst);
-      EXPECT_LE(worst, 1e-4) << "step " << step << " row " << row;
-      EXPECT_EQ(argmax(got), argmax(want)) << "step " << step << " row " << row;
-      next_tokens.push_back(argmax(want));
-    }
-    size_t row = 0;
-    for (const kv::StepSegment& segment : segments) {
-      const ScriptSequence& sequence =
-          *std::find_if(sequences.begin(), sequences.end(),
-                        [&](const ScriptSequence& s) { return s.id == segment.seq; });
-      if (segment.first_position + segment.num_tokens <
-          static_cast<int32_t>(sequence.tokens.size())) {
-        continue;
-      }
-      if (segment.num_tokens == 1) ++stats.decode_rows;
-      if (static_cast<int32_t>(sequence.tokens.size()) >= stop_length.at(segment.seq)) {
-        next_tokens[row] = -1;
-      }
-      ++row;
-    }
-    const Status committed = group.commit(sequences, segments, next_tokens);
-    ASSERT_TRUE(committed.ok()) << committed;
-  }
-  EXPECT_EQ(static_cast<int32_t>(sequences[0].tokens.size()), context);
-  EXPECT_EQ(sequences[1].tokens.size(), 20u);
-  EXPECT_GT(stats.decode_rows, 15);
-}
-
-// A step of one member's arrays only (no kv_members): refused before anything is sent.
-void expect_member_count_refused(KvParallelStepRunner& runner, KvParallelGroup& group) {
-  std::vector<ScriptSequence> sequences(1);
-  sequences[0].id = kv::SeqId(7);
-  sequences[0].tokens = {1, 2, 3};
-  const std::vector<kv::StepSegment> segments = KvParallelGroup::plan_step(sequences, 20);
-  ASSERT_TRUE(group.cache().allocate(sequences[0].id, sequences[0].tokens).ok());
-  Result<KvpStepArrays> arrays = group.arrays(sequences, segments, 0);
-  ASSERT_TRUE(arrays.ok()) << arrays.status();
-  GroupStep one;
-  one.members.push_back(std::move(arrays).value());
-  Result<ir::StepOutput> refused = runner.run(one.batch());
-  ASSERT_FALSE(refused.ok());
-  EXPECT_EQ(refused.status().code(), StatusCode::kInvalidArgument);
-  EXPECT_THAT(std::string(refused.status().message()),
-              HasSubstr("group of 2 members carries the slots and block tables of 1"));
-  const std::vector<kv::BlockCopy> copies = {{1, 2}};
-  const Status copied = runner.copy_blocks(copies);
-  EXPECT_EQ(copied.code(), StatusCode::kFailedPrecondition);
-  EXPECT_THAT(std::string(copied.message()), HasSubstr("copy-on-write"));
-}
-
-struct ProcessCase {
-  const char* name;
-  exec::ExecutionMode mode;
-};
-
-void PrintTo(const ProcessCase& test, std::ostream* out) {
-  *out << test.name;
-}
-
-class KvParallelServiceTest : public ::testing::TestWithParam<ProcessCase> {};
-
-// Members as WorkerServices of this process on loopback ports (gloo members on threads).
-TEST_P(KvParallelServiceTest, TwoMembersOverServicesEqualOneProcess) {
-  const KvParallelGroupOptions options = group_options(GetParam().mode);
-  Result<std::unique_ptr<KvParallelGroup>> created = KvParallelGroup::create(options);
-  ASSERT_TRUE(created.ok()) << created.status();
-  KvParallelGroup& group = **created;
-  const folio::testing::RandomModelFile model_file(options.shape, options.model_seed,
-                                                   "kvp-model.gguf");
-  std::vector<std::unique_ptr<WorkerService>> services;
-  std::vector<std::unique_ptr<WorkerClient>> clients;
-  for (int g = 0; g < 2; ++g) {
-    WorkerServiceOptions service_options;
-    service_options.threads = 1;
-    service_options.model = model_file.identity;
-    service_options.model_path = model_file.path;
-    Result<std::unique_ptr<WorkerService>> service = WorkerService::start(service_options);
-    ASSERT_TRUE(service.ok()) << service.status();
-    services.push_back(std::move(service).value());
-    Result<std::unique_ptr<WorkerClient>> client =
-        WorkerClient::connect(services.back()->address(), model_file.identity);
-    ASSERT_TRUE(client.ok()) << client.status();
-    clients.push_back(std::move(client).value());
-  }
-  const std::string store = model_file.directory.path() + "/rendezvous";
-  std::filesystem::create_directory(store);
-  Result<std::unique_ptr<KvParallelStepRunner>> runner = KvParallelStepRunner::create(
-      std::move(clients), member_spec(group, store, "kvp-services"), model_file.identity.hash);
-  ASSERT_TRUE(runner.ok()) << runner.status();
-  ASSERT_EQ((*runner)->members().size(), 2u);
-  ScriptStats stats;
-  run_script(group, **runner, stats);
-  if (HasFatalFailure()) return;
-  const KvParallelTraffic& traffic = (*runner)->traffic();
-  EXPECT_EQ(traffic.steps, stats.steps);
-  EXPECT_GT(traffic.communication_ns, 0);
-  // Each layer's all_gather brings the other member's partial output and log-sum-exp of every
-  // (padded) token: a multiple of layers x heads x (head_dim + 1) floats.
-  const int64_t per_token =
-      options.shape.num_layers * options.shape.num_heads * (options.shape.head_dim() + 1) * 4;
-  EXPECT_GT(traffic.gathered_bytes, 0);
-  EXPECT_EQ(traffic.gathered_bytes % per_token, 0);
-  EXPECT_GE(traffic.gathered_bytes / per_token, traffic.tokens);
-  expect_member_count_refused(**runner, group);
-  RecordProperty("worst_relative_logit_difference", std::to_string(stats.worst_relative));
-}
-
-INSTANTIATE_TEST_SUITE_P(Modes, KvParallelServiceTest,
-                         ::testing::Values(ProcessCase{"eager", exec::ExecutionMode::kEager},
-                                           ProcessCase{"replayed", exec::ExecutionMode::kGraph}),
-                         [](const auto& info) { return std::string(info.param.name); });
+using testing::member_spec;
+using testing::ProcessCase;
+using testing::run_script;
+using testing::ScriptStats;
+using namespace std::chrono_literals;
 
 class KvParallelProcessTest : public ::testing::TestWithParam<ProcessCase> {};
 
@@ -316,53 +88,6 @@ INSTANTIATE_TEST_SUITE_P(Modes, KvParallelProcessTest,
                          ::testing::Values(ProcessCase{"eager", exec::ExecutionMode::kEager},
                                            ProcessCase{"replayed", exec::ExecutionMode::kGraph}),
                          [](const auto& info) { return std::string(info.param.name); });
-
-// Bad input, refused before a step: a range not of whole blocks, a single worker, a member
-// count the workers' specs do not match.
-TEST(KvParallelRunnerTest, RefusesMalformedGroups) {
-  const KvParallelGroupOptions options = group_options(exec::ExecutionMode::kEager);
-  Result<std::unique_ptr<KvParallelGroup>> created = KvParallelGroup::create(options);
-  ASSERT_TRUE(created.ok()) << created.status();
-  const folio::testing::RandomModelFile model_file(options.shape, options.model_seed,
-                                                   "kvp-model.gguf");
-  PipelineStageSpec spec = member_spec(**created, model_file.directory.path(), "kvp-bad");
-  auto clients = [&](int count) {
-    std::vector<std::unique_ptr<WorkerClient>> result;
-    for (int i = 0; i < count; ++i) result.push_back(nullptr);
-    return result;
-  };
-  spec.kv_tokens_per_member = 30;
-  Result<std::unique_ptr<KvParallelStepRunner>> ragged =
-      KvParallelStepRunner::create(clients(2), spec, model_file.identity.hash);
-  ASSERT_FALSE(ragged.ok());
-  EXPECT_THAT(std::string(ragged.status().message()),
-              HasSubstr("30 tokens per member is not a positive multiple of the block size 8"));
-  spec.kv_tokens_per_member = 32;
-  Result<std::unique_ptr<KvParallelStepRunner>> alone =
-      KvParallelStepRunner::create(clients(1), spec, model_file.identity.hash);
-  ASSERT_FALSE(alone.ok());
-  EXPECT_THAT(std::string(alone.status().message()), HasSubstr("at least two workers, got 1"));
-
-  // A worker asked for a member its group does not have.
-  Result<std::unique_ptr<model::LlamaModel>> model = model::LlamaModel::open(model_file.path);
-  ASSERT_TRUE(model.ok()) << model.status();
-  spec.kv_member = 1;
-  spec.kv_members = 2;
-  spec.kv_tokens_per_member = 12;
-  Result<std::unique_ptr<PipelineStage>> stage = PipelineStage::create(**model, spec, 1);
-  ASSERT_FALSE(stage.ok());
-  EXPECT_THAT(std::string(stage.status().message()),
-              HasSubstr("12 tokens per member is not a positive multiple of the block size 8"));
-  spec.kv_tokens_per_member = 32;
-  stage = PipelineStage::create(**model, spec, 1);
-  ASSERT_FALSE(stage.ok());
-  EXPECT_THAT(std::string(stage.status().message()),
-              HasSubstr("KV-parallel member 1 of 2 needs its member of a group of 2, got none"));
-  spec.end_layer = 1;
-  stage = PipelineStage::create(**model, spec, 1);
-  ASSERT_FALSE(stage.ok());
-  EXPECT_THAT(std::string(stage.status().message()), HasSubstr("runs every layer"));
-}
 
 std::string demo_model(const char* name) {
   return std::string(FOLIO_SOURCE_DIR) + "/models/demo/" + name;
