@@ -1,11 +1,12 @@
 // KV-parallel members on workers (issue 15, slice 6; dist.md "KV-parallel groups"): a
 // KvParallelStepRunner drives two members, each a worker holding 32 positions of every sequence
 // in a KV cache of its own (the 64-token sequence fits neither), forming a gloo group over
-// loopback, stepped over gRPC with each member's slots and block tables. The steps come from a
-// kv::KvParallelCache (testing/kv_parallel_group.h: prefill chunks of 20 crossing the members'
-// boundary, then greedy decodes to the context limit, beside a short sequence member 0 holds);
-// the reference is one process whose cache holds every position (the group's "whole"): every
-// logits row within 1e-4 of the row's largest magnitude, the same greedy tokens. Eager and
+// loopback (meeting in the rendezvous store member 0's worker serves over gRPC; the replayed
+// processes in a directory), stepped over gRPC with each member's slots and block tables. The steps
+// come from a kv::KvParallelCache (testing/kv_parallel_group.h: prefill chunks of 20 crossing the
+// members' boundary, then greedy decodes to the context limit, beside a short sequence member 0
+// holds); the reference is one process whose cache holds every position (the group's "whole"):
+// every logits row within 1e-4 of the row's largest magnitude, the same greedy tokens. Eager and
 // replayed. WorkerServices in this process (cheap, under the sanitizers) and real `folio worker`
 // processes (FOLIO_BINARY_PATH), where a killed member fails the next step naming it. Bad
 // input: a step for another member count, a range not of whole blocks, copy-on-write copies.
@@ -60,6 +61,7 @@ KvParallelGroupOptions group_options(exec::ExecutionMode mode) {
 
 // A member's stage: the group's member caches (the same block ids, padding blocks and block
 // table width), every layer, 32 positions per member.
+// `store`: the rendezvous directory, empty for the gRPC store of member 0's worker.
 PipelineStageSpec member_spec(KvParallelGroup& group, const std::string& store,
                               const std::string& group_id) {
   const KvParallelGroupOptions& options = group.options();
@@ -240,10 +242,9 @@ TEST_P(KvParallelServiceTest, TwoMembersOverServicesEqualOneProcess) {
     ASSERT_TRUE(client.ok()) << client.status();
     clients.push_back(std::move(client).value());
   }
-  const std::string store = model_file.directory.path() + "/rendezvous";
-  std::filesystem::create_directory(store);
+  // No rendezvous directory: the members meet in the store member 0's service holds.
   Result<std::unique_ptr<KvParallelStepRunner>> runner = KvParallelStepRunner::create(
-      std::move(clients), member_spec(group, store, "kvp-services"), model_file.identity.hash);
+      std::move(clients), member_spec(group, "", "kvp-services"), model_file.identity.hash);
   ASSERT_TRUE(runner.ok()) << runner.status();
   ASSERT_EQ((*runner)->members().size(), 2u);
   ScriptStats stats;
@@ -281,8 +282,13 @@ TEST_P(KvParallelProcessTest, TwoWorkerProcessesEqualOneProcess) {
   testing::ConnectedWorkers workers =
       testing::start_connected_workers(2, model_file.path, 1, model_file.identity);
   ASSERT_EQ(workers.clients.size(), 2u);
-  const std::string store = model_file.directory.path() + "/rendezvous";
-  std::filesystem::create_directory(store);
+  // The replayed case meets in a directory (the file store), the eager one in the store
+  // worker 0 serves over gRPC: processes with no file system in common would.
+  std::string store;
+  if (GetParam().mode == exec::ExecutionMode::kGraph) {
+    store = model_file.directory.path() + "/rendezvous";
+    std::filesystem::create_directory(store);
+  }
   Result<std::unique_ptr<KvParallelStepRunner>> runner = KvParallelStepRunner::create(
       std::move(workers.clients), member_spec(group, store, "kvp-processes"),
       model_file.identity.hash);
