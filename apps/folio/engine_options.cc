@@ -179,7 +179,7 @@ struct PipelineRunnerSettings {
   int32_t lease_misses = 3;
   WorkerKiller killer;
   dist::Placement placement = dist::Placement::kPipeline;
-  std::string collective_store;  // empty: a new temporary directory
+  std::string collective_store;  // empty: the gRPC store of member 0's worker
   int32_t threads = 1;           // for measuring the memory bandwidth (--placement auto)
   int32_t kv_parallel = 1;       // --kv-parallel: members of a KV-parallel group, 1: none
 };
@@ -207,21 +207,6 @@ dist::PlacementCostModel measure_cost_model(const std::vector<dist::WorkerLink>&
   return cost;
 }
 
-// A rendezvous directory for the tensor ranks' gloo group: `given`, or a new one under the
-// temporary directory (workers on this machine).
-Result<std::string> collective_store_directory(const std::string& given) {
-  if (!given.empty()) return given;
-  const char* tmp = std::getenv("TMPDIR");
-  std::string pattern = fmt::format("{}/folio-tp-XXXXXX", tmp != nullptr ? tmp : "/tmp");
-  if (::mkdtemp(pattern.data()) == nullptr) {
-    return unavailable(
-        "cannot make a rendezvous directory for the tensor ranks ({}): give "
-        "--collective-store DIR",
-        std::strerror(errno));
-  }
-  return pattern;
-}
-
 // The engine's runner over tensor-parallel ranks on `clients` (rank r on clients[r]): each
 // rank's pool holds its KV heads of the engine's KV blocks and the activation reserve.
 Result<std::unique_ptr<engine::StepRunner>> tensor_parallel_runner(
@@ -230,8 +215,8 @@ Result<std::unique_ptr<engine::StepRunner>> tensor_parallel_runner(
     const std::string& model_hash) {
   dist::PipelineStageSpec spec = dist::pipeline_stage_spec(
       setup, 0, settings.shape.num_layers, plan.ranks.front().kv_bytes + settings.activation_bytes);
-  FOLIO_ASSIGN_OR_RETURN(spec.collective_store,
-                         collective_store_directory(settings.collective_store));
+  // Empty: the members meet in the rendezvous store member 0's worker serves over gRPC.
+  spec.collective_store = settings.collective_store;
   spec.collective_group_id = "folio-tp";
   FOLIO_ASSIGN_OR_RETURN(
       std::unique_ptr<dist::TensorParallelStepRunner> runner,
@@ -260,8 +245,8 @@ Result<std::unique_ptr<engine::StepRunner>> kv_parallel_runner(
   dist::PipelineStageSpec spec = dist::pipeline_stage_spec(setup, 0, settings.shape.num_layers,
                                                            kv_bytes + settings.activation_bytes);
   spec.kv_tokens_per_member = setup.kv_tokens_per_member;
-  FOLIO_ASSIGN_OR_RETURN(spec.collective_store,
-                         collective_store_directory(settings.collective_store));
+  // Empty: the members meet in the rendezvous store member 0's worker serves over gRPC.
+  spec.collective_store = settings.collective_store;
   spec.collective_group_id = "folio-kvp";
   if (!settings.quiet) {
     std::fprintf(stderr,
@@ -488,9 +473,9 @@ void add_engine_options(CLI::App& command, EngineCommandOptions& options) {
                      "--block-size (0: the context split evenly)");
   command.add_option("--collective-store", options.collective_store,
                      "Tensor parallelism and KV-parallel groups: a directory every worker reaches, "
-                     "where the ranks "
-                     "meet to form their gloo group (default: a new temporary directory, for "
-                     "workers on this machine)");
+                     "where the ranks meet to form their gloo group (default: none; the ranks "
+                     "meet in a store the first worker serves over gRPC, so they need no shared "
+                     "file system)");
   command.add_option("--threads", options.threads, "Compute threads (0: all cores)");
   command
       .add_option("--memory-mib", options.memory_mib,

@@ -77,8 +77,8 @@ struct EngineCommandOptions {
   // How the workers split the model (issue 15, slice 4): "pp" (layers, a pipeline), "tp"
   // (heads and FFN features, every worker every layer) or "auto" (the cost model's cheaper
   // decode token, from each worker's Ping latency measured when it joins). Tensor ranks form a
-  // gloo group through the directory collective_store (empty: a new temporary directory, for
-  // workers on this machine).
+  // gloo group through the directory collective_store (empty: through the rendezvous store the
+  // first worker serves over gRPC, no shared file system needed).
   std::string placement = "pp";
   std::string collective_store;
   // A KV-parallel group (issue 15, slice 6): each sequence's KV spread over kv_parallel workers

@@ -96,6 +96,7 @@ struct TensorParallelBench {
             connect_gloo_group(GlooGroupOptions{.rank = r,
                                                 .size = 2,
                                                 .store_directory = store,
+                                                .store_address = {},
                                                 .group_id = "bench",
                                                 .epoch = 1,
                                                 .host = "127.0.0.1",

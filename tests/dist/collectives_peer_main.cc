@@ -23,6 +23,7 @@ int main(int argc, char** argv) {
   const dist::GlooGroupOptions options{.rank = std::stoi(argv[3]),
                                        .size = std::stoi(argv[4]),
                                        .store_directory = argv[2],
+                                       .store_address = {},
                                        .group_id = "processes",
                                        .epoch = 0,
                                        .host = "127.0.0.1",

@@ -46,6 +46,7 @@ inline KvParallelGroupOptions group_options(exec::ExecutionMode mode) {
 
 // A member's stage: the group's member caches (the same block ids, padding blocks and block
 // table width), every layer, 32 positions per member.
+// `store`: the rendezvous directory, empty for the gRPC store of member 0's worker.
 inline PipelineStageSpec member_spec(KvParallelGroup& group, const std::string& store,
                                      const std::string& group_id) {
   const KvParallelGroupOptions& options = group.options();

@@ -1,12 +1,13 @@
 // KV-parallel members on workers (issue 15, slice 6; dist.md "KV-parallel groups"), in one
 // process: a KvParallelStepRunner drives two WorkerServices of the test process on loopback
 // ports, each a member holding 32 positions of every sequence in a KV cache of its own (the
-// 64-token sequence fits neither), forming a gloo group, stepped over gRPC with each member's
-// slots and block tables (kv_parallel_script.h); every logits row within 1e-4 of one process's
-// largest magnitude, the same greedy tokens, eager and replayed. Cheap, and run under the
-// sanitizers (label concurrency); kv_parallel_process_test.cc runs the same script over
-// `folio worker` processes. Bad input: a step for another member count, a range not of whole
-// blocks, copy-on-write copies, a member without its group.
+// 64-token sequence fits neither), forming a gloo group (meeting in the rendezvous store member 0's
+// service holds over gRPC), stepped over gRPC with each member's slots and block tables
+// (kv_parallel_script.h); every logits row within 1e-4 of one process's largest magnitude, the same
+// greedy tokens, eager and replayed. Cheap, and run under the sanitizers (label concurrency);
+// kv_parallel_process_test.cc runs the same script over `folio worker` processes. Bad input: a step
+// for another member count, a range not of whole blocks, copy-on-write copies, a member without its
+// group.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -59,10 +60,9 @@ TEST_P(KvParallelServiceTest, TwoMembersOverServicesEqualOneProcess) {
     ASSERT_TRUE(client.ok()) << client.status();
     clients.push_back(std::move(client).value());
   }
-  const std::string store = model_file.directory.path() + "/rendezvous";
-  std::filesystem::create_directory(store);
+  // No rendezvous directory: the members meet in the store member 0's service holds.
   Result<std::unique_ptr<KvParallelStepRunner>> runner = KvParallelStepRunner::create(
-      std::move(clients), member_spec(group, store, "kvp-services"), model_file.identity.hash);
+      std::move(clients), member_spec(group, "", "kvp-services"), model_file.identity.hash);
   ASSERT_TRUE(runner.ok()) << runner.status();
   ASSERT_EQ((*runner)->members().size(), 2u);
   ScriptStats stats;

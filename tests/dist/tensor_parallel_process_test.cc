@@ -1,9 +1,9 @@
 // Tensor parallelism over real `folio worker` processes (issue 15, slice 4): two workers, each a
 // rank of a generated f16 model with an f32 KV cache (no rounding of activations that an ulp
 // could flip; tensor_parallel_test.cc says why q8_0's int8 activations can), forming a gloo
-// group over loopback through a rendezvous directory, driven by a TensorParallelStepRunner over
-// gRPC; against one process: logits within 1e-4 of each row's largest, the same greedy tokens. Then
-// the commands: `folio generate
+// group over loopback through the rendezvous store rank 0's worker serves (no directory), driven by
+// a TensorParallelStepRunner over gRPC; against one process: logits within 1e-4 of each row's
+// largest, the same greedy tokens. Then the commands: `folio generate
 // --local-workers 2 --placement tp` writes the greedy text of one process on the demo model, and
 // `folio plan --placement tp|auto` prints the heads per worker, or why a split is illegal.
 #include <signal.h>
@@ -64,7 +64,6 @@ TEST(TensorParallelProcessTest, TwoRealWorkersGiveTheLogitsOfOneProcess) {
   shape.num_layers = 3;
   shape.weight_dtype = DType::kF16;
   const folio::testing::RandomModelFile model_file(shape, 53, "tp-model.gguf");
-  const folio::testing::TemporaryDirectory& directory = model_file.directory;
   const std::string& path = model_file.path;
   const std::string& hash = model_file.identity.hash;
 
@@ -73,9 +72,8 @@ TEST(TensorParallelProcessTest, TwoRealWorkersGiveTheLogitsOfOneProcess) {
   ASSERT_EQ(workers.clients.size(), 2u);
   std::vector<std::unique_ptr<WorkerClient>> clients = std::move(workers.clients);
   PipelineStageSpec spec = whole_model_spec(shape.num_layers);
-  const std::string store = directory.path() + "/rendezvous";
-  std::filesystem::create_directory(store);
-  spec.collective_store = store;
+  // No rendezvous directory: the ranks meet in the store rank 0's worker serves over gRPC.
+  spec.collective_store.clear();
   spec.collective_timeout = 20s;
   Result<std::unique_ptr<TensorParallelStepRunner>> runner =
       TensorParallelStepRunner::create(std::move(clients), spec, hash);

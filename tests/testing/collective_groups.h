@@ -62,6 +62,7 @@ inline dist::GlooGroupOptions gloo_options(const std::string& directory, int ran
   return dist::GlooGroupOptions{.rank = rank,
                                 .size = size,
                                 .store_directory = directory,
+                                .store_address = {},
                                 .group_id = group_id,
                                 .epoch = epoch,
                                 .host = "127.0.0.1",

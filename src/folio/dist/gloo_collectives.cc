@@ -5,6 +5,7 @@
 #include <cstring>
 #include <exception>
 #include <filesystem>
+#include <functional>
 #include <mutex>
 #include <thread>
 #include <vector>
@@ -25,6 +26,7 @@
 #include <gloo/types.h>
 
 #include "folio/base/random.h"
+#include "folio/dist/rendezvous_store.h"
 #include "folio/dist/sigpipe.h"
 
 namespace folio::dist {
@@ -107,6 +109,51 @@ class BoundedFileStore final : public gloo::rendezvous::FileStore {
   bool has_key(const std::string& key) { return check({key}); }
 
  private:
+  const std::chrono::milliseconds timeout_;
+};
+
+// The rendezvous store member 0's worker serves over gRPC (rendezvous_store.h): gloo's Store
+// interface over RendezvousStoreClient, every wait bounded by the group's timeout and served on
+// the worker (no polling). Errors become the exceptions gloo expects from a store: a timeout's
+// message names the missing keys.
+class GrpcStore final : public gloo::rendezvous::Store {
+ public:
+  GrpcStore(const std::string& address, const std::string& group_id, uint64_t epoch,
+            std::chrono::milliseconds timeout)
+      : client_(address, group_id, epoch), timeout_(timeout) {}
+
+  void set(const std::string& key, const std::vector<char>& data) override {
+    throw_if_error(client_.set(key, std::string(data.begin(), data.end()), timeout_));
+  }
+
+  std::vector<char> get(const std::string& key) override {
+    Result<std::vector<std::string>> values = client_.wait({key}, timeout_, true);
+    throw_if_error(values.status());
+    return std::vector<char>(values->front().begin(), values->front().end());
+  }
+
+  void wait(const std::vector<std::string>& keys) override { wait(keys, timeout_); }
+
+  void wait(const std::vector<std::string>& keys,
+            const std::chrono::milliseconds& timeout) override {
+    throw_if_error(client_.wait(keys, std::min(timeout, timeout_), false).status());
+  }
+
+  bool has_key(const std::string& key) {
+    return client_.wait({key}, std::chrono::milliseconds(0), false).ok();
+  }
+
+ private:
+  static void throw_if_error(const Status& status) {
+    if (status.ok()) return;
+    if (status.code() == StatusCode::kDeadlineExceeded) {
+      // "timeout": connect_gloo_group reads it as one (is_timeout) and names the missing ranks.
+      GLOO_THROW_IO_EXCEPTION("timeout: ", status.message());
+    }
+    GLOO_THROW_IO_EXCEPTION(status.message());
+  }
+
+  RendezvousStoreClient client_;
   const std::chrono::milliseconds timeout_;
 };
 
@@ -246,9 +293,17 @@ Status check_options(const GlooGroupOptions& options) {
     return invalid_argument("group id '{}' must be non-empty letters, digits, '-' and '_'",
                             options.group_id);
   }
+  if (options.store_directory.empty()) {
+    if (options.store_address.empty()) {
+      return invalid_argument(
+          "group '{}' has no rendezvous store: give a directory every member reaches or the "
+          "address of member 0's worker",
+          options.group_id);
+    }
+    return Status();
+  }
   std::error_code error;
-  if (options.store_directory.empty() ||
-      !std::filesystem::is_directory(options.store_directory, error)) {
+  if (!std::filesystem::is_directory(options.store_directory, error)) {
     return not_found(
         "rendezvous directory '{}' does not exist; create it where every member of the group "
         "can reach it",
@@ -263,16 +318,31 @@ Result<std::unique_ptr<Collectives>> connect_gloo_group(const GlooGroupOptions& 
   FOLIO_RETURN_IF_ERROR(check_options(options));
   ignore_sigpipe_once();
   const std::string prefix = fmt::format("folio.{}.{}", options.group_id, options.epoch);
+  const bool over_grpc = options.store_directory.empty();
   const std::string what =
       fmt::format("joining group '{}' epoch {} ({} ranks, store {})", options.group_id,
-                  options.epoch, options.size, options.store_directory);
-  std::unique_ptr<BoundedFileStore> file_store;
+                  options.epoch, options.size,
+                  over_grpc ? fmt::format("served by member 0's worker {}", options.store_address)
+                            : options.store_directory);
+  // One of the two stores; has_key asks it whether a key is set (naming the missing ranks).
+  std::unique_ptr<gloo::rendezvous::Store> base_store;
+  std::function<bool(const std::string&)> has_key;
   std::shared_ptr<gloo::rendezvous::Context> context;
   bool io_error = false;
   std::string message;
   try {
-    file_store = std::make_unique<BoundedFileStore>(options.store_directory, options.timeout);
-    gloo::rendezvous::PrefixStore store(prefix, *file_store);
+    if (over_grpc) {
+      auto grpc_store = std::make_unique<GrpcStore>(options.store_address, options.group_id,
+                                                    options.epoch, options.timeout);
+      has_key = [store = grpc_store.get()](const std::string& key) { return store->has_key(key); };
+      base_store = std::move(grpc_store);
+    } else {
+      auto file_store =
+          std::make_unique<BoundedFileStore>(options.store_directory, options.timeout);
+      has_key = [store = file_store.get()](const std::string& key) { return store->has_key(key); };
+      base_store = std::move(file_store);
+    }
+    gloo::rendezvous::PrefixStore store(prefix, *base_store);
     gloo::transport::tcp::attr attributes;
     attributes.hostname = options.host;
     auto device = gloo::transport::tcp::CreateDevice(attributes);
@@ -286,19 +356,20 @@ Result<std::unique_ptr<Collectives>> connect_gloo_group(const GlooGroupOptions& 
   } catch (const std::exception& error) {
     message = error.what();
   }
-  if (message.find("File already exists") != std::string::npos) {
+  if (message.find("already exists") != std::string::npos) {
     return failed_precondition(
         "rank {}: {}: this rank's address for this group and epoch is already in the store (a "
-        "group is formed once per epoch): form it with a new epoch or a fresh directory",
+        "group is formed once per epoch): form it with a new epoch or a fresh store",
         options.rank, what);
   }
-  if (is_timeout(message) && file_store != nullptr) {
+  if (is_timeout(message) && has_key) {
     // Which members never joined? Each sets gloo's key "rank_<rank>" first thing.
     std::vector<int> missing;
     try {
       for (int member = 0; member < options.size; ++member) {
-        if (!file_store->has_key(fmt::format("{}/rank_{}", prefix, member)))
+        if (!has_key(fmt::format("{}/rank_{}", prefix, member))) {
           missing.push_back(member);
+        }
       }
     } catch (const std::exception&) {
       missing.clear();

@@ -4,11 +4,12 @@
 // store and then hold one TCP connection per pair (a full mesh).
 //
 // Rendezvous: gloo's FileStore in `store_directory`, a directory every member can reach (local
-// or shared). Keys are prefixed with the group id and epoch ("folio.<group_id>.<epoch>."), so a
-// group formed again after a failure (a new epoch) never reads a dead member's address; the
-// store's files of old epochs can be removed once no member of that epoch connects. Every wait
-// on the store is bounded by the group's timeout (gloo's own default is 30 s whatever the
-// context says).
+// or shared); or, without a directory, the store that member 0's worker serves over gRPC at
+// `store_address` (rendezvous_store.h), for members with no file system in common. Keys are
+// prefixed with the group id and epoch ("folio.<group_id>.<epoch>."), so a group formed again after
+// a failure (a new epoch) never reads a dead member's address; the store's files of old epochs can
+// be removed once no member of that epoch connects. Every wait on the store is bounded by the
+// group's timeout (gloo's own default is 30 s whatever the context says).
 //
 // Timeouts and failures: the timeout is set on the gloo context and passed to every
 // operation. Every gloo exception becomes a Status (a timeout kDeadlineExceeded, a closed or
@@ -46,8 +47,10 @@ namespace folio::dist {
 struct GlooGroupOptions {
   int rank = 0;
   int size = 1;
-  // The rendezvous directory; must exist.
+  // The rendezvous directory; must exist. Empty: the gRPC store at store_address.
   std::string store_directory;
+  // HOST:PORT of the worker serving the group's rendezvous store (member 0's).
+  std::string store_address;
   // Names the group in the store: letters, digits, '-' and '_'.
   std::string group_id = "folio";
   // Incremented each time the group is formed again.

@@ -23,11 +23,6 @@ Result<std::unique_ptr<KvParallelStepRunner>> KvParallelStepRunner::create(
   if (spec.tensor_ranks > 1) {
     return invalid_argument("KV-parallel groups and tensor splits do not combine yet");
   }
-  if (spec.collective_store.empty()) {
-    return invalid_argument(
-        "a KV-parallel group needs a rendezvous directory every worker reaches "
-        "(PipelineStageSpec::collective_store)");
-  }
   FOLIO_ASSIGN_OR_RETURN(StageGroup group, StageGroup::prepare(
                                                std::move(workers),
                                                [&](size_t g) {

@@ -49,8 +49,9 @@ class KvParallelStepRunner final : public engine::StepRunner {
  public:
   // Prepares member g of workers.size() on workers[g] (at least two), each with `spec` (the
   // whole model; kv_tokens_per_member > 0, a multiple of the block size; collective_store a
-  // directory every worker reaches; kv_member and kv_members are set here) for the model of
-  // `model_hash`, all at once. Errors name the member and its worker.
+  // directory every worker reaches, or empty for the store worker 0 serves over gRPC; kv_member and
+  // kv_members are set here) for the model of `model_hash`, all at once. Errors name the member and
+  // its worker.
   static Result<std::unique_ptr<KvParallelStepRunner>> create(
       std::vector<std::unique_ptr<WorkerClient>> workers, const PipelineStageSpec& spec,
       const std::string& model_hash);

@@ -109,6 +109,7 @@ PipelineStageSpec pipeline_stage_spec(const engine::RemoteStepSetup& setup, int6
                            .tensor_rank = 0,
                            .tensor_ranks = 1,
                            .collective_store = {},
+                           .collective_store_address = {},
                            .collective_group_id = "folio-tp",
                            .collective_timeout = std::chrono::milliseconds(30000),
                            .kv_member = 0,

@@ -60,6 +60,9 @@ struct PipelineStageSpec {
   // and the bound of forming it and of every collective. The worker forms it; PipelineStage is
   // handed the formed group.
   std::string collective_store;
+  // Without a directory: the address of member 0's worker, whose rendezvous store (served over
+  // gRPC, rendezvous_store.h) every member uses. StageGroup sets it when both are empty.
+  std::string collective_store_address;
   std::string collective_group_id = "folio-tp";
   std::chrono::milliseconds collective_timeout{30000};
   // KV-parallel groups (issue 15, slice 6; dist.md "KV-parallel groups"): the stage is member

@@ -29,10 +29,12 @@ Result<StageGroup> StageGroup::prepare(std::vector<std::unique_ptr<WorkerClient>
     }
   }
   if (size < 2) return invalid_argument("a worker group needs at least two workers, got {}", size);
-  if (group.specs_.front().collective_store.empty()) {
-    return invalid_argument(
-        "a worker group needs a rendezvous directory every worker reaches "
-        "(PipelineStageSpec::collective_store)");
+  // Without a rendezvous directory the members meet in the store member 0's worker serves over
+  // gRPC, at its address as this coordinator reaches it.
+  for (PipelineStageSpec& spec : group.specs_) {
+    if (spec.collective_store.empty() && spec.collective_store_address.empty()) {
+      spec.collective_store_address = workers.front()->info().address;
+    }
   }
   std::vector<Result<PreparedStage>> prepared(size, internal_error("not prepared"));
   for_each_member_at_once(size, [&](size_t m) {

@@ -13,11 +13,6 @@ Result<std::unique_ptr<TensorParallelStepRunner>> TensorParallelStepRunner::crea
   if (num_ranks < 2) {
     return invalid_argument("tensor parallelism needs at least two workers, got {}", num_ranks);
   }
-  if (spec.collective_store.empty()) {
-    return invalid_argument(
-        "tensor parallelism needs a rendezvous directory every worker reaches "
-        "(PipelineStageSpec::collective_store)");
-  }
   FOLIO_ASSIGN_OR_RETURN(StageGroup group, StageGroup::prepare(
                                                std::move(workers),
                                                [&](size_t r) {

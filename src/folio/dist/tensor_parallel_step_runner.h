@@ -56,8 +56,9 @@ class TensorParallelStepRunner final : public engine::StepRunner {
  public:
   // Prepares rank r of workers.size() on workers[r] (at least two workers), each with `spec`
   // (the whole model: first_layer 0, end_layer the layer count; tensor_rank and tensor_ranks
-  // are set here; collective_store must be a directory every worker reaches) for the model of
-  // `model_hash`, all at once. Errors name the rank and its worker.
+  // are set here; collective_store a directory every worker reaches, or empty for the rendezvous
+  // store worker 0 serves over gRPC) for the model of `model_hash`, all at once. Errors name the
+  // rank and its worker.
   static Result<std::unique_ptr<TensorParallelStepRunner>> create(
       std::vector<std::unique_ptr<WorkerClient>> workers, const PipelineStageSpec& spec,
       const std::string& model_hash);

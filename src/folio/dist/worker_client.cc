@@ -374,6 +374,7 @@ Result<PreparedStage> WorkerClient::prepare_stage(const PipelineStageSpec& spec,
   request.set_tensor_rank(static_cast<uint32_t>(spec.tensor_rank));
   request.set_tensor_ranks(static_cast<uint32_t>(spec.tensor_ranks));
   request.set_collective_store(spec.collective_store);
+  request.set_collective_store_address(spec.collective_store_address);
   request.set_collective_group_id(spec.collective_group_id);
   request.set_collective_timeout_ms(static_cast<uint32_t>(spec.collective_timeout.count()));
   // KV-parallel members (revision 8).

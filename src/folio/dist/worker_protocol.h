@@ -18,8 +18,9 @@ namespace folio::dist {
 // its stage's tensors); revision 7 tensor-parallel ranks (PrepareStage's tensor_rank /
 // tensor_ranks and gloo rendezvous, RunStage's communication figures); revision 8 KV-parallel
 // members (PrepareStage's kv_member / kv_members / kv_tokens_per_member, RunStage's
-// gathered_bytes).
-inline constexpr uint32_t kProtocolVersion = 8;
+// gathered_bytes); revision 9 the rendezvous store served over gRPC (StoreSet, StoreWait,
+// PrepareStage's collective_store_address).
+inline constexpr uint32_t kProtocolVersion = 9;
 
 // The most bytes a Ping's reply may carry (PingRequest.reply_payload_bytes).
 inline constexpr uint64_t kMaxPingPayloadBytes = uint64_t{64} << 20;

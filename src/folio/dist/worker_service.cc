@@ -18,6 +18,7 @@
 #include "folio/base/mutex.h"
 #include "folio/dist/gloo_collectives.h"
 #include "folio/dist/pipeline_stage.h"
+#include "folio/dist/rendezvous_store.h"
 #include "folio/dist/shard_manifest.h"
 #include "folio/dist/weight_cache.h"
 #include "folio/dist/worker.grpc.pb.h"
@@ -66,6 +67,15 @@ grpc::Status to_grpc(const Status& status) {
       break;
     case StatusCode::kNotFound:
       code = grpc::StatusCode::NOT_FOUND;
+      break;
+    case StatusCode::kAlreadyExists:
+      code = grpc::StatusCode::ALREADY_EXISTS;
+      break;
+    case StatusCode::kDeadlineExceeded:
+      code = grpc::StatusCode::DEADLINE_EXCEEDED;
+      break;
+    case StatusCode::kUnavailable:
+      code = grpc::StatusCode::UNAVAILABLE;
       break;
     default:
       break;
@@ -137,6 +147,7 @@ class WorkerImpl final : public v1::Worker::Service {
   // Ends every Watch stream at once (before the server shuts down, which would otherwise wait
   // for each stream's next beat).
   void stop_watches() {
+    store_.close();  // also ends every rendezvous wait
     {
       const MutexLock lock(watch_mutex_);
       stopping_ = true;
@@ -216,6 +227,9 @@ class WorkerImpl final : public v1::Worker::Service {
     const uint64_t current = epoch_.load(std::memory_order_relaxed);
     if (request->epoch() < current) return refuse(stale_epoch_message(request->epoch(), current));
     epoch_.store(request->epoch(), std::memory_order_release);
+    // The rendezvous keys of older epochs' groups are of no use any more (their groups formed
+    // or failed); this epoch's may be set already by members that got their request first.
+    store_.drop_before(request->epoch());
     stage_.reset();  // the old stage's memory goes before the new one takes its own
     // A tensor-parallel rank slices the file's matrices (llama_tensor_shard.h): a model opened
     // with q8_0 panels is opened again without them (and the other way round).
@@ -267,6 +281,7 @@ class WorkerImpl final : public v1::Worker::Service {
     spec.kv_members = std::max<int64_t>(1, request->kv_members());
     spec.kv_tokens_per_member = request->kv_tokens_per_member();
     spec.collective_store = request->collective_store();
+    spec.collective_store_address = request->collective_store_address();
     spec.collective_group_id = request->collective_group_id();
     spec.collective_timeout =
         std::chrono::milliseconds(std::max<uint32_t>(1000, request->collective_timeout_ms()));
@@ -432,12 +447,39 @@ class WorkerImpl final : public v1::Worker::Service {
           stage_ == nullptr ? std::string("none") : fmt::format("stage {:016x}", stage_id_)));
     }
     epoch_.store(request->epoch(), std::memory_order_release);
+    store_.drop_before(request->epoch());
     if (request->stage_id() != 0) stage_epoch_ = request->epoch();
     reply->set_epoch(request->epoch());
     reply->set_worker_incarnation(incarnation_);
     reply->set_stage_id(request->stage_id());
     log::info("folio worker: fenced into epoch {} (from {}) keeping stage {:016x}, for {}",
               request->epoch(), current, request->stage_id(), context->peer());
+    return grpc::Status::OK;
+  }
+
+  // The rendezvous store (revision 9, rendezvous_store.h): served without mutex_, which
+  // PrepareStage holds while its own member waits in the store for the others.
+  grpc::Status StoreSet(grpc::ServerContext* /*context*/, const v1::StoreSetRequest* request,
+                        v1::StoreSetReply* /*reply*/) override {
+    const Status status =
+        store_.set(request->group_id(), request->epoch(), request->key(), request->value());
+    return status.ok() ? grpc::Status::OK : to_grpc(status);
+  }
+
+  grpc::Status StoreWait(grpc::ServerContext* context, const v1::StoreWaitRequest* request,
+                         v1::StoreWaitReply* reply) override {
+    // Bounded by the request's timeout and by the caller's deadline, whichever comes first.
+    auto timeout = std::chrono::milliseconds(request->timeout_ms());
+    const auto until_deadline = std::chrono::duration_cast<std::chrono::milliseconds>(
+        context->deadline() - std::chrono::system_clock::now());
+    timeout = std::max(std::chrono::milliseconds(0), std::min(timeout, until_deadline));
+    const std::vector<std::string> keys(request->keys().begin(), request->keys().end());
+    Result<std::vector<std::string>> values =
+        store_.wait(request->group_id(), request->epoch(), keys, timeout);
+    if (!values.ok()) return to_grpc(values.status());
+    if (request->want_values()) {
+      for (std::string& value : *values) reply->add_values(std::move(value));
+    }
     return grpc::Status::OK;
   }
 
@@ -620,6 +662,7 @@ class WorkerImpl final : public v1::Worker::Service {
         connect_gloo_group(GlooGroupOptions{.rank = static_cast<int>(spec.group_rank()),
                                             .size = static_cast<int>(spec.group_size()),
                                             .store_directory = spec.collective_store,
+                                            .store_address = spec.collective_store_address,
                                             .group_id = spec.collective_group_id,
                                             .epoch = request.epoch(),
                                             .host = collective_host(),
@@ -728,6 +771,8 @@ class WorkerImpl final : public v1::Worker::Service {
   bool stopping_ FOLIO_GUARDED_BY(watch_mutex_) = false;
   std::atomic<bool> shutdown_requested_{false};
   int injected_unavailable_ FOLIO_GUARDED_BY(mutex_) = 0;
+  // The rendezvous store of the groups this worker is member 0 of; locked on its own.
+  RendezvousStore store_;
 };
 
 }  // namespace
