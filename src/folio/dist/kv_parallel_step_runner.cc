@@ -63,17 +63,10 @@ Result<ir::StepOutput> KvParallelStepRunner::run(const ir::StepBatch& step) {
   const StageStepResult& result = group_.results().front();
   ++traffic_.steps;
   traffic_.tokens += step.num_tokens();
-  for (const StageStepResult& member : group_.results()) {
-    traffic_.request_bytes += member.request_bytes;
-    traffic_.reply_bytes += member.reply_bytes;
-  }
+  group_.add_wire_bytes(traffic_.request_bytes, traffic_.reply_bytes);
   traffic_.communication_ns += result.communication_ns;
   traffic_.gathered_bytes += result.gathered_bytes;
-  return ir::StepOutput{.logits = result.logits,
-                        .num_rows = result.num_rows,
-                        .vocab_size = result.vocab_size,
-                        .hidden = {},
-                        .hidden_size = 0};
+  return group_.output();
 }
 
 }  // namespace folio::dist

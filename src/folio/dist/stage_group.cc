@@ -94,6 +94,22 @@ Status StageGroup::run(const std::function<ir::StepBatch(size_t)>& step_of) {
   return Status();
 }
 
+ir::StepOutput StageGroup::output() const {
+  const StageStepResult& first = results_.front();
+  return ir::StepOutput{.logits = first.logits,
+                        .num_rows = first.num_rows,
+                        .vocab_size = first.vocab_size,
+                        .hidden = {},
+                        .hidden_size = 0};
+}
+
+void StageGroup::add_wire_bytes(int64_t& request_bytes, int64_t& reply_bytes) const {
+  for (const StageStepResult& member : results_) {
+    request_bytes += member.request_bytes;
+    reply_bytes += member.reply_bytes;
+  }
+}
+
 Status StageGroup::copy_blocks(std::span<const kv::BlockCopy> copies) {
   for (size_t m = 0; m < size(); ++m) {
     Result<std::pair<uint64_t, uint64_t>> answer =

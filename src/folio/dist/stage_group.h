@@ -49,6 +49,10 @@ class StageGroup {
   size_t size() const { return workers_.size(); }
   const std::vector<PreparedStage>& prepared() const { return prepared_; }
   const std::vector<StageStepResult>& results() const { return results_; }
+  // The last run's logits (member 0's) as a step's output; valid until the next run.
+  ir::StepOutput output() const;
+  // Adds the last run's gRPC bytes to and from every member to the two counters.
+  void add_wire_bytes(int64_t& request_bytes, int64_t& reply_bytes) const;
   int32_t vocab_size() const { return prepared_.front().vocab_size; }
   // "KV-parallel member 1 of 2 (worker 127.0.0.1:5001)".
   std::string name(size_t member) const;

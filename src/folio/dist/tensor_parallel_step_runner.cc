@@ -57,17 +57,10 @@ Result<ir::StepOutput> TensorParallelStepRunner::run(const ir::StepBatch& step) 
   const StageStepResult& result = group_.results().front();
   ++traffic_.steps;
   traffic_.tokens += step.num_tokens();
-  for (const StageStepResult& rank : group_.results()) {
-    traffic_.request_bytes += rank.request_bytes;
-    traffic_.reply_bytes += rank.reply_bytes;
-  }
+  group_.add_wire_bytes(traffic_.request_bytes, traffic_.reply_bytes);
   traffic_.communication_ns += result.communication_ns;
   traffic_.reduced_bytes += result.reduced_bytes;
-  return ir::StepOutput{.logits = result.logits,
-                        .num_rows = result.num_rows,
-                        .vocab_size = result.vocab_size,
-                        .hidden = {},
-                        .hidden_size = 0};
+  return group_.output();
 }
 
 }  // namespace folio::dist
